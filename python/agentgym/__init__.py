@@ -1,0 +1,34 @@
+"""agentgym-rl: multi-turn reinforcement learning for LLM agents.
+
+Native environments and the episode pool live in the Rust extension ``agentgym._core``;
+this package adds the registry (``make``/``register``/``list_envs``), the Gymnasium adapters,
+and (in their own subpackages) the rollout engine, backends and learner.
+"""
+
+from agentgym._core import __version__
+from agentgym.envs.registry import list_envs, make, register
+from agentgym.errors import (
+    AgentGymError,
+    EnvError,
+    EpisodeFinishedError,
+    EpisodeNotStartedError,
+    InvalidTaskError,
+    TrajectoryError,
+    UnknownEnvError,
+)
+from agentgym.pool import EnvPool
+
+__all__ = [
+    "AgentGymError",
+    "EnvError",
+    "EnvPool",
+    "EpisodeFinishedError",
+    "EpisodeNotStartedError",
+    "InvalidTaskError",
+    "TrajectoryError",
+    "UnknownEnvError",
+    "__version__",
+    "list_envs",
+    "make",
+    "register",
+]

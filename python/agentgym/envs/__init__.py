@@ -1,0 +1,44 @@
+"""Environments: the registry, the Python ``BaseEnv`` and the env classes.
+
+``from agentgym.envs import TextCraftEnv`` gives a Gymnasium env class per registered env.
+"""
+
+from agentgym.envs.base import BaseEnv, BaseEnvAdapter
+from agentgym.envs.native import NativeEnv
+from agentgym.envs.registry import list_envs, make, register
+from agentgym.envs.spaces import TextSpace
+
+
+class TextCraftEnv(NativeEnv):
+    """TextCraft (AgentGym): craft a target item from base items with the given recipes."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("textcraft", max_turns=max_turns, **kwargs)
+
+
+class MazeEnv(NativeEnv):
+    """A grid maze with text observations; reach the goal."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("maze", max_turns=max_turns, **kwargs)
+
+
+class WordleEnv(NativeEnv):
+    """Wordle: guess the hidden five-letter word from per-letter feedback."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("wordle", max_turns=max_turns, **kwargs)
+
+
+__all__ = [
+    "BaseEnv",
+    "BaseEnvAdapter",
+    "MazeEnv",
+    "NativeEnv",
+    "TextCraftEnv",
+    "TextSpace",
+    "WordleEnv",
+    "list_envs",
+    "make",
+    "register",
+]

@@ -1,0 +1,139 @@
+"""``BaseEnv``: the class users subclass to write an environment in Python.
+
+Exactly the seed's shape::
+
+    class AIOpsEnv(BaseEnv):
+        def reset(self):
+            return "alert: disk 93% full on db-1"
+        def step(self, action):
+            ...
+            return observation, reward, done, info
+
+``agentgym.make`` adapts it to the Gymnasium API (:class:`BaseEnvAdapter`). ``reset`` may
+also accept ``task`` and/or ``seed`` keyword arguments to take a task index (or task text)
+and a seed. ``info["truncated"] = True`` marks an ending that is a cut, not a terminal state.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym.envs.spaces import TextSpace
+
+
+class BaseEnv:
+    """A text environment written in Python. Override ``reset`` and ``step``."""
+
+    #: What the agent is told about the env and its action format (the system prompt).
+    instructions: str = ""
+    #: Number of indexed tasks (None when unbounded).
+    num_tasks: int | None = None
+
+    def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
+        raise NotImplementedError
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def valid_actions(self) -> list[str]:
+        """Actions meaningful in the current state ([] when open-ended)."""
+        return []
+
+    def oracle_action(self) -> str | None:
+        """The reference solver's next action, where the env has one."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _reset_kwargs(env: BaseEnv) -> set[str]:
+    params = inspect.signature(env.reset).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return {"task", "seed"}
+    return {name for name in ("task", "seed") if name in params}
+
+
+class BaseEnvAdapter(gym.Env):
+    """Gymnasium view of a :class:`BaseEnv` (text observations and actions).
+
+    ``max_turns`` is the horizon: the step that reaches it returns ``truncated=True``.
+    ``reset(seed=s, options={"task": t, "max_turns": m})``; without a task, one is drawn
+    from the seeded RNG when the env declares ``num_tasks``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env: BaseEnv, max_turns: int | None = None, env_id: str | None = None):
+        if not isinstance(env, BaseEnv):
+            raise TypeError(f"expected a BaseEnv instance, got {type(env).__name__}")
+        self.env = env
+        self.env_id = env_id or type(env).__name__
+        self.max_turns = max_turns
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._accepts = _reset_kwargs(env)
+        self._turns = 0
+        self._done = True
+
+    @property
+    def instructions(self) -> str:
+        return self.env.instructions
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if "max_turns" in options:
+            self.max_turns = options["max_turns"]
+        task = options.get("task")
+        if task is None and self.env.num_tasks:
+            task = int(self.np_random.integers(self.env.num_tasks))
+        env_seed = int(self.np_random.integers(2**63))
+        kwargs = {}
+        if "task" in self._accepts:
+            kwargs["task"] = task
+        if "seed" in self._accepts:
+            kwargs["seed"] = env_seed
+        obs = self.env.reset(**kwargs)
+        if not isinstance(obs, str):
+            raise TypeError(f"{self.env_id}.reset() must return a str, got {type(obs).__name__}")
+        self._turns = 0
+        self._done = False
+        return obs, {"task": task, "turns": 0}
+
+    def step(self, action):
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        if self._done:
+            from agentgym.errors import EpisodeFinishedError
+
+            raise EpisodeFinishedError(f"{self.env_id}: episode has finished; call reset()")
+        result = self.env.step(action)
+        if not (isinstance(result, tuple) and len(result) == 4):
+            raise TypeError(
+                f"{self.env_id}.step() must return (observation, reward, done, info), "
+                f"got {result!r:.200}"
+            )
+        obs, reward, done, info = result
+        info = dict(info or {})
+        self._turns += 1
+        cut = bool(info.pop("truncated", False))
+        terminated = bool(done) and not cut
+        truncated = cut or (
+            not terminated and self.max_turns is not None and self._turns >= self.max_turns
+        )
+        self._done = terminated or truncated
+        info["turns"] = self._turns
+        return str(obs), float(reward), terminated, truncated, info
+
+    def valid_actions(self) -> list[str]:
+        return self.env.valid_actions()
+
+    def oracle_action(self) -> str | None:
+        return self.env.oracle_action()
+
+    def close(self) -> None:
+        self.env.close()

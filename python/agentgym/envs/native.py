@@ -1,0 +1,67 @@
+"""Gymnasium adapter over one native (Rust) episode: the same code path as ``EnvPool``."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+
+from agentgym import _core
+from agentgym.envs.spaces import TextSpace
+
+
+class NativeEnv(gym.Env):
+    """A native env as a Gymnasium env (text observations and actions).
+
+    ``reset(seed=s, options={"task": index_or_text, "max_turns": m})``: without a task, one
+    is drawn from the seeded RNG. The env's own randomness (distractors, layouts) is seeded
+    from the same RNG, so equal seeds replay equal episodes. The step that reaches
+    ``max_turns`` returns ``truncated=True``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env_id: str, max_turns: int | None = None, **env_kwargs):
+        self.env_id = env_id
+        self._pool = _core.EnvPool(env_id, 1, json.dumps(env_kwargs))
+        self.max_turns = max_turns
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._task = None
+
+    @property
+    def instructions(self) -> str:
+        return self._pool.instructions
+
+    @property
+    def num_tasks(self) -> int:
+        return self._pool.num_tasks
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if "max_turns" in options:
+            self.max_turns = options["max_turns"]
+        task = options.get("task")
+        if task is None:
+            task = int(self.np_random.integers(min(self._pool.num_tasks, 2**63 - 1)))
+        env_seed = int(self.np_random.integers(2**63))
+        (obs,) = self._pool.reset([0], [task], [env_seed], [self.max_turns])
+        self._task = task
+        return obs, {"task": task, "seed": env_seed, "turns": 0}
+
+    def step(self, action):
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        (obs,), rewards, terminated, truncated = self._pool.step([0], [action])
+        info = {"turns": int(self._pool.turns()[0])}
+        reason = self._pool.stop_reasons()[0]
+        if reason is not None:
+            info["stop_reason"] = reason
+        return obs, float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def valid_actions(self) -> list[str]:
+        return self._pool.valid_actions(0)
+
+    def oracle_action(self) -> str | None:
+        return self._pool.oracle_action(0)

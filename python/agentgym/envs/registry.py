@@ -1,0 +1,113 @@
+"""The environment registry: ``register``, ``make``, ``list_envs``.
+
+Native (Rust) envs are registered at import. Python envs register an entry point, either an
+object or a ``"module:attr"`` string resolved on first ``make``; the target may be a
+``gymnasium.Env`` class, a :class:`BaseEnv` class (adapted to Gymnasium), or a callable
+returning either.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym import _core
+from agentgym.envs.base import BaseEnv, BaseEnvAdapter
+from agentgym.errors import UnknownEnvError
+
+
+@dataclass
+class EnvEntry:
+    env_id: str
+    entry_point: str | Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    native: bool = False
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+
+
+def register(
+    env_id: str,
+    entry_point: str | Callable[..., Any],
+    *,
+    description: str = "",
+    override: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Register ``env_id``; ``kwargs`` become defaults for :func:`make`."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError("env_id must be a non-empty str")
+    if env_id in _REGISTRY and not override:
+        raise ValueError(f"environment {env_id!r} is already registered (pass override=True)")
+    _REGISTRY[env_id] = EnvEntry(env_id, entry_point, dict(kwargs), description)
+
+
+def list_envs() -> list[str]:
+    """All registered environment ids, sorted."""
+    return sorted(_REGISTRY)
+
+
+def describe(env_id: str) -> str:
+    return _entry(env_id).description
+
+
+def _entry(env_id: str) -> EnvEntry:
+    try:
+        return _REGISTRY[env_id]
+    except KeyError:
+        raise UnknownEnvError(
+            f"unknown environment id {env_id!r}; known ids: {', '.join(list_envs())}"
+        ) from None
+
+
+def _resolve(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(entry_point):
+        return entry_point
+    module_name, _, attr = entry_point.partition(":")
+    if not attr:
+        raise ValueError(f"entry point {entry_point!r} must look like 'package.module:Name'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """A Gymnasium env for ``env_id`` (text observations and actions).
+
+    ``max_turns=N`` sets the horizon; other keyword arguments go to the env's constructor.
+    """
+    entry = _entry(env_id)
+    params = {**entry.kwargs, **kwargs}
+    max_turns = params.pop("max_turns", None)
+    if entry.native:
+        from agentgym.envs.native import NativeEnv
+
+        return NativeEnv(env_id, max_turns=max_turns, **params)
+    target = _resolve(entry.entry_point)
+    env = target(**params)
+    if isinstance(env, BaseEnv):
+        return BaseEnvAdapter(env, max_turns=max_turns, env_id=env_id)
+    if isinstance(env, gym.Env):
+        if max_turns is not None:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps=max_turns)
+        return env
+    raise TypeError(
+        f"entry point of {env_id!r} returned {type(env).__name__}, "
+        "expected a BaseEnv or gymnasium.Env"
+    )
+
+
+for _native_id in _core.native_env_ids():
+    _REGISTRY[_native_id] = EnvEntry(
+        _native_id,
+        "agentgym.envs.native:NativeEnv",
+        description=_core.native_env_description(_native_id),
+        native=True,
+    )

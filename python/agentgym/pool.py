@@ -1,0 +1,149 @@
+"""``agentgym.EnvPool``: thousands of native episodes stepped in one Rust call per batch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from agentgym import _core
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def episode_seeds(seed: int, ids: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """Deterministic per-episode seeds from (pool seed, slot, episode counter): a splitmix64
+    mix, vectorised, so the same pool seed always replays the same episodes."""
+    with np.errstate(over="ignore"):
+        z = (
+            np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
+            + ids.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+            + counters.astype(np.uint64) * np.uint64(0x94D049BB133111EB)
+        )
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return z & _MASK64
+
+
+def _as_id_list(ids) -> list[int]:
+    if isinstance(ids, np.ndarray):
+        return ids.tolist()
+    return list(ids)
+
+
+class EnvPool:
+    """A pool of ``num_envs`` episodes of the native env ``env_id``.
+
+    ``reset`` and ``step`` take slot ids and run the whole batch in Rust, in parallel, with
+    the GIL released. By default slot ``i``'s ``k``-th episode plays task ``i + k*num_envs``
+    with a seed mixed from ``(seed, i, k)``, so a pool is reproducible from its seed.
+    ``max_turns`` is the horizon: an episode that reaches it is ``truncated``.
+    """
+
+    def __init__(
+        self, env_id: str, num_envs: int, seed: int = 0, max_turns: int | None = None, **env_kwargs
+    ):
+        self._pool = _core.EnvPool(env_id, int(num_envs), json.dumps(env_kwargs))
+        self.env_id = env_id
+        self.num_envs = int(num_envs)
+        self.seed = int(seed)
+        self.max_turns = max_turns
+        self._counters = np.zeros(self.num_envs, dtype=np.uint64)
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __repr__(self) -> str:
+        return f"EnvPool({self.env_id!r}, num_envs={self.num_envs}, seed={self.seed})"
+
+    @property
+    def instructions(self) -> str:
+        """The env's instructions for the agent (used as the system prompt)."""
+        return self._pool.instructions
+
+    @property
+    def num_tasks(self) -> int:
+        return self._pool.num_tasks
+
+    def reset(
+        self,
+        ids: Sequence[int] | np.ndarray | None = None,
+        tasks: Sequence[int | str] | None = None,
+        seeds: Sequence[int] | None = None,
+        max_turns: int | None | Sequence[int | None] = ...,  # type: ignore[assignment]
+    ) -> list[str]:
+        """Start new episodes in slots ``ids`` (all slots when None); returns observations.
+
+        ``tasks`` are task indices or the env's explicit task text; ``max_turns`` overrides
+        the pool's horizon for these episodes (one value or one per slot; None = unlimited).
+        """
+        id_arr = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
+        if id_arr.ndim != 1:
+            raise ValueError("ids must be one-dimensional")
+        if id_arr.size and (id_arr.min() < 0 or id_arr.max() >= self.num_envs):
+            bad = int(id_arr[(id_arr < 0) | (id_arr >= self.num_envs)][0])
+            raise IndexError(f"slot {bad} out of range for a pool of {self.num_envs} episodes")
+        counters = self._counters[id_arr]
+        if tasks is None:
+            task_list = (id_arr.astype(np.uint64) + counters * np.uint64(self.num_envs)).tolist()
+        else:
+            task_list = list(tasks)
+        if seeds is None:
+            seed_list = episode_seeds(self.seed, id_arr, counters).tolist()
+        else:
+            seed_list = [int(s) for s in seeds]
+        if max_turns is ...:
+            max_turns = self.max_turns
+        if max_turns is None or isinstance(max_turns, (int, np.integer)):
+            horizon = [None if max_turns is None else int(max_turns)] * len(id_arr)
+        else:
+            horizon = [None if m is None else int(m) for m in max_turns]
+        obs = self._pool.reset(id_arr.tolist(), task_list, seed_list, horizon)
+        self._counters[id_arr] += np.uint64(1)
+        return obs
+
+    def step(self, ids: Sequence[int] | np.ndarray, actions: Sequence[str]):
+        """Step slots ``ids`` with one action each.
+
+        Returns ``(observations: list[str], rewards: float32[n], terminated: bool[n],
+        truncated: bool[n])``. An env that fails inside a step ends only its own episode
+        (``stop_reason == "env_error"``, reported as truncated).
+        """
+        return self._pool.step(_as_id_list(ids), actions)
+
+    def finish(self, ids: Sequence[int], reason: str) -> None:
+        """End running episodes from outside (``timeout``, ``aborted``, ``backend_error``, ...)."""
+        self._pool.finish(_as_id_list(ids), reason)
+
+    def valid_actions(self, i: int) -> list[str]:
+        return self._pool.valid_actions(i)
+
+    def oracle_action(self, i: int) -> str | None:
+        return self._pool.oracle_action(i)
+
+    def oracle_actions(self, ids: Sequence[int]) -> list[str | None]:
+        return self._pool.oracle_actions(_as_id_list(ids))
+
+    @property
+    def turns(self) -> np.ndarray:
+        """Turns taken by each slot's current episode (uint32[num_envs])."""
+        return self._pool.turns()
+
+    def stop_reasons(self) -> list[str | None]:
+        return self._pool.stop_reasons()
+
+    def set_max_turns(self, i: int, max_turns: int | None) -> None:
+        self._pool.set_max_turns(i, max_turns)
+
+    def episode(self, i: int) -> dict:
+        task, seed, turns, max_turns, stop_reason, total_reward = self._pool.episode(i)
+        return {
+            "task": task,
+            "seed": seed,
+            "turns": turns,
+            "max_turns": max_turns,
+            "stop_reason": stop_reason,
+            "total_reward": total_reward,
+        }

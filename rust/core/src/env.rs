@@ -1,0 +1,54 @@
+//! The native environment contract.
+//!
+//! A native env is deterministic: `reset(task, seed)` followed by the same actions always
+//! yields the same observations and rewards. Envs never see the horizon; the pool owns it.
+
+use crate::error::Result;
+
+/// Which task an episode plays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    /// The env's task number `i` (envs take it modulo their task count where that is finite).
+    Index(u64),
+    /// An explicit task in the env's own text format (see each env's README), e.g. a
+    /// TextCraft task given as commands text plus a goal item.
+    Spec(String),
+}
+
+/// The result of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub observation: String,
+    pub reward: f32,
+    /// The episode reached a terminal state of the env (success or irrecoverable failure).
+    pub terminated: bool,
+}
+
+impl Step {
+    pub fn new(observation: impl Into<String>, reward: f32, terminated: bool) -> Self {
+        Self {
+            observation: observation.into(),
+            reward,
+            terminated,
+        }
+    }
+}
+
+/// A native environment. `Send` so that the pool can step envs on worker threads.
+pub trait Env: Send {
+    /// Start an episode of `task`; `seed` drives every random choice (distractors, layout).
+    fn reset(&mut self, task: &Task, seed: u64) -> Result<String>;
+    /// Apply one action (already extracted from model text). Invalid actions are not
+    /// errors: they return a message as observation and reward 0.
+    fn step(&mut self, action: &str) -> Step;
+    /// The actions that are currently meaningful (for random/scripted policies and `play`).
+    fn valid_actions(&self) -> Vec<String>;
+    /// An action from the env's reference solver for the current state, if it has one.
+    fn oracle_action(&self) -> Option<String> {
+        None
+    }
+    /// Number of distinct indexed tasks (`u64::MAX` for procedurally unbounded envs).
+    fn num_tasks(&self) -> u64;
+    /// Instructions for the agent (what it sees, the action format); used as system prompt.
+    fn instructions(&self) -> String;
+}

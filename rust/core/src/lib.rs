@@ -1,0 +1,26 @@
+//! Pure-Rust core of agentgym-rl (no PyO3 here; see `rust/py` for the bindings).
+//!
+//! - [`env`]: the native environment contract ([`env::Env`]) and tasks.
+//! - [`episode`]: one live episode's bookkeeping (turns, horizon, stop reason).
+//! - [`pool`]: [`pool::EpisodePool`], batched parallel reset/step over many episodes.
+//! - [`trajectory`]: per-episode token segments and packed export of completed ones.
+//! - [`parse`]: extraction of the action from model text.
+//! - [`registry`]: native environment ids and their constructors.
+//! - native environments: [`textcraft`], [`maze`], [`wordle`] (one file each).
+
+pub mod env;
+pub mod episode;
+pub mod error;
+pub mod maze;
+pub mod parse;
+pub mod pool;
+pub mod registry;
+pub mod testenv;
+pub mod textcraft;
+pub mod trajectory;
+pub mod wordle;
+
+pub use env::{Env, Step, Task};
+pub use episode::{Episode, EpisodeStatus, StopReason};
+pub use error::{CoreError, Result};
+pub use pool::{EpisodePool, StepBatch};

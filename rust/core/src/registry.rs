@@ -1,0 +1,147 @@
+//! Native environment ids and their constructors.
+//!
+//! Each native env registers one [`EnvSpec`]; constructor kwargs arrive as a JSON object so
+//! that the bindings can pass Python keyword arguments through unchanged.
+
+use crate::env::Env;
+use crate::error::{CoreError, Result};
+use serde_json::{Map, Value};
+
+pub type Kwargs = Map<String, Value>;
+pub type MakeFn = fn(&Kwargs) -> Result<Box<dyn Env>>;
+
+pub struct EnvSpec {
+    pub id: &'static str,
+    pub description: &'static str,
+    /// Hidden ids (test-only envs) are constructible but not listed.
+    pub hidden: bool,
+    pub make: MakeFn,
+}
+
+static SPECS: &[EnvSpec] = &[
+    EnvSpec {
+        id: "textcraft",
+        description: "TextCraft: craft a Minecraft item from base items using recipes (AgentGym)",
+        hidden: false,
+        make: crate::textcraft::make,
+    },
+    EnvSpec {
+        id: "maze",
+        description: "Grid maze with text observations; reach the goal",
+        hidden: false,
+        make: crate::maze::make,
+    },
+    EnvSpec {
+        id: "wordle",
+        description: "Wordle: guess the five-letter word from per-letter feedback",
+        hidden: false,
+        make: crate::wordle::make,
+    },
+    EnvSpec {
+        id: "_test_panic",
+        description: "Test-only env that panics on the action `panic`",
+        hidden: true,
+        make: crate::testenv::make,
+    },
+];
+
+pub fn specs() -> impl Iterator<Item = &'static EnvSpec> {
+    SPECS.iter()
+}
+
+/// Listed (non-hidden) native env ids.
+pub fn env_ids() -> Vec<&'static str> {
+    SPECS.iter().filter(|s| !s.hidden).map(|s| s.id).collect()
+}
+
+pub fn spec(id: &str) -> Result<&'static EnvSpec> {
+    SPECS
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| CoreError::UnknownEnv {
+            id: id.to_string(),
+            known: env_ids().join(", "),
+        })
+}
+
+pub fn make_env(id: &str, kwargs: &Kwargs) -> Result<Box<dyn Env>> {
+    (spec(id)?.make)(kwargs)
+}
+
+/// Typed kwargs access for env constructors: clear errors for wrong types and unknown keys.
+pub struct KwargsReader<'a> {
+    env: &'static str,
+    kwargs: &'a Kwargs,
+}
+
+impl<'a> KwargsReader<'a> {
+    pub fn new(env: &'static str, kwargs: &'a Kwargs, allowed: &[&str]) -> Result<Self> {
+        if let Some(bad) = kwargs.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(CoreError::InvalidArgument(format!(
+                "{env} got an unexpected keyword argument {bad:?} (allowed: {})",
+                allowed.join(", ")
+            )));
+        }
+        Ok(Self { env, kwargs })
+    }
+
+    fn type_error(&self, key: &str, want: &str) -> CoreError {
+        CoreError::InvalidArgument(format!("{}: {key} must be {want}", self.env))
+    }
+
+    pub fn u64_or(&self, key: &str, default: u64) -> Result<u64> {
+        match self.kwargs.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| self.type_error(key, "a non-negative integer")),
+        }
+    }
+
+    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.kwargs.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.type_error(key, "a bool")),
+        }
+    }
+
+    pub fn str_or(&self, key: &str, default: &str) -> Result<String> {
+        match self.kwargs.get(key) {
+            None | Some(Value::Null) => Ok(default.to_string()),
+            Some(v) => v
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| self.type_error(key, "a string")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_id_lists_known_ids() {
+        let err = make_env("nope", &Kwargs::new()).err().unwrap();
+        let msg = err.to_string();
+        assert!(msg.contains("nope") && msg.contains("textcraft") && msg.contains("maze"));
+        assert!(!msg.contains("_test_panic"));
+    }
+
+    #[test]
+    fn every_spec_constructs_with_defaults() {
+        for s in specs() {
+            assert!((s.make)(&Kwargs::new()).is_ok(), "{} failed", s.id);
+        }
+    }
+
+    #[test]
+    fn kwargs_reader_rejects_unknown_and_mistyped() {
+        let mut kw = Kwargs::new();
+        kw.insert("size".into(), Value::from("big"));
+        let r = KwargsReader::new("maze", &kw, &["size"]).unwrap();
+        assert!(r.u64_or("size", 5).is_err());
+        kw.insert("colour".into(), Value::from(1));
+        assert!(KwargsReader::new("maze", &kw, &["size"]).is_err());
+    }
+}

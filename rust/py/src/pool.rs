@@ -1,0 +1,212 @@
+//! `_core.EnvPool`: the Rust episode pool. The Python wrapper `agentgym.EnvPool` fills in
+//! defaults; this class takes fully specified batches.
+
+use crate::errors::to_py;
+use agentgym_core::pool::ResetSpec;
+use agentgym_core::registry::{self, Kwargs};
+use agentgym_core::{EpisodePool, StopReason, Task};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// A task as Python gives it: an index or the env's explicit task text.
+#[derive(FromPyObject)]
+pub enum TaskArg {
+    Index(u64),
+    Spec(String),
+}
+
+impl From<TaskArg> for Task {
+    fn from(t: TaskArg) -> Task {
+        match t {
+            TaskArg::Index(i) => Task::Index(i),
+            TaskArg::Spec(s) => Task::Spec(s),
+        }
+    }
+}
+
+type StepResult<'py> = (
+    Vec<String>,
+    Bound<'py, PyArray1<f32>>,
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<bool>>,
+);
+
+fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
+    match serde_json::from_str::<serde_json::Value>(kwargs_json) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(PyValueError::new_err("env kwargs must be a JSON object")),
+        Err(e) => Err(PyValueError::new_err(format!("env kwargs are not valid JSON: {e}"))),
+    }
+}
+
+#[pyclass(name = "EnvPool", module = "agentgym._core")]
+pub struct PyEnvPool {
+    inner: EpisodePool,
+}
+
+#[pymethods]
+impl PyEnvPool {
+    #[new]
+    #[pyo3(signature = (env_id, num_envs, kwargs_json = "{}"))]
+    fn new(env_id: &str, num_envs: usize, kwargs_json: &str) -> PyResult<Self> {
+        let kwargs = parse_kwargs(kwargs_json)?;
+        let inner = EpisodePool::new(env_id, num_envs, kwargs).map_err(to_py)?;
+        Ok(Self { inner })
+    }
+
+    /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each.
+    fn reset(
+        &mut self,
+        py: Python<'_>,
+        ids: Vec<usize>,
+        tasks: Vec<TaskArg>,
+        seeds: Vec<u64>,
+        max_turns: Vec<Option<u32>>,
+    ) -> PyResult<Vec<String>> {
+        let n = ids.len();
+        if tasks.len() != n || seeds.len() != n || max_turns.len() != n {
+            return Err(PyValueError::new_err(format!(
+                "reset got {n} ids, {} tasks, {} seeds, {} max_turns; lengths must match",
+                tasks.len(),
+                seeds.len(),
+                max_turns.len()
+            )));
+        }
+        let specs: Vec<ResetSpec> = ids
+            .into_iter()
+            .zip(tasks)
+            .zip(seeds)
+            .zip(max_turns)
+            .map(|(((slot, task), seed), max_turns)| ResetSpec {
+                slot,
+                task: task.into(),
+                seed,
+                max_turns,
+            })
+            .collect();
+        let inner = &mut self.inner;
+        py.detach(|| inner.reset(&specs)).map_err(to_py)
+    }
+
+    /// Step slots `ids` with one action each: (observations, rewards, terminated, truncated).
+    fn step<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: Vec<usize>,
+        actions: Vec<String>,
+    ) -> PyResult<StepResult<'py>> {
+        let inner = &mut self.inner;
+        let batch = py
+            .detach(|| {
+                let refs: Vec<&str> = actions.iter().map(String::as_str).collect();
+                inner.step(&ids, &refs)
+            })
+            .map_err(to_py)?;
+        Ok((
+            batch.observations,
+            batch.rewards.into_pyarray(py),
+            batch.terminated.into_pyarray(py),
+            batch.truncated.into_pyarray(py),
+        ))
+    }
+
+    /// End running episodes from outside with a stop reason (e.g. "timeout").
+    fn finish(&mut self, ids: Vec<usize>, reason: &str) -> PyResult<()> {
+        let reason = StopReason::parse(reason)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown stop reason {reason:?}")))?;
+        self.inner.finish(&ids, reason).map_err(to_py)
+    }
+
+    fn valid_actions(&mut self, slot: usize) -> PyResult<Vec<String>> {
+        self.inner.valid_actions(slot).map_err(to_py)
+    }
+
+    fn oracle_action(&mut self, slot: usize) -> PyResult<Option<String>> {
+        self.inner.oracle_action(slot).map_err(to_py)
+    }
+
+    fn oracle_actions(&mut self, py: Python<'_>, ids: Vec<usize>) -> PyResult<Vec<Option<String>>> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.oracle_actions(&ids)).map_err(to_py)
+    }
+
+    /// Turn counts of all slots.
+    fn turns<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
+        self.inner.turns().into_pyarray(py)
+    }
+
+    /// Stop reason of every slot (None while running or never reset).
+    fn stop_reasons(&mut self) -> Vec<Option<&'static str>> {
+        self.inner
+            .stop_reasons()
+            .into_iter()
+            .map(|r| r.map(StopReason::as_str))
+            .collect()
+    }
+
+    #[pyo3(signature = (slot, max_turns))]
+    fn set_max_turns(&mut self, slot: usize, max_turns: Option<u32>) -> PyResult<()> {
+        self.inner.set_max_turns(slot, max_turns).map_err(to_py)
+    }
+
+    /// (task, seed, turns, max_turns, stop_reason, total_reward) of one slot.
+    #[allow(clippy::type_complexity)]
+    fn episode(
+        &mut self,
+        py: Python<'_>,
+        slot: usize,
+    ) -> PyResult<(Py<PyAny>, u64, u32, Option<u32>, Option<&'static str>, f32)> {
+        let ep = self.inner.episode(slot).map_err(to_py)?;
+        let task = match &ep.task {
+            Task::Index(i) => i.into_pyobject(py)?.into_any().unbind(),
+            Task::Spec(s) => s.into_pyobject(py)?.into_any().unbind(),
+        };
+        Ok((
+            task,
+            ep.seed,
+            ep.turns,
+            ep.max_turns,
+            ep.stop_reason().map(StopReason::as_str),
+            ep.total_reward,
+        ))
+    }
+
+    #[getter]
+    fn env_id(&self) -> &str {
+        self.inner.env_id()
+    }
+
+    #[getter]
+    fn instructions(&self) -> &str {
+        self.inner.instructions()
+    }
+
+    #[getter]
+    fn num_tasks(&self) -> u64 {
+        self.inner.num_tasks()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// Listed native env ids.
+#[pyfunction]
+fn native_env_ids() -> Vec<&'static str> {
+    registry::env_ids()
+}
+
+/// One-line description of a native env (hidden test envs included).
+#[pyfunction]
+fn native_env_description(env_id: &str) -> PyResult<&'static str> {
+    registry::spec(env_id).map(|s| s.description).map_err(to_py)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEnvPool>()?;
+    m.add_function(wrap_pyfunction!(native_env_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(native_env_description, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up a virtualenv in .venv with agentgym-rl built from source (release build of the
+# Rust extension) and the development extras. Idempotent; safe to re-run.
+#   scripts/setup.sh            # core + dev tools
+# Environment: PYTHON (default python3.11), AGENTGYM_SHARED (default ../shared).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+SHARED=${AGENTGYM_SHARED:-../shared}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev]"
+.venv/bin/python -c "import agentgym, agentgym._core; print('agentgym', agentgym.__version__, 'ready:', ', '.join(agentgym.list_envs()))"
