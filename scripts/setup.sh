@@ -12,5 +12,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev]"
+"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm]"
 .venv/bin/python -c "import agentgym, agentgym._core; print('agentgym', agentgym.__version__, 'ready:', ', '.join(agentgym.list_envs()))"
