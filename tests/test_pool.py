@@ -1,0 +1,147 @@
+"""agentgym.EnvPool over the Rust episode pool: batching, horizon, errors, isolation, scale."""
+
+import numpy as np
+import pytest
+
+import agentgym
+from agentgym.pool import episode_seeds
+
+NATIVE = ["textcraft", "maze", "wordle"]
+
+
+def test_reset_and_step_shapes_and_types():
+    pool = agentgym.EnvPool("_test_panic", 5, seed=3)
+    obs = pool.reset()
+    assert len(obs) == 5 and all(isinstance(o, str) for o in obs)
+    out, rew, term, trunc = pool.step([4, 0, 2], ["noop", "stop", "noop"])
+    assert out == ["step 1 noop", "step 1 stop", "step 1 noop"]
+    assert rew.dtype == np.float32 and rew.tolist() == [1.0, 1.0, 1.0]
+    assert term.dtype == np.bool_ and term.tolist() == [False, True, False]
+    assert trunc.tolist() == [False, False, False]
+    assert pool.turns.tolist() == [1, 0, 1, 0, 1]
+    assert pool.stop_reasons() == ["done", None, None, None, None]
+
+
+def test_default_tasks_and_seeds_are_reproducible_and_distinct():
+    a = agentgym.EnvPool("_test_panic", 4, seed=11)
+    b = agentgym.EnvPool("_test_panic", 4, seed=11)
+    c = agentgym.EnvPool("_test_panic", 4, seed=12)
+    first = a.reset()
+    assert first == b.reset()
+    assert first != c.reset()
+    assert len(set(first)) == 4  # each slot its own task and seed
+    second = a.reset()  # the next episode of each slot plays another task
+    assert all(x != y for x, y in zip(first, second))
+    assert a.episode(1)["task"] == 1 + 4
+
+
+def test_episode_seeds_mix_every_input():
+    ids = np.arange(3)
+    base = episode_seeds(0, ids, np.zeros(3, np.uint64))
+    assert len(set(base.tolist())) == 3
+    assert (episode_seeds(1, ids, np.zeros(3, np.uint64)) != base).all()
+    assert (episode_seeds(0, ids, np.ones(3, np.uint64)) != base).all()
+
+
+def test_explicit_tasks_seeds_and_horizon():
+    pool = agentgym.EnvPool("_test_panic", 3, max_turns=5)
+    obs = pool.reset([0, 2], tasks=[7, "custom"], seeds=[1, 2], max_turns=[1, None])
+    assert obs == ["reset task=Index(7) seed=1", 'reset task=Spec("custom") seed=2']
+    _, _, term, trunc = pool.step([0, 2], ["noop", "noop"])
+    assert trunc.tolist() == [True, False] and not term.any()
+    assert pool.stop_reasons()[0] == "horizon"
+    assert pool.episode(2)["max_turns"] is None
+    pool.reset([1])
+    assert pool.episode(1)["max_turns"] == 5
+
+
+def test_errors_are_named_and_leave_no_side_effects():
+    pool = agentgym.EnvPool("_test_panic", 3)
+    with pytest.raises(agentgym.EpisodeNotStartedError):
+        pool.step([0], ["noop"])
+    pool.reset()
+    with pytest.raises(IndexError, match="out of range"):
+        pool.step([0, 3], ["noop", "noop"])
+    with pytest.raises(IndexError):
+        pool.reset([-1])
+    with pytest.raises(ValueError, match="more than once"):
+        pool.step([1, 1], ["noop", "noop"])
+    with pytest.raises(ValueError, match="actions"):
+        pool.step([0, 1], ["noop"])
+    with pytest.raises(TypeError):
+        pool.step([0], [3])
+    with pytest.raises(TypeError):
+        pool.step([0], "noop")  # a str is not a list of actions
+    assert pool.turns.tolist() == [0, 0, 0]
+    pool.step([2], ["stop"])
+    with pytest.raises(agentgym.EpisodeFinishedError, match="done"):
+        pool.step([2], ["noop"])
+    with pytest.raises(ValueError, match="stop reason"):
+        pool.finish([0], "exploded")
+
+
+def test_constructor_errors():
+    with pytest.raises(agentgym.UnknownEnvError, match="textcraft"):
+        agentgym.EnvPool("no-such-env", 2)
+    with pytest.raises(ValueError, match="unexpected keyword"):
+        agentgym.EnvPool("_test_panic", 2, colour="red")
+    with pytest.raises(ValueError, match="at least 1"):
+        agentgym.EnvPool("_test_panic", 0)
+    with pytest.raises(TypeError):
+        agentgym.EnvPool("_test_panic", 2, bad=object())  # not JSON-serialisable
+
+
+def test_panicking_env_ends_only_its_episode():
+    pool = agentgym.EnvPool("_test_panic", 300)
+    pool.reset()
+    ids = list(range(300))
+    actions = ["panic" if i in (5, 250) else "noop" for i in ids]
+    obs, rew, term, trunc = pool.step(ids, actions)
+    reasons = pool.stop_reasons()
+    for i in ids:
+        if i in (5, 250):
+            assert obs[i].startswith("Environment error") and trunc[i] and not term[i]
+            assert reasons[i] == "env_error" and rew[i] == 0.0
+        else:
+            assert obs[i] == "step 1 noop" and reasons[i] is None
+    pool.reset([5])
+    assert pool.step([5], ["noop"])[0] == ["step 1 noop"]
+
+
+def test_finish_records_external_stop_reason():
+    pool = agentgym.EnvPool("_test_panic", 2)
+    pool.reset()
+    pool.finish([1], "timeout")
+    assert pool.stop_reasons() == [None, "timeout"]
+    with pytest.raises(agentgym.EpisodeFinishedError, match="timeout"):
+        pool.step([1], ["noop"])
+
+
+@pytest.mark.parametrize("env_id", NATIVE)
+def test_native_pool_is_deterministic(env_id):
+    def run():
+        pool = agentgym.EnvPool(env_id, 16, seed=5, max_turns=6)
+        trace = [pool.reset()]
+        live = list(range(16))
+        for t in range(6):
+            acts = [pool.valid_actions(i)[t % len(pool.valid_actions(i))] for i in live]
+            obs, rew, term, trunc = pool.step(live, acts)
+            trace.append((obs, rew.tolist(), term.tolist(), trunc.tolist()))
+            live = [i for i, d in zip(live, term | trunc) if not d]
+            if not live:
+                break
+        return trace
+
+    assert run() == run()
+
+
+@pytest.mark.parametrize("env_id", NATIVE)
+def test_hundred_thousand_episodes_reset_and_step(env_id):
+    n = 100_000
+    pool = agentgym.EnvPool(env_id, n, seed=1)
+    obs = pool.reset()
+    assert len(obs) == n and all(obs[i] for i in (0, n // 2, n - 1))
+    first = pool.valid_actions(0)[0]
+    out, rew, term, trunc = pool.step(np.arange(n), [first] * n)
+    assert len(out) == n and rew.shape == (n,) and term.shape == (n,)
+    assert pool.turns.sum() == n

@@ -1,0 +1,125 @@
+"""Registry, Gymnasium adapters and the user-facing BaseEnv."""
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym
+from agentgym.envs import BaseEnv
+
+
+class AIOpsEnv(BaseEnv):
+    """The seed's example shape: reset() and step() -> (observation, reward, done, info)."""
+
+    instructions = "Fix the incident. Actions: restart <svc>, clean <disk>."
+
+    def reset(self):
+        self.disk = 93
+        return "alert: disk 93% full on db-1"
+
+    def step(self, action):
+        if action == "clean db-1":
+            self.disk = 40
+            return "disk at 40%", 1.0, True, {}
+        return f"nothing happened after {action!r}", 0.0, False, {}
+
+
+class SeededEnv(BaseEnv):
+    num_tasks = 10
+
+    def reset(self, task=None, seed=None):
+        self.task, self.seed = task, seed
+        return f"task {task} seed {seed}"
+
+    def step(self, action):
+        return f"{self.task}:{action}", 0.5, action == "end", {"truncated": action == "cut"}
+
+
+@pytest.fixture
+def registered():
+    agentgym.register("test/aiops", AIOpsEnv, override=True)
+    agentgym.register("test/seeded", "tests.test_registry:SeededEnv", override=True)
+    agentgym.register("test/cartpole", lambda: gym.make("CartPole-v1"), override=True)
+    yield
+
+
+def test_list_envs_includes_natives_and_hides_test_env():
+    ids = agentgym.list_envs()
+    assert {"textcraft", "maze", "wordle"} <= set(ids)
+    assert "_test_panic" not in ids
+
+
+def test_make_unknown_lists_known_ids():
+    with pytest.raises(agentgym.UnknownEnvError, match="textcraft"):
+        agentgym.make("definitely-not-an-env")
+
+
+def test_register_rejects_duplicates_and_bad_entry_points(registered):
+    with pytest.raises(ValueError, match="already registered"):
+        agentgym.register("test/aiops", AIOpsEnv)
+    agentgym.register("test/bad", "no_colon_here", override=True)
+    with pytest.raises(ValueError, match="module:Name"):
+        agentgym.make("test/bad")
+    agentgym.register("test/notenv", lambda: 42, override=True)
+    with pytest.raises(TypeError, match="BaseEnv or gymnasium.Env"):
+        agentgym.make("test/notenv")
+
+
+def test_seed_example_runs_through_gymnasium(registered):
+    env = agentgym.make("test/aiops")
+    obs, info = env.reset(seed=0)
+    assert obs.startswith("alert")
+    obs, reward, terminated, truncated, _ = env.step("restart db-1")
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    obs, reward, terminated, truncated, _ = env.step("clean db-1")
+    assert (reward, terminated, truncated) == (1.0, True, False)
+    with pytest.raises(agentgym.EpisodeFinishedError):
+        env.step("clean db-1")
+    env.reset()
+    with pytest.raises(TypeError):
+        env.step(7)
+
+
+def test_base_env_gets_task_and_seed_and_horizon(registered):
+    env = agentgym.make("test/seeded", max_turns=2)
+    obs1, info = env.reset(seed=4)
+    obs2, _ = env.reset(seed=4)
+    assert obs1 == obs2 and info["task"] in range(10)
+    obs, _ = env.reset(options={"task": 3})
+    assert obs.startswith("task 3 ")
+    assert env.step("a")[3] is False
+    _, _, terminated, truncated, info = env.step("b")
+    assert (terminated, truncated, info["turns"]) == (False, True, 2)
+    env.reset(options={"task": 1})
+    assert env.step("cut")[2:4] == (False, True)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("env_id", ["textcraft", "maze", "wordle", "test/aiops", "test/seeded"])
+def test_check_env_passes(registered, env_id):
+    check_env(agentgym.make(env_id).unwrapped, skip_render_check=True)
+
+
+def test_gym_env_entry_point_gets_time_limit(registered):
+    env = agentgym.make("test/cartpole", max_turns=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        out = env.step(0)
+    assert out[3] or out[2]
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", "maze", "wordle"])
+def test_native_make_is_deterministic_and_matches_pool(env_id):
+    env = agentgym.make(env_id)
+    obs_a, info = env.reset(seed=9)
+    obs_b, _ = env.reset(seed=9)
+    assert obs_a == obs_b
+    pool = agentgym.EnvPool(env_id, 1)
+    (pool_obs,) = pool.reset([0], tasks=[info["task"]], seeds=[info["seed"]])
+    assert pool_obs == obs_a
+    action = env.valid_actions()[0]
+    (pool_out,), pool_rew, _, _ = pool.step([0], [action])
+    obs, rew, *_ = env.step(action)
+    assert (obs, rew) == (pool_out, float(pool_rew[0]))
+    with pytest.raises(TypeError):
+        env.step(b"bytes")
