@@ -1,0 +1,76 @@
+"""``ScriptedBackend``: a policy that answers instantly from the environment.
+
+It plays the env's oracle action (or a uniformly random valid action) formatted as
+``Action: <action>`` and encoded with the real tokenizer, plus the end-of-turn token. No
+model runs, so the rollout engine's own overhead can be measured and tested in isolation.
+It needs the engine's episode context (``needs_context = True``): the engine passes
+``context=(driver, slot)`` to ``generate``.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
+
+
+class ScriptedBackend:
+    """Instant oracle/random policy. ``policy`` is ``"oracle"`` (falling back to a random
+    valid action where the env has no oracle) or ``"random"``. Logprobs are reported as 0.0
+    (the scripted policy is not a distribution over tokens)."""
+
+    needs_context = True
+
+    def __init__(self, tokenizer, policy: str = "oracle", seed: int = 0,
+                 template: str = "Action: {action}", end_of_turn: str | None = None):
+        if policy not in ("oracle", "random"):
+            raise ValueError(f"policy must be 'oracle' or 'random', got {policy!r}")
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.seed = seed
+        self.template = template
+        eot = end_of_turn or tokenizer.eos_token
+        self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
+        self.policy_version = 0
+        self.requests = 0
+        self._cache: dict[str, list[int]] = {}
+        fast = getattr(tokenizer, "backend_tokenizer", None)
+        self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
+            lambda s: tokenizer.encode(s, add_special_tokens=False))
+
+    def _choose(self, driver, slot: int, request_id: str | None) -> str:
+        if self.policy == "oracle":
+            action = driver.oracle_action(slot)
+            if action is not None:
+                return action
+        valid = driver.valid_actions(slot)
+        if not valid:
+            return ""
+        rng = random.Random(zlib.crc32(f"{self.seed}:{request_id}".encode()))
+        return valid[rng.randrange(len(valid))]
+
+    async def generate(self, prompt_ids, sampling: SamplingParams, request_id: str | None = None,
+                       context=None) -> GenerateResult:
+        if context is None:
+            raise BackendError("ScriptedBackend needs the engine's episode context")
+        self.requests += 1
+        driver, slot = context
+        text = self.template.format(action=self._choose(driver, slot, request_id))
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self._cache[text] = self._encode(text) + [self.end_of_turn_id]
+        finish = "stop"
+        if len(ids) > sampling.max_new_tokens:
+            ids, finish = ids[: sampling.max_new_tokens], "length"
+        return GenerateResult(token_ids=list(ids), logprobs=[0.0] * len(ids),
+                              finish_reason=finish, policy_version=self.policy_version)
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    async def update_weights(self, state_dict_or_path) -> None:
+        self.policy_version += 1
+
+    async def close(self) -> None:
+        return None

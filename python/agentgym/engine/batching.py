@@ -1,0 +1,91 @@
+"""``TickBatcher``: gather what many episode coroutines submit during one event-loop
+iteration and process it in one call (one FFI crossing per tick, not per episode)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TickBatcher(Generic[T, R]):
+    """``await batcher.submit(item)`` resolves with ``process(items)[i]`` for its item.
+
+    The first submit of an iteration schedules a flush with ``call_soon``; every coroutine
+    that becomes runnable in the same iteration submits before the flush runs, so batches
+    form naturally without a timer. ``process`` may be sync (runs inline: right for
+    microsecond-scale native work) or async (runs as a task). A failing ``process`` fails
+    every future of its batch; a cancelled waiter's result is dropped.
+    """
+
+    def __init__(
+        self,
+        process: Callable[[list[T]], list[R]] | Callable[[list[T]], Awaitable[list[R]]],
+        *,
+        is_async: bool = False,
+    ):
+        self._process = process
+        self._is_async = is_async
+        self._items: list[T] = []
+        self._futures: list[asyncio.Future] = []
+        self._scheduled = False
+        self._tasks: set[asyncio.Task] = set()
+        self.batches = 0
+        self.items = 0
+
+    def submit(self, item: T) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._items.append(item)
+        self._futures.append(fut)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    def _take(self) -> tuple[list[T], list[asyncio.Future]]:
+        items, futures = self._items, self._futures
+        self._items, self._futures = [], []
+        self._scheduled = False
+        self.batches += 1
+        self.items += len(items)
+        return items, futures
+
+    @staticmethod
+    def _deliver(futures, results=None, error: BaseException | None = None) -> None:
+        if error is None and len(results) != len(futures):
+            error = RuntimeError(f"batch produced {len(results)} results for {len(futures)} items")
+        for i, fut in enumerate(futures):
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(results[i])
+
+    def _flush(self) -> None:
+        items, futures = self._take()
+        if not items:
+            return
+        if self._is_async:
+            task = asyncio.ensure_future(self._run_async(items, futures))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        try:
+            results = self._process(items)
+        except Exception as e:  # delivered to each waiter, never lost
+            self._deliver(futures, error=e)
+        else:
+            self._deliver(futures, results)
+
+    async def _run_async(self, items, futures) -> None:
+        try:
+            results = await self._process(items)
+        except Exception as e:
+            self._deliver(futures, error=e)
+        else:
+            self._deliver(futures, results)

@@ -1,0 +1,99 @@
+"""Chat-template token plumbing for token-in-token-out rollouts.
+
+The template is applied once, to the system prompt and the first observation. After that
+each turn appends (a) the model's own token ids, exactly as generated, and (b) the next
+observation wrapped in the template's turn markers and tokenized once. The model's text is
+never re-encoded. For an append-only template (ChatML and most others) the result equals
+the template applied to the final message list; :class:`ChatFormatter` checks that the
+template is append-only when it is built and refuses templates that are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_OBS = "\x00OBSERVATION\x00"
+_PROBE = "\x00MODEL\x00"
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot be used for append-only multi-turn rollouts."""
+
+
+class ChatFormatter:
+    """Builds prompt and observation token ids from a Hugging Face tokenizer.
+
+    ``end_of_turn`` is the token that ends an assistant message (``<|im_end|>`` for ChatML);
+    by default the tokenizer's ``eos_token``.
+    """
+
+    def __init__(self, tokenizer, end_of_turn: str | None = None):
+        self.tokenizer = tokenizer
+        self.fast = getattr(tokenizer, "backend_tokenizer", None)
+        self.end_of_turn = end_of_turn or tokenizer.eos_token
+        if not self.end_of_turn:
+            raise ChatTemplateError("tokenizer has no eos_token; pass end_of_turn explicitly")
+        eot_ids = tokenizer.convert_tokens_to_ids([self.end_of_turn])
+        if not eot_ids or eot_ids[0] is None or eot_ids[0] == tokenizer.unk_token_id:
+            raise ChatTemplateError(f"end-of-turn {self.end_of_turn!r} is not a single token")
+        self.end_of_turn_id: int = int(eot_ids[0])
+        self.obs_prefix, self.obs_suffix = self._observation_wrapper()
+
+    def _render(self, messages, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def _observation_wrapper(self) -> tuple[str, str]:
+        base = [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": _PROBE},
+        ]
+        first = self._render(base[:2], add_generation_prompt=True)
+        with_reply = self._render(base, add_generation_prompt=False)
+        full = self._render(base + [{"role": "user", "content": _OBS}], add_generation_prompt=True)
+        if not with_reply.startswith(first) or not full.startswith(with_reply.split(_PROBE)[0]):
+            raise ChatTemplateError("chat template is not append-only across turns")
+        marker = _PROBE + self.end_of_turn
+        at = full.find(marker)
+        if at < 0:
+            raise ChatTemplateError(
+                f"assistant messages do not end with {self.end_of_turn!r} in this chat template"
+            )
+        wrapper = full[at + len(marker) :]
+        if wrapper.count(_OBS) != 1:
+            raise ChatTemplateError("could not locate the user turn in the chat template")
+        prefix, suffix = wrapper.split(_OBS)
+        return prefix, suffix
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenize text (special-token markers in it are recognised, none are added)."""
+        if self.fast is not None:
+            return self.fast.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self.fast is not None:
+            return [e.ids for e in self.fast.encode_batch(list(texts), add_special_tokens=False)]
+        return [self.encode(t) for t in texts]
+
+    def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Model text for action parsing (special tokens dropped)."""
+        if self.fast is not None:
+            return self.fast.decode_batch([list(x) for x in ids], skip_special_tokens=True)
+        return [self.tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+
+    def initial_prompt(self, system: str, observation: str) -> list[int]:
+        """Token ids of the system prompt and first observation, ready for generation."""
+        messages = [{"role": "user", "content": observation}]
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        return self.encode(self._render(messages, add_generation_prompt=True))
+
+    def observation_texts(self, observations: Sequence[str]) -> list[str]:
+        return [self.obs_prefix + o + self.obs_suffix for o in observations]
+
+    def observation_ids(self, observations: Sequence[str]) -> list[list[int]]:
+        """Each observation as a user turn plus the next assistant header, tokenized once."""
+        return self.encode_batch(self.observation_texts(observations))

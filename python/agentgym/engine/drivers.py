@@ -1,0 +1,178 @@
+"""Env drivers: how the engine resets and steps the episodes of one env id.
+
+- :class:`NativeDriver`: a Rust ``EnvPool``; resets and steps of one event-loop tick go to
+  Rust in one batched call (GIL released).
+- :class:`PythonDriver`: one Gymnasium env per slot (``agentgym.make``), stepped in a thread
+  pool so a slow env never blocks the event loop.
+
+Both report failures as data: :class:`StepOutcome` carries the stop reason, and an env
+exception ends only its own episode with ``env_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from agentgym import _core
+from agentgym.engine.batching import TickBatcher
+from agentgym.pool import EnvPool
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    #: ``done``/``horizon``/``env_error`` once the episode ended, else None.
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+def is_native(env_id: str) -> bool:
+    return env_id in _core.native_env_ids() or env_id.startswith("_test")
+
+
+class NativeDriver:
+    """Drives ``capacity`` slots of a native env through one ``EnvPool``."""
+
+    def __init__(self, env_id: str, capacity: int, **env_kwargs):
+        self.env_id = env_id
+        self.pool = EnvPool(env_id, capacity, **env_kwargs)
+        self.instructions = self.pool.instructions
+        self._running: set[int] = set()
+        self._resets = TickBatcher(self._reset_batch)
+        self._steps = TickBatcher(self.step_batch)
+
+    def _reset_batch(self, items):
+        slots, tasks, seeds, horizons = zip(*items)
+        obs = self.pool.reset(list(slots), tasks=list(tasks), seeds=list(seeds),
+                              max_turns=list(horizons))
+        self._running.update(slots)
+        return obs
+
+    def step_batch(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
+        """Step many slots in one Rust call (slots no longer running get ``aborted``)."""
+        live = [(i, slot, action) for i, (slot, action) in enumerate(items)
+                if slot in self._running]
+        out: list[StepOutcome | None] = [None] * len(items)
+        if live:
+            _, slots, actions = zip(*live)
+            obs, rew, term, trunc = self.pool.step(list(slots), list(actions))
+            reasons = None
+            if trunc.any() or term.any():
+                reasons = self.pool.stop_reasons()
+            for k, (i, slot, _) in enumerate(live):
+                reason = None
+                if term[k] or trunc[k]:
+                    reason = reasons[slot]
+                    self._running.discard(slot)
+                out[i] = StepOutcome(obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]), reason,
+                                     obs[k] if reason == "env_error" else None)
+        for i, (slot, _) in enumerate(items):
+            if out[i] is None:
+                out[i] = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
+        return out
+
+    async def reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
+        return await self._resets.submit((slot, task, seed, max_turns))
+
+    async def step(self, slot: int, action: str) -> StepOutcome:
+        return await self._steps.submit((slot, action))
+
+    def finish(self, slot: int, reason: str) -> None:
+        if slot in self._running:
+            self._running.discard(slot)
+            self.pool.finish([slot], reason)
+
+    def oracle_action(self, slot: int) -> str | None:
+        return self.pool.oracle_action(slot)
+
+    def valid_actions(self, slot: int) -> list[str]:
+        return self.pool.valid_actions(slot)
+
+    def close(self) -> None:
+        self._running.clear()
+
+
+class PythonDriver:
+    """One Gymnasium env per slot, stepped on a thread pool (``max_workers`` threads)."""
+
+    def __init__(self, env_id: str, capacity: int, max_workers: int = 8, **env_kwargs):
+        import agentgym
+
+        self.env_id = env_id
+        self._make = lambda: agentgym.make(env_id, **env_kwargs)
+        first = self._make()
+        self.instructions = getattr(first, "instructions", "") or getattr(
+            first.unwrapped, "instructions", ""
+        )
+        self._envs: list = [first] + [None] * (capacity - 1)
+        self._turns = [0] * capacity
+        self._horizon: list[int | None] = [None] * capacity
+        self._running: set[int] = set()
+        self._executor = ThreadPoolExecutor(max_workers=max_workers,
+                                            thread_name_prefix=f"env-{env_id}")
+
+    def _env(self, slot: int):
+        if self._envs[slot] is None:
+            self._envs[slot] = self._make()
+        return self._envs[slot]
+
+    async def reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
+        loop = asyncio.get_running_loop()
+        env = self._env(slot)
+        options = {"task": task} if task is not None else {}
+        obs, _ = await loop.run_in_executor(
+            self._executor, lambda: env.reset(seed=seed, options=options)
+        )
+        self._turns[slot] = 0
+        self._horizon[slot] = max_turns
+        self._running.add(slot)
+        return str(obs)
+
+    async def step(self, slot: int, action: str) -> StepOutcome:
+        if slot not in self._running:
+            return StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
+        loop = asyncio.get_running_loop()
+        env = self._envs[slot]
+        try:
+            obs, rew, term, trunc, _ = await loop.run_in_executor(self._executor, env.step, action)
+        except Exception as e:  # the env's failure ends only this episode
+            self._running.discard(slot)
+            self._envs[slot] = None
+            msg = f"{type(e).__name__}: {e}"
+            return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
+        self._turns[slot] += 1
+        cap = self._horizon[slot]
+        if not term and cap is not None and self._turns[slot] >= cap:
+            trunc = True
+        reason = "done" if term else ("horizon" if trunc else None)
+        if reason:
+            self._running.discard(slot)
+        return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason)
+
+    def finish(self, slot: int, reason: str) -> None:
+        self._running.discard(slot)
+
+    def oracle_action(self, slot: int) -> str | None:
+        fn = getattr(self._env(slot).unwrapped, "oracle_action", None)
+        return fn() if fn else None
+
+    def valid_actions(self, slot: int) -> list[str]:
+        fn = getattr(self._env(slot).unwrapped, "valid_actions", None)
+        return list(fn()) if fn else []
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for env in self._envs:
+            if env is not None:
+                env.close()
+
+
+def make_driver(env_id: str, capacity: int, **env_kwargs):
+    if is_native(env_id):
+        return NativeDriver(env_id, capacity, **env_kwargs)
+    return PythonDriver(env_id, capacity, **env_kwargs)

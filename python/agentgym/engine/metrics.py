@@ -1,0 +1,35 @@
+"""Batch metrics with the field's names (verl/TRL)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from agentgym.data.schemas import Trajectory
+
+
+def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
+    if not trajs:
+        return {"timing_s/gen": wall_s}
+    rewards = np.array([t.reward for t in trajs], np.float64)
+    turns = np.array([t.num_turns for t in trajs], np.float64)
+    resp = np.array([t.response_length for t in trajs], np.float64)
+    gen_tokens = float(sum(len(t.token_ids) - t.prompt_len for t in trajs))
+    m = {
+        "reward/mean": float(rewards.mean()),
+        "reward/max": float(rewards.max()),
+        "reward/min": float(rewards.min()),
+        "success_rate": float(np.mean([t.success for t in trajs])),
+        "num_turns/mean": float(turns.mean()),
+        "num_turns/max": float(turns.max()),
+        "response_length/mean": float(resp.mean()),
+        "timing_s/gen": wall_s,
+        "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
+        "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,
+        "perf/trajectories_per_s": len(trajs) / wall_s if wall_s > 0 else 0.0,
+        "batch/size": float(len(trajs)),
+    }
+    for reason, count in Counter(t.stop_reason for t in trajs).items():
+        m[f"stop_reason/{reason}"] = count / len(trajs)
+    return m

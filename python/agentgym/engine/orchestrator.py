@@ -1,0 +1,397 @@
+"""``RolloutEngine``: environments + an inference backend -> token-exact trajectories.
+
+One coroutine per episode (reset, generate, parse, step, append, repeat), at most
+``max_concurrency`` live at once, a finished episode's slot refilled at once: there is no
+barrier between episodes or turns. Per event-loop tick the work of all episodes that reached
+the same point is batched: model outputs are decoded and parsed together (Rust parser),
+native envs step in one Rust call, observations are tokenized in one call, and the token
+segments go to the Rust ``TrajectoryStore`` in one call.
+
+Failures are data: a backend error (after bounded retries with fresh request ids), an env
+exception, a timeout or cancellation ends only that episode with stop reason
+``backend_error``/``env_error``/``timeout``/``aborted`` and a zeroed loss mask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from agentgym import _core
+from agentgym.backends.base import BackendError, SamplingParams
+from agentgym.data.schemas import STOP_REASONS, Trajectory
+from agentgym.engine.batching import TickBatcher
+from agentgym.engine.chat import ChatFormatter
+from agentgym.engine.config import RolloutConfig
+from agentgym.engine.drivers import NativeDriver, StepOutcome, make_driver
+from agentgym.engine.metrics import batch_metrics
+from agentgym.parse import parse_actions
+from agentgym.pool import episode_seeds
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class _Episode:
+    key: int
+    slot: int
+    task: int | str
+    seed: int
+    group_id: int
+    sample_index: int
+    ids: list[int] = field(default_factory=list)
+    prompt_len: int = 0
+    turns: int = 0
+    stop_reason: str | None = None
+    closed: bool = False
+    error: str | None = None
+    policy_version: int = 0
+    t0: float = 0.0
+    gen_s: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Turn:
+    ep: _Episode
+    tokens: list[int]
+    logprobs: list[float]
+    ended: bool  # the model emitted the end-of-turn token itself
+
+
+@dataclass
+class RolloutBatch:
+    """Trajectories of one ``collect`` in request order (group, then sample), plus metrics."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self):
+        return iter(self.trajectories)
+
+    def packed(self):
+        """The batch as one set of packed numpy arrays (see ``agentgym.data.exports.pack``)."""
+        from agentgym.data.exports import pack
+
+        return pack(self.trajectories)
+
+
+def _flat(seqs, dtype, n) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(seqs), dtype, n)
+
+
+class _Run:
+    """One ``stream`` call: driver, trajectory store and the per-tick batchers."""
+
+    def __init__(self, engine: RolloutEngine, driver, cfg: RolloutConfig):
+        self.engine = engine
+        self.cfg = cfg
+        self.driver = driver
+        self.fmt = engine.formatter
+        self.store = _core.TrajectoryStore()
+        self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
+        self.native = isinstance(driver, NativeDriver)
+        self.turn_batcher = TickBatcher(
+            self._turn_batch if self.native else self._turn_batch_async, is_async=not self.native
+        )
+        self.close_batcher = TickBatcher(self._close_batch)
+        self.sampling = SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            stop_token_ids=[self.fmt.end_of_turn_id],
+        )
+
+    # -- batched work, once per event-loop tick -------------------------------------------
+    def _segments(self, eps: list[_Episode], seqs, is_model: bool, logprobs=None) -> None:
+        if not eps:
+            return
+        lens = np.fromiter((len(x) for x in seqs), np.int64, len(seqs))
+        offsets = np.zeros(len(seqs) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        n = int(offsets[-1])
+        keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
+        lp = None if logprobs is None else _flat(logprobs, np.float32, n)
+        self.store.append_batch(keys, _flat(seqs, np.uint32, n), offsets, is_model, lp)
+
+    def _actions(self, turns: list[_Turn]) -> list[str]:
+        texts = self.fmt.decode_batch([t.tokens for t in turns])
+        return [a or "" for a in parse_actions(texts, self.cfg.action_format)]
+
+    def _record(self, turns: list[_Turn], outcomes: list[StepOutcome]) -> None:
+        """Append model tokens, turn rewards and (for going-on episodes) the observation."""
+        eot = self.fmt.end_of_turn_id
+        eps = [t.ep for t in turns]
+        self._segments(eps, [t.tokens for t in turns], True, [t.logprobs for t in turns])
+        # A turn cut before its end-of-turn token gets one appended as a prompt token (mask
+        # 0): the conversation stays well-formed and the token is not trained on.
+        cut = [t.ep for t in turns if not t.ended]
+        self._segments(cut, [[eot]] * len(cut), False)
+        rewards = np.fromiter((o.reward for o in outcomes), np.float32, len(outcomes))
+        self.store.add_turns(np.fromiter((e.key for e in eps), np.uint64, len(eps)), rewards)
+        for t, o in zip(turns, outcomes):
+            t.ep.ids.extend(t.tokens)
+            if not t.ended:
+                t.ep.ids.append(eot)
+            t.ep.turns += 1
+            if o.stop_reason is not None:
+                t.ep.stop_reason = o.stop_reason
+                t.ep.error = o.error
+        going = [(t.ep, o.observation) for t, o in zip(turns, outcomes) if o.stop_reason is None]
+        if going:
+            obs_ids = self.fmt.observation_ids([obs for _, obs in going])
+            self._segments([e for e, _ in going], obs_ids, False)
+            for (e, _), ids in zip(going, obs_ids):
+                e.ids.extend(ids)
+
+    def _turn_batch(self, turns: list[_Turn]) -> list[StepOutcome | None]:
+        live = [t for t in turns if not t.ep.closed]
+        outcomes: dict[int, StepOutcome] = {}
+        if live:
+            actions = self._actions(live)
+            outs = self.driver.step_batch([(t.ep.slot, a) for t, a in zip(live, actions)])
+            self._record(live, outs)
+            outcomes = {id(t): o for t, o in zip(live, outs)}
+        return [outcomes.get(id(t)) for t in turns]
+
+    async def _turn_batch_async(self, turns: list[_Turn]) -> list[StepOutcome | None]:
+        live = [t for t in turns if not t.ep.closed]
+        if not live:
+            return [None] * len(turns)
+        actions = self._actions(live)
+        outs = await asyncio.gather(
+            *(self.driver.step(t.ep.slot, a) for t, a in zip(live, actions))
+        )
+        live = [t for t in live if not t.ep.closed]  # closed while the env was stepping
+        keep = {id(t) for t in live}
+        pairs = [(t, o) for t, o in zip(turns, outs) if id(t) in keep]
+        self._record([t for t, _ in pairs], [o for _, o in pairs])
+        outcomes = {id(t): o for t, o in pairs}
+        return [outcomes.get(id(t)) for t in turns]
+
+    def _close_batch(self, eps: list[_Episode]) -> list[Trajectory]:
+        keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
+        self.store.finish_batch(keys, [e.stop_reason for e in eps])
+        packed = self.store.drain()
+        row = {int(k): i for i, k in enumerate(packed["keys"])}
+        return [self._trajectory(e, packed, row[e.key]) for e in eps]
+
+    def _trajectory(self, e: _Episode, p, i: int) -> Trajectory:
+        a, b = int(p["offsets"][i]), int(p["offsets"][i + 1])
+        ta, tb = int(p["turn_offsets"][i]), int(p["turn_offsets"][i + 1])
+        return Trajectory(
+            task_id=e.task,
+            env_id=self.driver.env_id,
+            group_id=e.group_id,
+            sample_index=e.sample_index,
+            token_ids=p["token_ids"][a:b].tolist(),
+            loss_mask=p["loss_mask"][a:b].tolist(),
+            logprobs=p["logprobs"][a:b].tolist(),
+            prompt_len=e.prompt_len,
+            turn_rewards=p["turn_rewards"][ta:tb].tolist(),
+            reward=float(p["rewards"][i]),
+            num_turns=int(p["num_turns"][i]),
+            stop_reason=STOP_REASONS[int(p["stop_reason"][i])],
+            policy_version=e.policy_version,
+            timings={"total_s": time.perf_counter() - e.t0, "gen_s": e.gen_s},
+            seed=e.seed,
+            error=e.error,
+        )
+
+    # -- one episode ----------------------------------------------------------------------
+    async def _generate(self, ep: _Episode, sampling: SamplingParams):
+        backend = self.engine.backend
+        extra = {"context": (self.driver, ep.slot)} if getattr(backend, "needs_context", False) \
+            else {}
+        last: Exception | None = None
+        for attempt in range(self.cfg.backend_retries + 1):
+            rid = f"{self.engine.run_id}-{ep.key}-{ep.turns}-{attempt}"
+            try:
+                coro = backend.generate(ep.ids, sampling, request_id=rid, **extra)
+                if self.cfg.turn_timeout_s is not None:
+                    return await asyncio.wait_for(coro, self.cfg.turn_timeout_s)
+                return await coro
+            except BackendError as e:
+                last = e
+                log.debug("backend error on %s (attempt %d): %s", rid, attempt, e)
+                await asyncio.sleep(self.cfg.retry_backoff_s * (2**attempt))
+        raise last  # type: ignore[misc]
+
+    async def _play(self, ep: _Episode) -> None:
+        cfg = self.cfg
+        obs = await self.driver.reset(ep.slot, ep.task, ep.seed, cfg.max_turns)
+        ep.ids = self.fmt.initial_prompt(self.system, obs)
+        ep.prompt_len = len(ep.ids)
+        self._segments([ep], [ep.ids], False)
+        ep.policy_version = int(getattr(self.engine.backend, "policy_version", 0))
+        while ep.stop_reason is None:
+            budget = cfg.max_total_tokens - len(ep.ids)
+            if budget <= 0:
+                ep.stop_reason = "length"
+                break
+            sampling = self.sampling
+            if budget < sampling.max_new_tokens:
+                sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
+            t0 = time.perf_counter()
+            res = await self._generate(ep, sampling)
+            ep.gen_s += time.perf_counter() - t0
+            toks = list(res.token_ids)
+            ended = bool(toks) and toks[-1] == self.fmt.end_of_turn_id
+            if res.finish_reason == "length" and not ended:
+                # The turn hit max_new_tokens (or the context cap): keep the tokens, end.
+                self._segments([ep], [toks], True, [list(res.logprobs)])
+                ep.ids.extend(toks)
+                ep.stop_reason = "length"
+                break
+            outcome = await self.turn_batcher.submit(_Turn(ep, toks, list(res.logprobs), ended))
+            if outcome is None:  # closed meanwhile (timeout/abort)
+                break
+
+    async def run_episode(self, ep: _Episode) -> Trajectory:
+        ep.t0 = time.perf_counter()
+        self.store.begin(ep.key, ep.group_id, ep.sample_index, 0, ep.key)
+        try:
+            if self.cfg.episode_timeout_s is not None:
+                await asyncio.wait_for(self._play(ep), self.cfg.episode_timeout_s)
+            else:
+                await self._play(ep)
+        except (asyncio.TimeoutError, TimeoutError):
+            ep.stop_reason, ep.error = "timeout", "episode or turn timed out"
+        except asyncio.CancelledError:
+            ep.stop_reason = "aborted"
+            self._close_now(ep)
+            raise
+        except BackendError as e:
+            ep.stop_reason, ep.error = "backend_error", str(e)
+        except Exception as e:  # an env or engine fault ends only this episode
+            log.warning("episode %d failed: %r", ep.key, e)
+            ep.stop_reason, ep.error = "env_error", f"{type(e).__name__}: {e}"
+        if ep.stop_reason is None:
+            ep.stop_reason = "aborted"
+        ep.closed = True
+        self.driver.finish(ep.slot, ep.stop_reason)
+        return await self.close_batcher.submit(ep)
+
+    def _close_now(self, ep: _Episode) -> None:
+        ep.closed = True
+        self.driver.finish(ep.slot, ep.stop_reason or "aborted")
+        if self.store.is_live(ep.key):
+            self.store.discard(ep.key)
+
+
+class RolloutEngine:
+    """Collects multi-turn trajectories from env ``env_id`` with ``backend``.
+
+    ``tokenizer`` is a Hugging Face tokenizer with a chat template (its ``eos_token`` ends a
+    turn unless ``end_of_turn`` is given). Keyword arguments override :class:`RolloutConfig`.
+    """
+
+    def __init__(self, backend, tokenizer, config: RolloutConfig | None = None,
+                 end_of_turn: str | None = None, **overrides):
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.formatter = ChatFormatter(tokenizer, end_of_turn=end_of_turn)
+        self.config = msgspec.structs.replace(config or RolloutConfig(), **overrides)
+        self.run_id = f"r{int(time.time() * 1000) % 10**9}"
+        self._groups = itertools.count()
+        self._keys = itertools.count()
+        self._drivers: dict[tuple, tuple[object, asyncio.Lock]] = {}
+
+    def _driver(self, env_id: str, capacity: int, env_kwargs: dict):
+        key = (env_id, capacity, tuple(sorted(env_kwargs.items())))
+        if key not in self._drivers:
+            self._drivers[key] = (make_driver(env_id, capacity, **env_kwargs), asyncio.Lock())
+        return self._drivers[key]
+
+    def _episodes(self, tasks, cfg: RolloutConfig) -> list[_Episode]:
+        task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
+        groups = np.array([next(self._groups) for _ in task_list], np.int64)
+        seeds = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
+        return [
+            _Episode(next(self._keys), -1, task, seed, int(g), s)
+            for task, seed, g in zip(task_list, seeds, groups)
+            for s in range(cfg.n_samples)
+        ]
+
+    async def stream(self, tasks: int | Sequence[int | str], env_id: str, *,
+                     env_kwargs: dict | None = None, **overrides) -> AsyncIterator[Trajectory]:
+        """Yield each trajectory as soon as its episode ends (completion order).
+
+        ``tasks``: task indices or explicit task texts (an int ``n`` means ``range(n)``);
+        each is played ``n_samples`` times with the same seed and a shared ``group_id``.
+        """
+        cfg = msgspec.structs.replace(self.config, **overrides)
+        episodes = self._episodes(tasks, cfg)
+        capacity = max(1, min(cfg.max_concurrency, len(episodes)))
+        driver, lock = self._driver(env_id, cfg.max_concurrency, dict(env_kwargs or {}))
+        async with lock:
+            run = _Run(self, driver, cfg)
+            queue = iter(episodes)
+            done: asyncio.Queue = asyncio.Queue()
+
+            async def worker(slot: int) -> None:
+                for ep in queue:
+                    ep.slot = slot
+                    done.put_nowait(await run.run_episode(ep))
+
+            workers = [asyncio.ensure_future(worker(s)) for s in range(capacity)]
+            bar = _progress(cfg, len(episodes))
+            try:
+                for _ in range(len(episodes)):
+                    getter = asyncio.ensure_future(done.get())
+                    await asyncio.wait([getter, *[w for w in workers if w.done()]],
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    for w in workers:
+                        if w.done() and w.exception() is not None:
+                            getter.cancel()
+                            raise w.exception()
+                    traj = await getter
+                    if bar is not None:
+                        bar.update(1)
+                    yield traj
+            finally:
+                for w in workers:
+                    w.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                if bar is not None:
+                    bar.close()
+
+    async def collect(self, tasks: int | Sequence[int | str], env_id: str, *,
+                      env_kwargs: dict | None = None, **overrides) -> RolloutBatch:
+        """All trajectories of ``tasks`` x ``n_samples``, ordered by (group, sample)."""
+        t0 = time.perf_counter()
+        trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs, **overrides)]
+        trajs.sort(key=lambda t: (t.group_id, t.sample_index))
+        wall = time.perf_counter() - t0
+        return RolloutBatch(trajs, batch_metrics(trajs, wall))
+
+    def collect_sync(self, tasks, env_id: str, **kwargs) -> RolloutBatch:
+        """``collect`` for synchronous callers (runs its own event loop, uvloop if present)."""
+        from agentgym.engine.loop import run
+
+        return run(self.collect(tasks, env_id, **kwargs))
+
+    def close(self) -> None:
+        for driver, _ in self._drivers.values():
+            driver.close()
+        self._drivers.clear()
+
+
+def _progress(cfg: RolloutConfig, total: int):
+    show = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="rollout", unit="ep", leave=False)

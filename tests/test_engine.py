@@ -1,0 +1,201 @@
+"""RolloutEngine with the scripted backend and fault-injecting wrappers: token-exact
+trajectories, group sampling, horizon, length, and failures recorded as data."""
+
+import asyncio
+
+import pytest
+
+import agentgym
+from agentgym.backends.base import BackendError, GenerateResult
+from agentgym.backends.scripted import ScriptedBackend
+from agentgym.data.exports import pack, to_skyrl, to_verl
+from agentgym.engine import RolloutEngine
+from agentgym.envs import BaseEnv
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def engine(tokenizer, policy="oracle", backend=None, **kw):
+    backend = backend or ScriptedBackend(tokenizer, policy=policy)
+    kw.setdefault("max_turns", 40)
+    kw.setdefault("max_total_tokens", 8192)
+    return RolloutEngine(backend, tokenizer, **kw)
+
+
+def segments(traj):
+    """Runs of equal mask value: [(mask, [ids...]), ...]."""
+    runs = []
+    for tok, m in zip(traj.token_ids, traj.loss_mask):
+        if runs and runs[-1][0] == m:
+            runs[-1][1].append(tok)
+        else:
+            runs.append((m, [tok]))
+    return runs
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", "maze"])
+def test_oracle_trajectories_are_token_exact(tokenizer, env_id):
+    eng = engine(tokenizer)
+    batch = eng.collect_sync(6, env_id)
+    assert len(batch) == 6
+    eot = eng.formatter.end_of_turn_id
+    for traj in batch:
+        assert traj.stop_reason == "done" and traj.success, traj.stop_reason
+        n = len(traj.token_ids)
+        assert len(traj.loss_mask) == n == len(traj.logprobs)
+        assert not any(traj.loss_mask[: traj.prompt_len])
+        runs = segments(traj)
+        model_runs = [ids for m, ids in runs if m == 1]
+        assert len(model_runs) == traj.num_turns == len(traj.turn_rewards)
+        assert all(ids[-1] == eot for ids in model_runs)  # end-of-turn token is trained on
+        # Replay the env with the decoded actions and rebuild the conversation: the stored
+        # ids must equal the chat template applied once to the final message list.
+        env = agentgym.make(env_id)
+        pool = env.unwrapped._pool
+        obs0 = pool.reset([0], [traj.task_id], [traj.seed], [None])[0]
+        messages = [{"role": "system", "content": pool.instructions},
+                    {"role": "user", "content": obs0}]
+        for k, ids in enumerate(model_runs):
+            text = tokenizer.decode(ids[:-1])
+            messages.append({"role": "assistant", "content": text})
+            action = agentgym.parse.parse_action(text)
+            (obs,), rew, term, _ = pool.step([0], [action])
+            assert float(rew[0]) == traj.turn_rewards[k]
+            if k < len(model_runs) - 1:
+                messages.append({"role": "user", "content": obs})
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+        expected = eng.formatter.encode(rendered)
+        assert traj.token_ids == expected[: len(traj.token_ids)]
+        assert len(expected) - len(traj.token_ids) <= 1  # the template's trailing newline
+        assert traj.reward == pytest.approx(sum(traj.turn_rewards))
+
+
+def test_group_sampling_shares_task_seed_and_prompt(tokenizer):
+    batch = engine(tokenizer, policy="random").collect_sync([3, 11], "maze", n_samples=3,
+                                                         max_turns=4)
+    assert [(t.task_id, t.sample_index) for t in batch] == [
+        (3, 0), (3, 1), (3, 2), (11, 0), (11, 1), (11, 2)]
+    g0, g1 = batch.trajectories[:3], batch.trajectories[3:]
+    assert len({t.group_id for t in g0}) == 1 and g0[0].group_id != g1[0].group_id
+    assert len({t.seed for t in g0}) == 1
+    assert len({tuple(t.token_ids[: t.prompt_len]) for t in g0}) == 1
+    packed = batch.packed()
+    assert packed["offsets"][-1] == len(packed["token_ids"]) == sum(len(t.token_ids) for t in batch)
+    assert to_verl(g0[0])["prompt_ids"] == g0[0].token_ids[: g0[0].prompt_len]
+    assert len(to_skyrl(batch.trajectories)["response_ids"]) == 6
+
+
+def test_horizon_and_length_limits(tokenizer):
+    eng = engine(tokenizer, policy="random")
+    horizon = eng.collect_sync(8, "maze", max_turns=2, env_kwargs={})
+    assert {t.stop_reason for t in horizon} <= {"horizon", "done"}
+    assert all(t.num_turns <= 2 for t in horizon)
+    assert any(t.stop_reason == "horizon" for t in horizon)
+    short = eng.collect_sync(4, "textcraft", max_turns=50, max_total_tokens=300)
+    assert all(t.stop_reason in ("length", "done") for t in short)
+    assert all(len(t.token_ids) <= 300 for t in short)
+    assert any(t.stop_reason == "length" for t in short)
+    cut = eng.collect_sync(2, "maze", max_new_tokens=2)
+    assert all(t.stop_reason == "length" and t.num_turns == 0 for t in cut)
+
+
+class FlakyBackend(ScriptedBackend):
+    """Fault injection: fails every request of chosen episodes, records request ids."""
+
+    def __init__(self, tokenizer, fail_keys, delay=0.0, **kw):
+        super().__init__(tokenizer, **kw)
+        self.fail_keys = set(fail_keys)
+        self.delay = delay
+        self.request_ids = []
+        self.in_flight = set()
+
+    async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+        self.request_ids.append(request_id)
+        key = int(request_id.split("-")[1])
+        self.in_flight.add(request_id)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if key in self.fail_keys:
+                raise BackendError(f"injected failure for {request_id}")
+            return await super().generate(prompt_ids, sampling, request_id, context)
+        finally:
+            self.in_flight.discard(request_id)
+
+
+def test_backend_errors_end_only_their_episode(tokenizer):
+    # Episode keys count from 0 per engine, so key 1 is the second task.
+    backend = FlakyBackend(tokenizer, fail_keys={1})
+    eng = engine(tokenizer, backend=backend, backend_retries=2, retry_backoff_s=0.0)
+    batch = eng.collect_sync(4, "maze")
+    reasons = [t.stop_reason for t in batch]
+    assert reasons[1] == "backend_error" and reasons.count("done") == 3
+    failed = batch.trajectories[1]
+    assert not any(failed.loss_mask) and "injected" in failed.error
+    tries = [r for r in backend.request_ids if r.split("-")[1] == "1"]
+    assert len(tries) == 3 and len(set(tries)) == 3  # bounded retries, fresh ids
+
+
+class CrashyEnv(BaseEnv):
+    instructions = "Say anything. 'boom' crashes the env."
+    num_tasks = 100
+
+    def reset(self, task=None, seed=None):
+        self.task = task
+        return f"task {task}"
+
+    def step(self, action):
+        if self.task == 2:
+            raise RuntimeError("simulator crashed")
+        return "ok", 1.0, True, {}
+
+    def valid_actions(self):
+        return ["go"]
+
+
+def test_env_exceptions_and_panics_are_env_errors(tokenizer):
+    agentgym.register("test/crashy", CrashyEnv, override=True)
+    batch = engine(tokenizer).collect_sync(4, "test/crashy")
+    assert [t.stop_reason for t in batch] == ["done", "done", "env_error", "done"]
+    assert "simulator crashed" in batch.trajectories[2].error
+    assert not any(batch.trajectories[2].loss_mask)
+    # A native env that panics in Rust: same outcome, the batch keeps its shape.
+    panics = engine(tokenizer, policy="random").collect_sync(40, "_test_panic", max_turns=6)
+    kinds = {t.stop_reason for t in panics}
+    assert "env_error" in kinds and kinds <= {"env_error", "done", "horizon"}
+    assert len(panics) == 40
+
+
+def test_turn_timeout_is_recorded(tokenizer):
+    backend = FlakyBackend(tokenizer, fail_keys=(), delay=0.5)
+    batch = engine(tokenizer, backend=backend, turn_timeout_s=0.05).collect_sync(3, "maze")
+    assert [t.stop_reason for t in batch] == ["timeout"] * 3
+
+
+async def test_cancelling_collect_leaves_no_request_running(tokenizer):
+    backend = FlakyBackend(tokenizer, fail_keys=(), delay=10.0)
+    eng = engine(tokenizer, backend=backend)
+    task = asyncio.ensure_future(eng.collect(8, "maze"))
+    while len(backend.in_flight) < 8:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.in_flight == set()
+
+
+async def test_stream_yields_in_completion_order_without_barrier(tokenizer):
+    class SlowFor(FlakyBackend):
+        async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+            if request_id.split("-")[1] == "0":
+                await asyncio.sleep(0.3)
+            return await super().generate(prompt_ids, sampling, request_id, context)
+
+    eng = engine(tokenizer, backend=SlowFor(tokenizer, fail_keys=()))
+    order = [t.group_id async for t in eng.stream(6, "maze", max_concurrency=3)]
+    assert sorted(order) == list(range(6)) and order[-1] == 0
