@@ -82,7 +82,15 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     """A Gymnasium env for ``env_id`` (text observations and actions).
 
     ``max_turns=N`` sets the horizon; other keyword arguments go to the env's constructor.
+    ``make("remote:ENV", url=...)`` gives a :class:`~agentgym.envs.remote.RemoteEnv` for
+    ``ENV`` served over HTTP (AgentGym's env-server protocol).
     """
+    if isinstance(env_id, str) and env_id.startswith("remote:"):
+        from agentgym.envs.remote import RemoteEnv
+
+        if "url" not in kwargs:
+            raise ValueError(f"make({env_id!r}) needs url='http://host:port'")
+        return RemoteEnv(env_name=env_id.removeprefix("remote:"), **kwargs)
     entry = _entry(env_id)
     params = {**entry.kwargs, **kwargs}
     max_turns = params.pop("max_turns", None)

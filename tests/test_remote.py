@@ -1,0 +1,330 @@
+"""RemoteEnv (agentgym.envs.remote) against our own env server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import threading
+
+import agentgym
+import aiohttp
+import gymnasium as gym
+import httpx
+import pytest
+from agentgym.envs import BaseEnv
+from agentgym.envs.remote import (
+    PROFILES,
+    RemoteEnv,
+    RemoteEnvError,
+    ServerUnavailableError,
+)
+from agentgym.envs.server import ServerThread, start_server
+from agentgym.errors import (
+    EnvError,
+    EpisodeFinishedError,
+    EpisodeNotStartedError,
+    InvalidTaskError,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class CountdownEnv(BaseEnv):
+    """Say the numbers from a seeded start down to zero; wrong words cost reward."""
+
+    instructions = "Count down: answer with the next number."
+    num_tasks = 20
+
+    def reset(self, task=None, seed=None):
+        if not isinstance(task, int) or not 0 <= task < self.num_tasks:
+            raise InvalidTaskError(f"task must be in [0, {self.num_tasks}), got {task!r}")
+        self.n = task % 5 + random.Random(seed).randrange(4) + 1
+        return f"task {task}: count down from {self.n}"
+
+    def step(self, action):
+        gate = GATES.get(action)
+        if gate is not None:
+            gate.wait(10)
+        if action.strip() == str(self.n - 1):
+            self.n -= 1
+            return f"yes, {self.n}", 1.0, self.n == 0, {}
+        return f"no, still {self.n}", -0.5, False, {}
+
+    def valid_actions(self):
+        return [str(self.n - 1)]
+
+    def oracle_action(self):
+        return str(self.n - 1)
+
+
+GATES: dict[str, threading.Event] = {}
+ENV = "_test_countdown_remote"
+agentgym.register(ENV, CountdownEnv, override=True)
+
+
+def _native_available(env_id: str) -> bool:
+    try:
+        agentgym.make(env_id).reset(seed=0)
+    except Exception:  # native env not built into this extension yet
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with ServerThread(ENV, max_envs=64) as server:
+        yield server
+
+
+def _policy(env, i: int) -> str:
+    """Mostly the env's oracle action, sometimes a wrong one."""
+    if i % 3 == 2:
+        return "look around"
+    oracle = getattr(env, "oracle_action", None) or getattr(env.unwrapped, "oracle_action", None)
+    action = oracle() if oracle else None
+    return action if action is not None else "inventory"
+
+
+def _compare_episodes(local, remote, task, seed, turns=40):
+    lobs, linfo = local.reset(seed=seed, options={"task": task})
+    robs, rinfo = remote.reset(seed=seed, options={"task": task})
+    assert robs == lobs and rinfo["task"] == linfo["task"]
+    for i in range(turns):
+        action = _policy(local, i)
+        lo, lr, lt, ltr, _ = local.step(action)
+        ro, rr, rt, rtr, rinfo = remote.step(action)
+        assert (ro, rr, rt, rtr) == (lo, pytest.approx(lr), lt, ltr), f"turn {i}"
+        assert rinfo["turns"] == i + 1
+        if lt or ltr:
+            return i + 1
+    return turns
+
+
+@pytest.mark.parametrize("env_id", [ENV, "textcraft", "maze"])
+def test_remote_matches_local_step_for_step(env_id):
+    if env_id != ENV and not _native_available(env_id):
+        pytest.skip(f"native env {env_id!r} is not in this build of agentgym._core yet")
+    with ServerThread(env_id) as server:
+        local = agentgym.make(env_id, max_turns=30)
+        remote = RemoteEnv(server.url, env_id, max_turns=30)
+        try:
+            lengths = [_compare_episodes(local, remote, task, seed)
+                       for task, seed in [(0, 0), (1, 7), (3, 123), (4, 2**40)]]
+            assert all(n >= 1 for n in lengths)
+            assert server.service.listing()["live"] == 1  # one server env, reset each time
+        finally:
+            remote.close()
+        assert server.service.listing()["live"] == 0
+
+
+def test_gymnasium_api_and_make_remote(srv):
+    env = agentgym.make(f"remote:{ENV}", url=srv.url, max_turns=3)
+    assert isinstance(env, RemoteEnv) and isinstance(env, gym.Env)
+    obs, info = env.reset(seed=5, options={"task": 2})
+    assert env.observation_space.contains(obs) and info["env_idx"] is not None
+    steps = 0
+    truncated = terminated = False
+    while not (terminated or truncated):
+        _, _, terminated, truncated, _ = env.step("wrong")
+        steps += 1
+    assert truncated and not terminated and steps == 3
+    with pytest.raises(EpisodeFinishedError):
+        env.step("wrong")
+    with pytest.raises(TypeError):
+        env.step(3)
+    local = agentgym.make(ENV)
+    local.reset(seed=5, options={"task": 2})
+    assert env.valid_actions() == local.valid_actions() == [str(int(obs.split()[-1]) - 1)]
+    env.close()
+    with pytest.raises(ValueError, match="needs url"):
+        agentgym.make(f"remote:{ENV}")
+
+
+def test_reset_without_task_draws_one_from_the_seed(srv):
+    local = agentgym.make(ENV)
+    remote = RemoteEnv(srv.url, ENV)
+    try:
+        for seed in (0, 1, 99):
+            assert remote.reset(seed=seed)[0] == local.reset(seed=seed)[0]
+    finally:
+        remote.close()
+
+
+def test_server_errors_come_back_named(srv):
+    env = RemoteEnv(srv.url, ENV)
+    try:
+        with pytest.raises(InvalidTaskError, match="task must be in"):
+            env.reset(seed=0, options={"task": 999})
+        env.reset(seed=0, options={"task": 0})
+        while True:
+            _, _, terminated, _, _ = env.step(env.valid_actions()[0])
+            if terminated:
+                break
+        # The server itself refuses a step on the finished episode (409).
+        with pytest.raises(EpisodeFinishedError, match="409"):
+            env._request("POST", "step", env._with_id({"action": "0"}))
+        with pytest.raises(RemoteEnvError) as err:
+            env._request("POST", "step", {"id": "nope", "action": "0"})
+        assert err.value.status == 400 and isinstance(err.value, EnvError)
+    finally:
+        env.close()
+
+
+def test_expired_env_is_recreated_on_reset(srv):
+    env = RemoteEnv(srv.url, ENV)
+    env.reset(seed=0, options={"task": 1})
+    old = env.env_id
+    httpx.post(srv.url + "/close", json={"id": old})
+    with pytest.raises(RemoteEnvError) as err:  # a step is not retried: 410 comes back
+        env.step("0")
+    assert err.value.status == 410
+    obs, info = env.reset(seed=0, options={"task": 1})
+    assert env.env_id != old and obs.startswith("task 1:")
+    env.close()
+    assert env.env_id is None
+
+
+def test_close_frees_server_env(srv):
+    before = srv.service.listing()["live"]
+    envs = [RemoteEnv(srv.url, ENV) for _ in range(5)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i, options={"task": i})
+    assert srv.service.listing()["live"] == before + 5
+    for env in envs:
+        env.close()
+        env.close()  # idempotent
+    assert srv.service.listing()["live"] == before
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.timeout(15)
+def test_server_down_is_a_clear_error_quickly():
+    env = RemoteEnv(_dead_url(), ENV, retries=2, backoff=0.01, connect_timeout=1.0)
+    with pytest.raises(ServerUnavailableError, match="unreachable after 3 attempts"):
+        env.reset(seed=0)
+    env.close()
+
+
+@pytest.mark.timeout(15)
+async def test_server_down_async():
+    env = RemoteEnv(_dead_url(), ENV, retries=1, backoff=0.01, connect_timeout=1.0)
+    with pytest.raises(ServerUnavailableError):
+        await env.areset(seed=0)
+    await env.aclose()
+
+
+def test_read_timeout_is_an_error_not_a_hang(srv):
+    gate = GATES.setdefault("hold", threading.Event())
+    gate.clear()
+    env = RemoteEnv(srv.url, ENV, read_timeout=0.3)
+    try:
+        env.reset(seed=0, options={"task": 0})
+        with pytest.raises(RemoteEnvError, match="did not answer /step"):
+            env.step("hold")
+    finally:
+        gate.set()
+        env.close()
+
+
+def test_busy_server_503_is_retried_then_reported():
+    with ServerThread(ENV, max_envs=1) as server:
+        holder = RemoteEnv(server.url, ENV)
+        holder.reset(seed=0, options={"task": 0})
+        waiter = RemoteEnv(server.url, ENV, retries=1, backoff=0.01)
+        with pytest.raises(RemoteEnvError) as err:
+            waiter.reset(seed=0, options={"task": 0})
+        assert err.value.status == 503 and "cap" in str(err.value)
+        holder.close()
+        assert waiter.reset(seed=0, options={"task": 0})[0].startswith("task 0:")
+        waiter.close()
+
+
+async def test_async_areset_astep_match_sync_and_share_a_pool():
+    handle = await start_server(ENV)
+    local = agentgym.make(ENV)
+    try:
+        async with aiohttp.ClientSession() as shared:
+            envs = [RemoteEnv(handle.url, ENV, async_client=shared) for _ in range(6)]
+
+            async def episode(env, task):
+                obs, _ = await env.areset(seed=task, options={"task": task})
+                trace = [obs]
+                for i in range(20):
+                    action = "wrong" if i % 4 == 3 else env.observe().rsplit(" ", 1)[-1]
+                    action = str(int(action) - 1) if action.isdigit() else action
+                    obs, reward, terminated, truncated, _ = await env.astep(action)
+                    trace.append((obs, reward, terminated))
+                    if terminated:
+                        break
+                return trace
+
+            traces = await asyncio.gather(*(episode(e, t) for t, e in enumerate(envs)))
+            for task, trace in enumerate(traces):
+                assert trace[0] == local.reset(seed=task, options={"task": task})[0]
+                assert trace[-1][2] is True
+            assert handle.service.listing()["live"] == 6
+            await asyncio.gather(*(e.aclose() for e in envs))
+            assert handle.service.listing()["live"] == 0
+            assert not shared.closed  # a shared session stays open for its owner
+    finally:
+        await handle.close()
+
+
+@pytest.mark.parametrize("name", ["webshop", "searchqa", "webarena", "alfworld", "maze",
+                                  "sciworld", "babyai"])
+def test_agentgym_server_profiles_against_our_server(srv, name):
+    """Each AgentGym server family's request shapes, spoken to our server (which takes them
+    all), reach the same episode as a local env with the profile's seed."""
+    profile = PROFILES[name]
+    env = RemoteEnv(srv.url, name)
+    local = agentgym.make(ENV)
+    try:
+        obs, _ = env.reset(seed=3, options={"task": 4})
+        seed = 3 if profile.send_seed else profile.reset_extra.get("seed", 0)
+        expected = local.reset(seed=seed, options={"task": 4})[0]
+        if profile.reset_obs == "task_description":
+            expected = "\n" + expected  # our server sends no task_description
+        assert obs == expected
+        o, r, *_ = env.step("nope")
+        assert (o, r) == local.step("nope")[:2]
+    finally:
+        env.close()
+
+
+def test_bad_arguments_and_unknown_profile_default():
+    with pytest.raises(ValueError):
+        RemoteEnv("localhost:8000", ENV)
+    with pytest.raises(TypeError, match="aiohttp.ClientSession"):
+        RemoteEnv("http://127.0.0.1:1", ENV, async_client=object())
+    with pytest.raises(EpisodeNotStartedError):
+        RemoteEnv("http://127.0.0.1:1", ENV).step("0")
+    assert RemoteEnv("http://127.0.0.1:1", "anything").profile == PROFILES["agentgym"]
+
+
+def test_passes_gymnasium_env_checker(srv):
+    from gymnasium.utils.env_checker import check_env
+
+    env = RemoteEnv(srv.url, ENV)
+    try:
+        check_env(env, skip_render_check=True)
+    finally:
+        env.close()
+
+
+@pytest.mark.timeout(20)
+def test_server_going_away_mid_episode():
+    server = ServerThread(ENV)
+    env = RemoteEnv(server.url, ENV, retries=1, backoff=0.01, connect_timeout=1.0)
+    env.reset(seed=0, options={"task": 0})
+    server.stop()
+    with pytest.raises(ServerUnavailableError):
+        env.step("0")
+    env.close()  # nothing to free any more: quiet
+    assert env.env_id is None
