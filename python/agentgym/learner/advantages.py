@@ -1,0 +1,387 @@
+"""Advantage estimators over packed multi-turn trajectories (numpy, no torch needed).
+
+Estimators (``estimator=``):
+
+* ``grpo`` -- group-normalised outcome advantage ``(r - mean_g) / (std_g + eps)`` over the
+  samples sharing a ``group_id`` (unbiased std, as verl). ``norm_by_std=False`` gives
+  Dr.GRPO's ``r - mean_g``. The sequence advantage is broadcast to every model token.
+* ``rloo`` -- leave-one-out baseline ``r_i - mean_{j != i} r_j`` (broadcast).
+* ``reinforce_pp`` -- REINFORCE++: token rewards (optionally minus ``kl_coef * KL`` per
+  token), discounted returns over model tokens, whitened across the batch's model tokens.
+* ``reinforce_pp_baseline`` -- outcome minus group mean, broadcast, then batch-whitened.
+* ``gae`` -- PPO's GAE(gamma, lambda) over per-token values, whitened across the batch.
+
+Multi-turn conventions (token-level estimators ``reinforce_pp`` and ``gae``):
+
+* Turn ``k``'s model tokens are the ``k``-th maximal run of ``loss_mask == 1``. With
+  ``reward_placement="turns"`` the reward of turn ``k`` sits at the last model token of
+  that run (extra turn rewards, beyond the runs, go on the last run), and the residual
+  ``reward - sum(turn_rewards)`` sits at the trajectory's last model token, so the token
+  rewards always sum to ``rewards[b]`` (the episode score, after any shaping). With
+  ``reward_placement="outcome"`` only ``rewards[b]`` is placed, at the last model token.
+* The recursion runs over model tokens only: observation/prompt tokens are skipped, the
+  step from the last token of one turn to the first of the next counts as one step
+  (one factor of gamma, not one per observation token). ``values[t]`` is the critic's
+  estimate of the state *before* model token ``t`` is emitted (the critic's output at
+  position ``t - 1``); values off model tokens are ignored.
+
+Episode outcomes (``stop_reason``):
+
+* failed rollouts (env_error, backend_error, timeout, aborted) are invalid: advantage 0,
+  left out of every group/batch statistic, and dropped from the loss by the learner.
+* ``truncated`` (stop_reason ``horizon``): ``"keep"`` scores them as returned, ``"zero"``
+  sets their reward (and turn rewards) to 0, ``"drop"`` treats them as invalid,
+  ``"bootstrap"`` (``gae`` only) keeps them and bootstraps the return after the last
+  model token with that token's value instead of 0.
+* ``overlong`` (stop_reason ``length``): ``"keep" | "zero" | "drop"`` likewise.
+
+Groups with a single valid member get advantage 0 under ``grpo``/``rloo`` (no baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentgym.learner.batch import FAILED_STOP_REASONS, PackedBatch, StopReason
+
+__all__ = [
+    "ESTIMATORS",
+    "AdvantageResult",
+    "compute_advantages",
+    "discounted_returns",
+    "gae",
+    "grpo_advantages",
+    "model_token_runs",
+    "place_token_rewards",
+    "rloo_advantages",
+    "validity",
+    "whiten",
+]
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+_OUTCOME_MODES = ("keep", "zero", "drop")
+
+
+@dataclass
+class AdvantageResult:
+    """Output of :func:`compute_advantages`.
+
+    ``advantages``: float32[T], per packed token (0 off model tokens and for invalid
+    trajectories). ``returns``: float32[T] value targets (``gae``/``reinforce_pp``) or None.
+    ``valid``: bool[B], trajectories that carry a learning signal. ``scores``: float32[B],
+    the rewards after truncation handling. ``seq_advantages``: float32[B] for outcome
+    estimators, else None. ``metrics``: verl-style scalars (``critic/score/mean`` ...).
+    """
+
+    advantages: np.ndarray
+    returns: np.ndarray | None
+    valid: np.ndarray
+    scores: np.ndarray
+    seq_advantages: np.ndarray | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def validity(
+    stop_reason: np.ndarray, truncated: str = "keep", overlong: str = "keep"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-trajectory (valid, zero_reward) flags from stop reasons and the options."""
+    sr = np.asarray(stop_reason)
+    valid = ~np.isin(sr, list(FAILED_STOP_REASONS))
+    zero = np.zeros_like(valid)
+    for code, mode in ((StopReason.HORIZON, truncated), (StopReason.LENGTH, overlong)):
+        hit = sr == code
+        if mode == "drop":
+            valid &= ~hit
+        elif mode == "zero":
+            zero |= hit
+    return valid, zero
+
+
+def _group_stats(scores: np.ndarray, group_id: np.ndarray, valid: np.ndarray):
+    """(inverse index, count, mean, unbiased std) per group, over valid members only."""
+    _, inv = np.unique(group_id, return_inverse=True)
+    inv = inv.reshape(-1)
+    w = valid.astype(np.float64)
+    s = scores.astype(np.float64) * w
+    n = np.bincount(inv, weights=w).astype(np.float64)
+    total = np.bincount(inv, weights=s).astype(np.float64)
+    sq = np.bincount(inv, weights=s * scores).astype(np.float64)
+    mean = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
+    var = np.divide(sq - n * mean**2, n - 1, out=np.zeros_like(total), where=n > 1)
+    return inv, n, mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def grpo_advantages(
+    scores: np.ndarray,
+    group_id: np.ndarray,
+    valid: np.ndarray | None = None,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> np.ndarray:
+    """GRPO sequence advantages: ``(r - mean_g) / (std_g + eps)`` (or ``r - mean_g``)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    valid = np.ones(scores.shape, bool) if valid is None else np.asarray(valid, bool)
+    inv, n, mean, std = _group_stats(scores, np.asarray(group_id), valid)
+    adv = scores - mean[inv]
+    if norm_by_std:
+        adv = adv / (std[inv] + eps)
+    adv = np.where(valid & (n[inv] > 1), adv, 0.0)
+    return adv.astype(np.float32)
+
+
+def rloo_advantages(
+    scores: np.ndarray, group_id: np.ndarray, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """RLOO sequence advantages: ``r_i - mean_{j != i} r_j`` within each group."""
+    scores = np.asarray(scores, dtype=np.float64)
+    valid = np.ones(scores.shape, bool) if valid is None else np.asarray(valid, bool)
+    inv, n, mean, _ = _group_stats(scores, np.asarray(group_id), valid)
+    ng = n[inv]
+    others = np.divide(mean[inv] * ng - scores, ng - 1, out=np.zeros_like(scores), where=ng > 1)
+    adv = np.where(valid & (ng > 1), scores - others, 0.0)
+    return adv.astype(np.float32)
+
+
+def whiten(x: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps)`` over ``mask`` (verl's masked_whiten); 0 off mask."""
+    m = np.asarray(mask, bool)
+    out = np.zeros(x.shape, dtype=np.float32)
+    if m.sum() == 0:
+        return out
+    sel = x[m].astype(np.float64)
+    mean = sel.mean()
+    var = sel.var(ddof=1) if sel.size > 1 else 0.0
+    out[m] = ((sel - mean) / np.sqrt(var + eps)).astype(np.float32)
+    return out
+
+
+def model_token_runs(loss_mask: np.ndarray, start: int, end: int) -> list[tuple[int, int]]:
+    """Maximal runs ``[s, e)`` of model tokens within ``loss_mask[start:end]`` (absolute)."""
+    m = np.asarray(loss_mask[start:end], dtype=np.int8)
+    if m.size == 0:
+        return []
+    d = np.diff(np.concatenate([[0], m, [0]]))
+    starts = np.flatnonzero(d == 1)
+    ends = np.flatnonzero(d == -1)
+    return [(start + int(s), start + int(e)) for s, e in zip(starts, ends, strict=True)]
+
+
+def place_token_rewards(
+    batch: PackedBatch,
+    rewards: np.ndarray | None = None,
+    *,
+    placement: str = "turns",
+    turn_rewards: np.ndarray | None = None,
+) -> np.ndarray:
+    """float32[T] token rewards (see the module docstring for where rewards go)."""
+    if placement not in ("turns", "outcome"):
+        raise ValueError(f"reward_placement must be 'turns' or 'outcome', got {placement!r}")
+    rewards = batch.rewards if rewards is None else rewards
+    turn_rewards = batch.turn_rewards if turn_rewards is None else turn_rewards
+    out = np.zeros(batch.num_tokens, dtype=np.float64)
+    for b in range(len(batch)):
+        runs = model_token_runs(batch.loss_mask, int(batch.offsets[b]), int(batch.offsets[b + 1]))
+        if not runs:
+            continue
+        last = runs[-1][1] - 1
+        if placement == "outcome":
+            out[last] += rewards[b]
+            continue
+        tr = turn_rewards[int(batch.turn_offsets[b]) : int(batch.turn_offsets[b + 1])]
+        for k, r in enumerate(tr):
+            out[runs[min(k, len(runs) - 1)][1] - 1] += r
+        out[last] += float(rewards[b]) - float(np.sum(tr, dtype=np.float64))
+    return out.astype(np.float32)
+
+
+def discounted_returns(
+    token_rewards: np.ndarray, loss_mask: np.ndarray, offsets: np.ndarray, gamma: float = 1.0
+) -> np.ndarray:
+    """float32[T]: ``G_t = r_t + gamma * G_next`` over each trajectory's model tokens."""
+    out = np.zeros(token_rewards.shape[0], dtype=np.float32)
+    m = np.asarray(loss_mask, bool)
+    for b in range(offsets.shape[0] - 1):
+        s, e = int(offsets[b]), int(offsets[b + 1])
+        idx = s + np.flatnonzero(m[s:e])
+        if idx.size == 0:
+            continue
+        r = token_rewards[idx].astype(np.float64)
+        if gamma == 1.0:
+            g = np.cumsum(r[::-1])[::-1]
+        else:
+            g = np.empty_like(r)
+            acc = 0.0
+            for k in range(r.size - 1, -1, -1):
+                acc = r[k] + gamma * acc
+                g[k] = acc
+        out[idx] = g
+    return out
+
+
+def gae(
+    token_rewards: np.ndarray,
+    values: np.ndarray,
+    loss_mask: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    bootstrap: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over each trajectory's model tokens; returns (advantages, returns), float32[T].
+
+    ``delta_k = r_k + gamma * V_{k+1} - V_k`` and ``A_k = delta_k + gamma * lam * A_{k+1}``
+    with ``k`` running over model tokens only; after the last model token ``V = 0``, or
+    that token's own value where ``bootstrap[b]`` is True.
+    """
+    adv = np.zeros(token_rewards.shape[0], dtype=np.float32)
+    ret = np.zeros_like(adv)
+    m = np.asarray(loss_mask, bool)
+    gl = gamma * lam
+    for b in range(offsets.shape[0] - 1):
+        s, e = int(offsets[b]), int(offsets[b + 1])
+        idx = s + np.flatnonzero(m[s:e])
+        if idx.size == 0:
+            continue
+        r = token_rewards[idx].astype(np.float64).tolist()
+        v = values[idx].astype(np.float64).tolist()
+        nxt = v[-1] if (bootstrap is not None and bootstrap[b]) else 0.0
+        a = np.empty(len(r))
+        acc = 0.0
+        for k in range(len(r) - 1, -1, -1):
+            delta = r[k] + gamma * nxt - v[k]
+            acc = delta + gl * acc
+            a[k] = acc
+            nxt = v[k]
+        adv[idx] = a
+        ret[idx] = a + np.asarray(v)
+    return adv, ret
+
+
+def _kl_np(logp: np.ndarray, ref: np.ndarray, estimator: str) -> np.ndarray:
+    """Per-token KL estimate (numpy mirror of :func:`agentgym.learner.losses.kl_penalty`)."""
+    d = logp.astype(np.float64) - ref.astype(np.float64)
+    if estimator == "kl":
+        return d
+    if estimator == "abs":
+        return np.abs(d)
+    if estimator == "mse":
+        return 0.5 * d * d
+    if estimator == "low_var_kl":
+        k = np.clip(-d, -20.0, 20.0)
+        return np.clip(np.exp(k) - k - 1.0, -10.0, 10.0)
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+def compute_advantages(
+    batch: Any,
+    estimator: str = "grpo",
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    truncated: str = "keep",
+    overlong: str = "keep",
+    reward_placement: str = "turns",
+    values: np.ndarray | None = None,
+    ref_logprobs: np.ndarray | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "kl",
+    whiten_advantages: bool = True,
+    extra_valid: np.ndarray | None = None,
+) -> AdvantageResult:
+    """Advantages for a packed batch (see the module docstring for every option).
+
+    ``values`` (float32[T]) is required for ``gae``. ``ref_logprobs`` with ``kl_coef > 0``
+    subtracts ``kl_coef * KL(behaviour || ref)`` from each model token's reward for the
+    token-level estimators (``reinforce_pp``, ``gae``). ``extra_valid`` (bool[B]) marks
+    further trajectories as invalid (e.g. too stale). ``whiten_advantages`` applies to
+    ``gae`` (``reinforce_pp*`` always whiten, as defined).
+    """
+    pb = PackedBatch.from_any(batch)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; choose from {ESTIMATORS}")
+    if truncated not in (*_OUTCOME_MODES, "bootstrap"):
+        raise ValueError(f"truncated must be keep|zero|drop|bootstrap, got {truncated!r}")
+    if truncated == "bootstrap" and estimator != "gae":
+        raise ValueError("truncated='bootstrap' needs a critic: use it with estimator='gae'")
+    if overlong not in _OUTCOME_MODES:
+        raise ValueError(f"overlong must be keep|zero|drop, got {overlong!r}")
+
+    valid, zero = validity(pb.stop_reason, "keep" if truncated == "bootstrap" else truncated,
+                           overlong)
+    if extra_valid is not None:
+        valid &= np.asarray(extra_valid, bool)
+    scores = np.where(zero, 0.0, pb.rewards).astype(np.float32)
+    traj = pb.trajectory_index()
+    tok_valid = valid[traj] & (pb.loss_mask == 1) if pb.num_tokens else np.zeros(0, bool)
+
+    seq_adv = None
+    returns = None
+    if estimator in ("grpo", "rloo", "reinforce_pp_baseline"):
+        if estimator == "grpo":
+            seq_adv = grpo_advantages(scores, pb.group_id, valid, norm_by_std=norm_by_std,
+                                      eps=eps)
+        elif estimator == "rloo":
+            seq_adv = rloo_advantages(scores, pb.group_id, valid)
+        else:
+            seq_adv = grpo_advantages(scores, pb.group_id, valid, norm_by_std=False)
+        adv = np.where(tok_valid, seq_adv[traj] if pb.num_tokens else 0.0, 0.0)
+        if estimator == "reinforce_pp_baseline":
+            adv = whiten(adv, tok_valid)
+        adv = adv.astype(np.float32)
+    else:
+        turn_rw = pb.turn_rewards.copy()
+        if zero.any():
+            tlen = np.diff(pb.turn_offsets)
+            turn_rw[np.repeat(zero, tlen)] = 0.0
+        tok_r = place_token_rewards(pb, scores, placement=reward_placement,
+                                    turn_rewards=turn_rw).astype(np.float64)
+        if ref_logprobs is not None and kl_coef:
+            kl = _kl_np(pb.logprobs, np.asarray(ref_logprobs, np.float32), kl_estimator)
+            tok_r = tok_r - kl_coef * np.where(pb.loss_mask == 1, kl, 0.0)
+        tok_r = tok_r.astype(np.float32)
+        if estimator == "reinforce_pp":
+            returns = discounted_returns(tok_r, pb.loss_mask, pb.offsets, gamma)
+            returns = np.where(tok_valid, returns, 0.0).astype(np.float32)
+            adv = whiten(returns, tok_valid)
+        else:
+            if values is None:
+                raise ValueError("estimator='gae' needs per-token values (a value model)")
+            values = np.asarray(values, dtype=np.float32)
+            if values.shape[0] != pb.num_tokens:
+                raise ValueError(f"values must have T = {pb.num_tokens} entries")
+            boot = (pb.stop_reason == StopReason.HORIZON) if truncated == "bootstrap" else None
+            adv, returns = gae(tok_r, values, pb.loss_mask, pb.offsets, gamma=gamma, lam=lam,
+                               bootstrap=boot)
+            adv = np.where(tok_valid, adv, 0.0).astype(np.float32)
+            returns = np.where(tok_valid, returns, 0.0).astype(np.float32)
+            if whiten_advantages:
+                adv = whiten(adv, tok_valid)
+
+    metrics = _metrics(scores, valid, adv, tok_valid, returns, pb)
+    return AdvantageResult(adv.astype(np.float32), returns, valid, scores, seq_adv, metrics)
+
+
+def _metrics(scores, valid, adv, tok_valid, returns, pb: PackedBatch) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if valid.any():
+        sv = scores[valid]
+        out.update({"critic/score/mean": float(sv.mean()), "critic/score/max": float(sv.max()),
+                    "critic/score/min": float(sv.min())})
+    if tok_valid.any():
+        av = adv[tok_valid]
+        out.update({"critic/advantages/mean": float(av.mean()),
+                    "critic/advantages/max": float(av.max()),
+                    "critic/advantages/min": float(av.min())})
+        if returns is not None:
+            out["critic/returns/mean"] = float(returns[tok_valid].mean())
+    out["learner/num_valid"] = float(valid.sum())
+    out["learner/num_invalid"] = float((~valid).sum())
+    out["learner/num_truncated"] = float((pb.stop_reason == StopReason.HORIZON).sum())
+    return out

@@ -1,0 +1,442 @@
+"""One learner step: advantages, micro-batched forward/backward, clipping, optimizer step.
+
+Works with any Hugging Face causal LM (``model(input_ids=..., attention_mask=...).logits``)
+or any module returning logits of shape ``[n, L, V]``. A value model (PPO/GAE) is any
+module returning ``[n, L]`` or ``[n, L, 1]`` scores (or an object with ``.logits`` of
+that shape), e.g. ``AutoModelForTokenClassification(num_labels=1)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.learner.advantages import ESTIMATORS, compute_advantages, validity
+from agentgym.learner.batch import (
+    MicroBatch,
+    PackedBatch,
+    collate,
+    plan_micro_batches,
+    scatter_to_packed,
+)
+from agentgym.learner.losses import (
+    AGG_MODES,
+    KL_ESTIMATORS,
+    agg_loss,
+    kl_penalty,
+    policy_loss,
+    staleness_weights,
+    truncated_is_weights,
+    value_loss,
+)
+
+__all__ = [
+    "LearnerConfig",
+    "compute_logprobs",
+    "compute_values",
+    "make_optimizer",
+    "policy_update",
+]
+
+
+@dataclass
+class LearnerConfig:
+    """Every knob of :func:`policy_update`, with defaults from AgentGym-RL/verl recipes."""
+
+    # advantages
+    adv_estimator: str = "grpo"  # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gae
+    norm_adv_by_std: bool = True  # False: Dr.GRPO (r - group mean)
+    adv_eps: float = 1e-6
+    gamma: float = 1.0
+    lam: float = 1.0
+    reward_placement: str = "turns"  # turns | outcome (token-level estimators)
+    truncated: str = "keep"  # keep | zero | drop | bootstrap (gae only)
+    overlong: str = "keep"  # keep | zero | drop (stop_reason 'length')
+    whiten_advantages: bool = True  # gae: whiten advantages across the batch (as verl)
+    # policy loss
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    clip_ratio_c: float | None = 3.0  # dual clip; None disables
+    loss_agg_mode: str = "token-mean"
+    loss_norm_constant: float | None = None  # seq-mean-token-sum-norm; None: longest seq
+    entropy_coeff: float = 0.0
+    temperature: float = 1.0  # logits are divided by the sampling temperature
+    # KL to the frozen reference
+    use_kl_loss: bool = True
+    kl_coef: float = 1e-3
+    kl_estimator: str = "low_var_kl"
+    use_kl_in_reward: bool = False  # reinforce_pp / gae: reward -= kl_reward_coef * KL
+    kl_reward_coef: float = 1e-3
+    kl_reward_estimator: str = "kl"
+    # critic (gae)
+    vf_coef: float = 1.0
+    cliprange_value: float | None = 0.5
+    # optimisation
+    lr: float = 1e-6
+    critic_lr: float = 1e-5
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    max_grad_norm: float | None = 1.0
+    ppo_epochs: int = 1
+    num_mini_batches: int = 1  # optimizer steps per epoch
+    shuffle: bool = True
+    seed: int = 0
+    # batching
+    max_tokens_per_microbatch: int = 8192  # padded tokens (n * max_len) per forward
+    max_seqs_per_microbatch: int | None = None
+    pad_token_id: int = 0
+    bf16: bool = False  # torch.autocast(bfloat16) for forward passes (CPU or GPU)
+    # off-policy / staleness
+    old_logprob_source: str = "behaviour"  # behaviour | recompute (proximal policy + TIS)
+    tis_cap: float | None = 2.0  # truncated IS cap when old_logprob_source == "recompute"
+    max_staleness: int | None = None  # policy versions; None keeps everything
+    staleness_mode: str = "drop"  # drop | downweight
+    staleness_decay: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError on inconsistent settings."""
+        checks = [
+            (self.adv_estimator in ESTIMATORS, f"adv_estimator must be one of {ESTIMATORS}"),
+            (self.loss_agg_mode in AGG_MODES, f"loss_agg_mode must be one of {AGG_MODES}"),
+            (self.kl_estimator in KL_ESTIMATORS, f"kl_estimator must be one of {KL_ESTIMATORS}"),
+            (self.kl_reward_estimator in KL_ESTIMATORS, "unknown kl_reward_estimator"),
+            (self.old_logprob_source in ("behaviour", "recompute"),
+             "old_logprob_source must be 'behaviour' or 'recompute'"),
+            (self.staleness_mode in ("drop", "downweight"), "staleness_mode: drop|downweight"),
+            (0 <= self.clip_ratio_low < 1 and self.clip_ratio_high >= 0, "bad clip ratios"),
+            (self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c must be > 1"),
+            (self.ppo_epochs >= 1 and self.num_mini_batches >= 1, "epochs/mini-batches >= 1"),
+            (self.max_tokens_per_microbatch > 0, "max_tokens_per_microbatch must be > 0"),
+            (0 <= self.gamma <= 1 and 0 <= self.lam <= 1, "gamma and lam must be in [0, 1]"),
+            (self.temperature > 0, "temperature must be > 0"),
+            (self.truncated != "bootstrap" or self.adv_estimator == "gae",
+             "truncated='bootstrap' needs adv_estimator='gae'"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"LearnerConfig: {msg}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LearnerConfig:
+        """Build from a dict; unknown keys raise ValueError."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown LearnerConfig keys: {sorted(unknown)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+def make_optimizer(
+    model: torch.nn.Module, config: LearnerConfig, *, lr: float | None = None,
+    critic: bool = False,
+) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters with the config's betas/eps/weight decay and
+    ``config.lr`` (``config.critic_lr`` with ``critic=True``; ``lr`` overrides both)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if lr is None:
+        lr = config.critic_lr if critic else config.lr
+    return torch.optim.AdamW(params, lr=lr, betas=config.betas, eps=config.adam_eps,
+                             weight_decay=config.weight_decay)
+
+
+def _autocast(device: torch.device, enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def _logits(out: Any) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out
+
+
+def compute_logprobs(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    bf16: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs of the next tokens ``[n, L - 1]`` (float32) and, optionally, the entropy of
+    each next-token distribution, from ``model(input_ids, attention_mask).logits``."""
+    device = _model_device(model)
+    with _autocast(device, bf16):
+        out = model(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device))
+    logits = _logits(out)[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = mb.input_ids[:, 1:].to(device)
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        probs = torch.softmax(logits, dim=-1)
+        entropy = lse - (probs * logits).sum(dim=-1)
+    return logp, entropy
+
+
+def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool = False
+                   ) -> torch.Tensor:
+    """Shifted values ``[n, L - 1]``: column ``j`` (critic output at position ``j``) is the
+    value of the state before target token ``j + 1`` is emitted."""
+    device = _model_device(value_model)
+    with _autocast(device, bf16):
+        out = value_model(input_ids=mb.input_ids.to(device),
+                          attention_mask=mb.attention_mask.to(device))
+    v = _logits(out).float()
+    if v.dim() == 3:
+        v = v.squeeze(-1)
+    return v[:, :-1]
+
+
+@torch.no_grad()
+def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig) -> np.ndarray:
+    """Run ``fn(micro_batch) -> [n, L-1]`` over the plan; scatter into float32[T]."""
+    out = np.zeros(pb.num_tokens, dtype=np.float32)
+    for rows in plan:
+        mb = collate(pb, rows, pad_token_id=config.pad_token_id)
+        scatter_to_packed(pb, mb, fn(mb), out)
+    return out
+
+
+class _Stats:
+    """Weighted running means of metric tensors (weights: model tokens per micro-batch)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+
+    def add(self, metrics: dict[str, Any], weight: float) -> None:
+        for k, v in metrics.items():
+            self.sums[k] += float(v) * weight
+            self.weights[k] += weight
+
+    def means(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    packed_batch: Any,
+    config: LearnerConfig | None = None,
+    ref_model: torch.nn.Module | None = None,
+    value_model: torch.nn.Module | None = None,
+    *,
+    critic_optimizer: torch.optim.Optimizer | None = None,
+    current_version: int | None = None,
+) -> dict[str, float]:
+    """One learner step on a packed batch; returns verl-named metrics.
+
+    Order: staleness weights -> (value pass for ``gae``) -> (reference pass when a KL is
+    used) -> advantages -> (proximal pass for ``old_logprob_source="recompute"``) ->
+    ``ppo_epochs`` x ``num_mini_batches`` optimizer steps, each accumulating gradients
+    over token-budgeted micro-batches. Each micro-batch loss is normalised by the
+    mini-batch's *global* token/sequence counts, so accumulation reproduces the loss of
+    the whole mini-batch exactly. Invalid (failed, dropped, too stale) trajectories are
+    not in any micro-batch. The value loss is added to the same backward pass; its
+    parameters are stepped by ``critic_optimizer`` if given (else ``optimizer`` must hold
+    them). ``current_version`` defaults to the newest ``policy_version`` in the batch.
+    """
+    config = config or LearnerConfig()
+    pb = PackedBatch.from_any(packed_batch)
+    if len(pb) == 0:
+        return {"learner/num_trajectories": 0.0}
+    use_kl = ref_model is not None and (config.use_kl_loss or config.use_kl_in_reward)
+    if config.adv_estimator == "gae" and value_model is None:
+        raise ValueError("adv_estimator='gae' needs a value_model")
+    version = int(pb.policy_version.max()) if current_version is None else int(current_version)
+    stale_w = staleness_weights(pb.policy_version, version, config.max_staleness,
+                                mode=config.staleness_mode, decay=config.staleness_decay)
+    # Forward passes before the update (values, reference, proximal) only for trajectories
+    # that can carry a learning signal.
+    model_tokens = np.bincount(pb.trajectory_index(), weights=pb.loss_mask, minlength=len(pb))
+    maybe_valid = validity(pb.stop_reason, "keep" if config.truncated == "bootstrap"
+                           else config.truncated, config.overlong)[0]
+    maybe_valid &= (stale_w > 0) & (model_tokens > 0)
+    all_plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
+                                  max_seqs_per_microbatch=config.max_seqs_per_microbatch,
+                                  indices=np.flatnonzero(maybe_valid))
+
+    was_training = model.training
+    values_t = ref_t = None
+    if config.adv_estimator == "gae":
+        value_model.eval()
+        values_t = _packed_pass(lambda mb: compute_values(value_model, mb, bf16=config.bf16),
+                                all_plan, pb, config)
+    if use_kl:
+        ref_model.eval()
+        ref_t = _packed_pass(
+            lambda mb: compute_logprobs(ref_model, mb, temperature=config.temperature,
+                                        with_entropy=False, bf16=config.bf16)[0],
+            all_plan, pb, config)
+
+    adv = compute_advantages(
+        pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
+        gamma=config.gamma, lam=config.lam, truncated=config.truncated,
+        overlong=config.overlong, reward_placement=config.reward_placement, values=values_t,
+        ref_logprobs=ref_t if config.use_kl_in_reward else None,
+        kl_coef=config.kl_reward_coef if config.use_kl_in_reward else 0.0,
+        kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
+        whiten_advantages=config.whiten_advantages,
+    )
+    weights_t = np.repeat(stale_w, pb.lengths).astype(np.float32)
+    prox_t = None
+    if config.old_logprob_source == "recompute":
+        model.eval()
+        prox_t = _packed_pass(
+            lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
+                                        with_entropy=False, bf16=config.bf16)[0],
+            all_plan, pb, config)
+
+    token_arrays = {"advantages": adv.advantages, "weights": weights_t, "ref_logprobs": ref_t,
+                    "returns": adv.returns, "values": values_t, "prox_logprobs": prox_t}
+    rows = np.flatnonzero(adv.valid & maybe_valid)
+    model.train()
+    if value_model is not None:
+        value_model.train()
+    rng = np.random.default_rng(config.seed)
+    stats = _Stats()
+    step_stats: dict[str, list[float]] = defaultdict(list)
+    n_micro = 0
+    for _epoch in range(config.ppo_epochs):
+        order = rng.permutation(rows) if config.shuffle else rows
+        for mini in np.array_split(order, min(config.num_mini_batches, max(len(order), 1))):
+            if len(mini) == 0:
+                continue
+            plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
+                                      max_seqs_per_microbatch=config.max_seqs_per_microbatch,
+                                      indices=np.sort(mini))
+            mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id) for r in plan]
+            n_tok = float(sum(mb.num_model_tokens for mb in mbs))
+            n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
+            norm_c = config.loss_norm_constant or float(max(int(mb.lengths.max()) for mb in mbs))
+            loss_sums: dict[str, float] = defaultdict(float)
+            for mb in mbs:
+                m, losses = _micro_step(model, mb, config, value_model, n_tok, n_seq, norm_c,
+                                        use_kl)
+                stats.add(m, float(mb.num_model_tokens))
+                for k, v in losses.items():
+                    loss_sums[k] += v
+                n_micro += 1
+            for k, v in loss_sums.items():
+                step_stats[k].append(v)
+            step_stats["actor/grad_norm"].append(_clip_and_step(optimizer, config))
+            if critic_optimizer is not None:
+                step_stats["critic/grad_norm"].append(_clip_and_step(critic_optimizer, config))
+    if not was_training:
+        model.eval()
+
+    metrics = dict(adv.metrics)
+    metrics.update(stats.means())
+    for k, v in step_stats.items():
+        finite = [x for x in v if math.isfinite(x)]
+        metrics[k] = float(np.mean(finite)) if finite else float("nan")
+        if k.endswith("grad_norm"):
+            metrics[k + "_nonfinite_steps"] = float(len(v) - len(finite))
+    metrics.update({
+        "actor/lr": float(optimizer.param_groups[0]["lr"]),
+        "actor/kl_coef": float(config.kl_coef if use_kl and config.use_kl_loss else 0.0),
+        "learner/num_trajectories": float(len(pb)),
+        "learner/num_trained": float(len(rows)),
+        "learner/num_stale_dropped": float((stale_w == 0).sum()),
+        "learner/num_model_tokens": float(pb.loss_mask[np.isin(pb.trajectory_index(), rows)]
+                                          .sum()),
+        "learner/num_micro_batches": float(n_micro),
+        "learner/policy_version": float(version),
+        "response_length/mean": float(pb.loss_mask.sum() / max(len(pb), 1)),
+        "num_turns/mean": float(pb.num_turns.mean()),
+    })
+    return metrics
+
+
+def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok: float,
+                n_seq: float, norm_c: float, use_kl: bool
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Forward + backward of one micro-batch.
+
+    Returns (token-mean metrics of this micro-batch, its shares of the aggregated losses:
+    ``actor/pg_loss``, ``actor/kl_loss``, ``actor/entropy_loss``, ``critic/vf_loss``, which
+    sum over micro-batches to the mini-batch losses).
+    """
+    device = _model_device(model)
+    mb = mb.to(device)
+    mask = mb.loss_mask
+    agg = {"num_tokens": n_tok, "num_seqs": n_seq, "norm_constant": norm_c}
+    logp, entropy = compute_logprobs(model, mb, temperature=config.temperature,
+                                     with_entropy=True, bf16=config.bf16)
+    weights = mb.get("weights")
+    old = mb.old_logprobs
+    prox = mb.get("prox_logprobs")
+    if prox is not None:
+        if config.tis_cap is not None:
+            tis = truncated_is_weights(prox, old, config.tis_cap)
+            weights = tis if weights is None else weights * tis
+        old = prox
+    pg, metrics = policy_loss(
+        logp, old, mb.advantages, mask, clip_ratio_low=config.clip_ratio_low,
+        clip_ratio_high=config.clip_ratio_high, clip_ratio_c=config.clip_ratio_c,
+        agg_mode=config.loss_agg_mode, weights=weights, **agg)
+    del metrics["actor/pg_loss"]
+    losses = {"actor/pg_loss": pg.detach()}
+    loss = pg
+    local_tok = mask.sum().clamp(min=1)
+    metrics["actor/entropy"] = ((entropy.detach() * mask).sum() / local_tok)
+    if config.entropy_coeff:
+        ent = agg_loss(entropy, mask, config.loss_agg_mode, **agg)
+        losses["actor/entropy_loss"] = ent.detach()
+        loss = loss - config.entropy_coeff * ent
+    if use_kl:
+        kl = kl_penalty(logp, mb.ref_logprobs, config.kl_estimator)
+        metrics["actor/kl"] = (kl.detach() * mask).sum() / local_tok
+        if config.use_kl_loss:
+            kl_loss = agg_loss(kl, mask, config.loss_agg_mode, **agg)
+            losses["actor/kl_loss"] = kl_loss.detach()
+            loss = loss + config.kl_coef * kl_loss
+    if value_model is not None and mb.get("returns") is not None:
+        vpred = compute_values(value_model, mb, bf16=config.bf16)
+        vf, vm = value_loss(vpred, mb.values, mb.returns, mask,
+                            cliprange_value=config.cliprange_value,
+                            agg_mode=config.loss_agg_mode, **agg)
+        losses["critic/vf_loss"] = vm.pop("critic/vf_loss")
+        metrics.update(vm)
+        loss = loss + config.vf_coef * vf
+    loss.backward()
+    return ({k: float(v) for k, v in metrics.items()}, {k: float(v) for k, v in losses.items()})
+
+
+def _clip_and_step(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> float:
+    """Clip the optimizer's gradients, step unless their norm is non-finite, zero them."""
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not params:
+        optimizer.zero_grad(set_to_none=True)
+        return 0.0
+    max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    if math.isfinite(norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm

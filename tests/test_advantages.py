@@ -1,0 +1,174 @@
+"""Advantage estimators and micro-batch building on hand-made packed batches."""
+
+import numpy as np
+import pytest
+from agentgym.learner.advantages import (
+    compute_advantages,
+    gae,
+    grpo_advantages,
+    place_token_rewards,
+    rloo_advantages,
+)
+from agentgym.learner.batch import (
+    BatchFormatError,
+    PackedBatch,
+    pack_trajectories,
+    plan_micro_batches,
+)
+
+
+def traj(reward, group=0, stop="done", n_model=2, prompt=2, **kw):
+    ids = list(range(1, prompt + n_model + 1))
+    mask = [0] * prompt + [1] * n_model
+    return {"token_ids": ids, "loss_mask": mask, "reward": reward, "group_id": group,
+            "stop_reason": stop, "turn_rewards": [reward], **kw}
+
+
+def test_grpo_group_normalisation_by_hand():
+    # group [1, 0, 0, 0]: mean 0.25, unbiased std 0.5 -> 1.5, -0.5, -0.5, -0.5
+    adv = grpo_advantages(np.array([1, 0, 0, 0, 2, 4.0]), np.array([7, 7, 7, 7, 9, 9]),
+                          eps=0.0)
+    assert adv.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5, -1 / np.sqrt(2),
+                                          1 / np.sqrt(2)], abs=1e-6)
+    dr = grpo_advantages(np.array([1, 0, 0, 0.0]), np.zeros(4), norm_by_std=False)
+    assert dr.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_grpo_identical_rewards_and_singletons_give_zero():
+    adv = grpo_advantages(np.array([1.0, 1.0, 0.5]), np.array([0, 0, 1]))
+    assert adv.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_rloo_leave_one_out():
+    adv = rloo_advantages(np.array([1, 0, 0, 0.0]), np.zeros(4))
+    assert adv.tolist() == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
+
+
+def test_failed_episodes_get_zero_and_leave_group_stats():
+    batch = pack_trajectories([traj(1.0), traj(0.0), traj(0.0), traj(0.0),
+                               traj(5.0, stop="env_error"), traj(5.0, stop="backend_error"),
+                               traj(5.0, stop="timeout"), traj(5.0, stop="aborted")])
+    res = compute_advantages(batch, "grpo", eps=0.0)
+    assert res.valid.tolist() == [True] * 4 + [False] * 4
+    assert res.seq_advantages.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5, 0, 0, 0, 0])
+    # broadcast to model tokens only (2 prompt tokens, 2 model tokens per trajectory)
+    assert res.advantages[:4].tolist() == pytest.approx([0, 0, 1.5, 1.5])
+    assert np.all(res.advantages[16:] == 0)
+
+
+@pytest.mark.parametrize(
+    "mode, valid, scores",
+    [("keep", [True] * 3, [1.0, 0.0, 1.0]), ("zero", [True] * 3, [1.0, 0.0, 0.0]),
+     ("drop", [True, True, False], [1.0, 0.0, 1.0])],
+)
+def test_truncated_episode_options(mode, valid, scores):
+    batch = pack_trajectories([traj(1.0), traj(0.0), traj(1.0, stop="horizon")])
+    res = compute_advantages(batch, "rloo", truncated=mode)
+    assert res.valid.tolist() == valid
+    assert res.scores.tolist() == scores
+    if mode == "drop":
+        assert res.seq_advantages.tolist() == pytest.approx([1.0, -1.0, 0.0])
+
+
+def test_bad_options_raise():
+    batch = pack_trajectories([traj(1.0), traj(0.0)])
+    with pytest.raises(ValueError, match="bootstrap"):
+        compute_advantages(batch, "grpo", truncated="bootstrap")
+    with pytest.raises(ValueError):
+        compute_advantages(batch, "ppo")
+    with pytest.raises(ValueError, match="values"):
+        compute_advantages(batch, "gae")
+
+
+def multi_turn_batch(stop="done"):
+    # [prompt, prompt, m1, m2, obs, obs, m3]: turn 1 = (m1, m2), turn 2 = (m3)
+    return pack_trajectories([{
+        "token_ids": [1, 2, 3, 4, 5, 6, 7], "loss_mask": [0, 0, 1, 1, 0, 0, 1],
+        "turn_rewards": [0.5, 1.0], "reward": 1.5, "stop_reason": stop}])
+
+
+def test_turn_rewards_sit_at_last_model_token_of_each_turn():
+    batch = multi_turn_batch()
+    assert place_token_rewards(batch).tolist() == [0, 0, 0, 0.5, 0, 0, 1.0]
+    assert place_token_rewards(batch, placement="outcome").tolist() == [0, 0, 0, 0, 0, 0, 1.5]
+    # reward != sum of turn rewards: the residual goes on the last model token
+    batch2 = batch.with_rewards(np.array([2.0]))
+    assert place_token_rewards(batch2).tolist() == [0, 0, 0, 0.5, 0, 0, 1.5]
+
+
+def test_gae_hand_example_skips_observation_tokens():
+    batch = multi_turn_batch()
+    values = np.array([9, 9, 0.1, 0.2, 9, 9, 0.3], dtype=np.float32)  # 9s are off-policy
+    res = compute_advantages(batch, "gae", values=values, gamma=0.9, lam=0.8,
+                             whiten_advantages=False)
+    # m3: 1.0 - 0.3 = 0.7; m2: 0.5 + 0.9*0.3 - 0.2 + 0.72*0.7 = 1.074;
+    # m1: 0 + 0.9*0.2 - 0.1 + 0.72*1.074 = 0.85328
+    a = [0, 0, 0.85328, 1.074, 0, 0, 0.7]
+    assert res.advantages.tolist() == pytest.approx(a, abs=1e-5)
+    assert res.returns.tolist() == pytest.approx([0, 0, 0.95328, 1.274, 0, 0, 1.0], abs=1e-5)
+
+
+def test_gae_bootstrap_for_truncated_episodes():
+    batch = multi_turn_batch(stop="horizon")
+    values = np.array([0, 0, 0.1, 0.2, 0, 0, 0.3], dtype=np.float32)
+    res = compute_advantages(batch, "gae", values=values, gamma=0.9, lam=0.8,
+                             truncated="bootstrap", whiten_advantages=False)
+    assert res.advantages[6] == pytest.approx(1.0 + 0.9 * 0.3 - 0.3, abs=1e-6)
+    # the low-level function agrees
+    adv, _ = gae(np.array([1.0]), np.array([0.3]), np.array([1]), np.array([0, 1]),
+                 gamma=0.9, bootstrap=np.array([True]))
+    assert adv[0] == pytest.approx(0.97)
+
+
+def test_reinforce_pp_returns_are_whitened_and_kl_penalised():
+    batch = pack_trajectories([
+        {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "reward": 1.0, "turn_rewards": [1.0],
+         "logprobs": [0, -1.0, -1.0]},
+        {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "reward": 0.0, "turn_rewards": [0.0],
+         "logprobs": [0, -1.0, -1.0]},
+    ])
+    res = compute_advantages(batch, "reinforce_pp", gamma=1.0)
+    assert res.returns.tolist() == pytest.approx([0, 1, 1, 0, 0, 0])
+    model = res.advantages[batch.loss_mask == 1]
+    assert model.mean() == pytest.approx(0.0, abs=1e-6)
+    assert model.std(ddof=1) == pytest.approx(1.0, abs=1e-4)
+    # k1 KL of 0.5 per model token, coefficient 0.1: each token loses 0.05
+    ref = batch.logprobs - 0.5 * batch.loss_mask
+    res = compute_advantages(batch, "reinforce_pp", ref_logprobs=ref, kl_coef=0.1)
+    assert res.returns.tolist() == pytest.approx([0, 0.9, 0.95, 0, -0.1, -0.05], abs=1e-6)
+
+
+def test_reinforce_pp_baseline_and_metrics():
+    batch = pack_trajectories([traj(1.0), traj(0.0), traj(0.5, group=1), traj(0.5, group=1)])
+    res = compute_advantages(batch, "reinforce_pp_baseline")
+    model = res.advantages[batch.loss_mask == 1]
+    assert model[:2].tolist() == pytest.approx([model[0]] * 2)
+    assert model[0] > 0 > model[2] and model[4] == pytest.approx(0.0, abs=1e-6)
+    assert res.metrics["critic/score/mean"] == pytest.approx(0.5)
+    assert res.metrics["learner/num_valid"] == 4
+
+
+def test_packed_batch_validation_errors():
+    good = pack_trajectories([traj(1.0)])
+    d = {f: getattr(good, f) for f in good.__dataclass_fields__}
+    PackedBatch.from_any(d)
+    bad = dict(d, offsets=np.array([0, 3]))
+    with pytest.raises(BatchFormatError, match="offsets"):
+        PackedBatch.from_any(bad)
+    missing = {k: v for k, v in d.items() if k != "logprobs"}
+    with pytest.raises(BatchFormatError, match="logprobs"):
+        PackedBatch.from_any(missing)
+    with pytest.raises(BatchFormatError, match="rewards"):
+        PackedBatch.from_any(dict(d, rewards=np.zeros(3, np.float32)))
+
+
+def test_micro_batch_plan_respects_budget_and_sorts():
+    lengths = np.array([5, 100, 7, 90, 6, 8])
+    plan = plan_micro_batches(lengths, 200)
+    assert [p.tolist() for p in plan] == [[1, 3], [5, 2, 4, 0]]
+    for p in plan:
+        assert len(p) * lengths[p].max() <= 200
+    # an over-long sequence gets its own micro-batch; max_seqs caps the count
+    assert [p.tolist() for p in plan_micro_batches(lengths, 50)][0] == [1]
+    assert all(len(p) <= 2 for p in plan_micro_batches(lengths, 10_000,
+                                                       max_seqs_per_microbatch=2))
