@@ -30,9 +30,33 @@ class WordleEnv(NativeEnv):
         super().__init__("wordle", max_turns=max_turns, **kwargs)
 
 
+#: Env classes of the Python-written suites, imported on first access.
+_LAZY = {
+    "CodeDebugEnv": "agentgym.envs.code_debug",
+    "ECommerceServiceEnv": "agentgym.envs.ecommerce",
+    "OfficeEnv": "agentgym.envs.office",
+    "ProjectPlanningEnv": "agentgym.envs.office",
+    "RemoteEnv": "agentgym.envs.remote",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentgym.envs' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "BaseEnv",
     "BaseEnvAdapter",
+    "CodeDebugEnv",
+    "ECommerceServiceEnv",
+    "OfficeEnv",
+    "ProjectPlanningEnv",
+    "RemoteEnv",
     "MazeEnv",
     "NativeEnv",
     "TextCraftEnv",

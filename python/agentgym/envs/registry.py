@@ -119,3 +119,8 @@ for _native_id in _core.native_env_ids():
         description=_core.native_env_description(_native_id),
         native=True,
     )
+
+# Python-written suites register "module:Class" entry points: their modules load on first make.
+from agentgym.envs import scenarios as _scenarios  # noqa: E402
+
+_scenarios.register_all()

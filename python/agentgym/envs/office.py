@@ -1,0 +1,468 @@
+"""``office``: turn meeting notes into a to-do list (task, owner, deadline); and
+``project_planning``: schedule a small project's tasks (:class:`ProjectPlanningEnv`).
+
+Notes are generated from templates: attendees, committed action items phrased in several ways
+(self-assigned, assigned by someone else, "Action item:" lines), deadlines relative to the
+meeting date ("tomorrow", "by Friday", "in two weeks", "by the end of the month", ...), and
+distractors (chatter, suggestions that were turned down, vague "someday" ideas). The agent
+adds items and submits; the reward is an F1 over matched items in which each match counts
+(1 + owner correct + deadline correct) / 3.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.envs.base import BaseEnv
+from agentgym.errors import EpisodeFinishedError, InvalidTaskError
+
+SPLITS = {"train": (0, 800), "test": (800, 1000)}
+MAX_ITEMS = 20
+MATCH_THRESHOLD = 0.5
+
+INSTRUCTIONS = """You are an office assistant. Read the meeting notes and record every \
+committed action item as a to-do with its owner and deadline. Actions (one per turn):
+  add_todo[TASK | OWNER | YYYY-MM-DD]   add a to-do (OWNER: first name as in the notes)
+  list                                  show the to-dos so far, numbered
+  remove[N]                             remove to-do number N
+  notes                                 show the meeting notes again
+  submit                                finish and be scored
+Only commitments with an owner count: skip chatter, ideas that were turned down, and vague \
+"someday" suggestions. Relative dates count from the meeting date: "tomorrow" = +1 day, \
+"by <weekday>" = the first such weekday after the meeting, "in two weeks" = +14 days, \
+"within N days" = +N days, "by the end of next week" = Friday of the following week, "by the \
+end of the month" = the month's last day, "by the 20th" = the next 20th after the meeting.
+Score: F1 over to-dos matched to the true ones (by the words of the task), where each match \
+counts (1 + right owner + right deadline) / 3."""
+
+TASKS = [
+    "send the updated budget to finance", "review the vendor contract",
+    "book the venue for the offsite", "draft the release notes", "update the onboarding FAQ",
+    "schedule a call with the design agency", "prepare the quarterly review slides",
+    "fix the login timeout bug", "collect feedback from the beta users",
+    "order new laptops for the interns", "write the launch blog post",
+    "set up the staging server", "renew the software licenses", "organize the team lunch",
+    "translate the user guide into Spanish", "audit the access permissions",
+    "create the hiring plan for engineering", "file the travel expense reports",
+    "test the payment flow on mobile", "send the meeting summary to the client",
+    "clean up the shared drive", "negotiate the cloud hosting discount",
+    "publish the job posting", "interview the two backend candidates",
+    "migrate the wiki to the new platform", "benchmark the search service",
+]
+TITLES = ["Weekly sync", "Product launch planning", "Q3 kickoff", "Marketing stand-up",
+          "Engineering retro", "Ops review", "Client onboarding prep", "Budget review"]
+NAMES = ["Dana", "Luis", "Priya", "Tom", "Mei", "Omar", "Sara", "Jonas", "Aisha", "Ken",
+         "Elena", "Raj", "Chloe", "Ivan", "Nora", "Sam"]
+WEEKDAYS = list(calendar.day_name)
+STOP = {"the", "a", "an", "to", "for", "of", "on", "with", "into", "and", "from", "our", "new",
+        "two", "by", "in"}
+
+
+def _deadline(rng: random.Random, d: dt.date) -> tuple[str, dt.date]:
+    """A deadline phrase and the date it means, relative to meeting date ``d``."""
+    kind = rng.randrange(8)
+    if kind == 0:
+        return "tomorrow", d + dt.timedelta(days=1)
+    if kind == 1:
+        wd = rng.randrange(5)
+        ahead = (wd - d.weekday()) % 7 or 7
+        return f"by {WEEKDAYS[wd]}", d + dt.timedelta(days=ahead)
+    if kind == 2:
+        n = rng.choice([2, 3])
+        return ("in two weeks" if n == 2 else "in three weeks"), d + dt.timedelta(weeks=n)
+    if kind == 3:
+        n = rng.randint(2, 10)
+        return f"within {n} days", d + dt.timedelta(days=n)
+    if kind == 4:
+        return "by the end of next week", d + dt.timedelta(days=4 - d.weekday() + 7)
+    if kind == 5:
+        last = calendar.monthrange(d.year, d.month)[1]
+        return "by the end of the month", d.replace(day=last)
+    if kind == 6:
+        target = d + dt.timedelta(days=rng.randint(5, 40))
+        return f"by {target:%B} {target.day}", target
+    day = rng.randint(1, 28)
+    if day > d.day:
+        target = d.replace(day=day)
+    else:
+        target = (d.replace(day=1) + dt.timedelta(days=32)).replace(day=day)
+    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"by the {day}{suffix}", target
+
+
+@dataclass
+class Todo:
+    task: str
+    owner: str
+    deadline: dt.date
+
+
+@dataclass
+class Meeting:
+    date: dt.date
+    title: str
+    attendees: list[str]
+    notes: str
+    todos: list[Todo]
+
+
+def generate(index: int) -> Meeting:
+    """Meeting notes and the true to-dos of task ``index`` (over all splits)."""
+    rng = random.Random(f"office:{index}")
+    d = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 700))
+    while d.weekday() > 4:
+        d += dt.timedelta(days=1)
+    people = rng.sample(NAMES, rng.randint(3, 6))
+    lead = people[0]
+    bank = rng.sample(TASKS, 10)
+    n = rng.randint(2, 5)
+    todos, lines = [], []
+    for task in bank[:n]:
+        when, date = _deadline(rng, d)
+        style = rng.randrange(4)
+        owner = rng.choice(people)
+        if style == 0:
+            lines.append([f"{owner}: I'll {task} {when}."])
+        elif style == 1 and owner != lead:
+            lines.append([f"{lead}: {owner}, can you {task} {when}?",
+                          f"{owner}: {rng.choice(['Sure.', 'Yes, will do.', 'OK, on it.'])}"])
+        elif style == 2:
+            lines.append([f"Action item: {owner} to {task} {when}."])
+        else:
+            other = rng.choice([p for p in people if p != owner])
+            lines.append([f"{other}: Let's have {owner} {task}, {when}.",
+                          f"{owner}: Fine by me."])
+        todos.append(Todo(task, owner, date))
+    p = lambda: rng.choice(people)  # noqa: E731
+    distractors = [
+        [f"{p()}: The client call last week went well."],
+        [f"{p()}: I'm out on {rng.choice(WEEKDAYS[:5])} afternoon."],
+        [f"{p()}: Reminder that the coffee machine is fixed."],
+        [f"{p()}: Should I {bank[n]}?", f"{lead}: No need, that's already done."],
+        [f"{p()}: At some point someone should {bank[n + 1]}, but not now."],
+        [f"{p()}: Great work on the demo, everyone."],
+        [f"{p()}: We decided not to {bank[n + 2]} this quarter."],
+    ]
+    lines += rng.sample(distractors, rng.randint(2, 5))
+    rng.shuffle(lines)
+    body = "\n".join(ln for block in lines for ln in block)
+    title = rng.choice(TITLES)
+    notes = (f"Meeting notes: {title}, {WEEKDAYS[d.weekday()]} {d.isoformat()}\n"
+             f"Attendees: {', '.join(people)}\n{body}")
+    return Meeting(d, title, people, notes, todos)
+
+
+def _words(text: str) -> set[str]:
+    out = set()
+    for w in re.findall(r"[a-z0-9]+", text.lower()):
+        if w in STOP:
+            continue
+        for suf in ("ing", "es", "ed", "s"):
+            if w.endswith(suf) and len(w) > len(suf) + 2:
+                w = w[: -len(suf)]
+                break
+        out.add(w)
+    return out
+
+
+def task_similarity(a: str, b: str) -> float:
+    """Token F1 between two task descriptions (stop words dropped, crude stemming)."""
+    wa, wb = _words(a), _words(b)
+    if not wa or not wb:
+        return 0.0
+    common = len(wa & wb)
+    return 2 * common / (len(wa) + len(wb))
+
+
+def score(pred: list[Todo], gold: list[Todo]) -> dict[str, Any]:
+    """Greedy one-to-one matching by similarity (>= 0.5); F1 of per-match quality."""
+    pairs = sorted(((task_similarity(p.task, g.task), i, j) for i, p in enumerate(pred)
+                    for j, g in enumerate(gold)), reverse=True)
+    used_p, used_g, quality, matched = set(), set(), 0.0, 0
+    owners = deadlines = 0
+    for sim, i, j in pairs:
+        if sim < MATCH_THRESHOLD or i in used_p or j in used_g:
+            continue
+        used_p.add(i)
+        used_g.add(j)
+        owner_ok = pred[i].owner.strip().lower() == gold[j].owner.lower()
+        date_ok = pred[i].deadline == gold[j].deadline
+        quality += (1 + owner_ok + date_ok) / 3
+        matched += 1
+        owners += owner_ok
+        deadlines += date_ok
+    precision = quality / len(pred) if pred else 0.0
+    recall = quality / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"f1": f1, "precision": precision, "recall": recall, "matched": matched,
+            "owners_correct": owners, "deadlines_correct": deadlines, "gold": len(gold),
+            "predicted": len(pred)}
+
+
+_ACTION = re.compile(r"^\s*([a-z_]+)\s*(?:\[(.*)\])?\s*$", re.S | re.I)
+
+
+class OfficeEnv(BaseEnv):
+    """Meeting notes -> to-dos with owners and deadlines; see the module doc."""
+
+    instructions = INSTRUCTIONS
+
+    def __init__(self, split: str = "train"):
+        if split not in SPLITS and split != "all":
+            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+        self.split = split
+        self._lo, hi = SPLITS[split] if split != "all" else (0, SPLITS["test"][1])
+        self.num_tasks = hi - self._lo
+        self.meeting: Meeting | None = None
+        self.todos: list[Todo] = []
+        self.done = True
+
+    def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
+        if task is None:
+            task = random.Random(seed).randrange(self.num_tasks)
+        try:
+            index = int(task)
+        except (TypeError, ValueError):
+            raise InvalidTaskError(f"office: bad task {task!r}") from None
+        if not 0 <= index < self.num_tasks:
+            raise InvalidTaskError(f"office[{self.split}]: task {index} not in "
+                                   f"[0, {self.num_tasks})")
+        self.meeting = generate(self._lo + index)
+        self.todos = []
+        self.done = False
+        return self.meeting.notes
+
+    def _listing(self) -> str:
+        if not self.todos:
+            return "No to-dos yet."
+        return "\n".join(f"{k}. {t.task} | {t.owner} | {t.deadline}"
+                         for k, t in enumerate(self.todos, 1))
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if self.meeting is None or self.done:
+            raise EpisodeFinishedError("office: call reset() first")
+        m = _ACTION.match(action)
+        if not m:
+            return "Invalid action format. Use name[arguments].", 0.0, False, {"invalid": True}
+        name, arg = m.group(1).lower(), (m.group(2) or "").strip()
+        if name == "add_todo":
+            parts = [x.strip() for x in arg.split("|")]
+            if len(parts) != 3 or not parts[0] or not parts[1]:
+                return ("Usage: add_todo[TASK | OWNER | YYYY-MM-DD].", 0.0, False,
+                        {"invalid": True})
+            try:
+                deadline = dt.date.fromisoformat(parts[2])
+            except ValueError:
+                return f"Bad date {parts[2]!r}; use YYYY-MM-DD.", 0.0, False, {"invalid": True}
+            if len(self.todos) >= MAX_ITEMS:
+                return f"At most {MAX_ITEMS} to-dos.", 0.0, False, {"invalid": True}
+            self.todos.append(Todo(parts[0], parts[1], deadline))
+            return f"Added #{len(self.todos)}.", 0.0, False, {}
+        if name == "list":
+            return self._listing(), 0.0, False, {}
+        if name == "notes":
+            return self.meeting.notes, 0.0, False, {}
+        if name == "remove":
+            if not arg.isdigit() or not 1 <= int(arg) <= len(self.todos):
+                return f"No to-do number {arg!r}.", 0.0, False, {"invalid": True}
+            gone = self.todos.pop(int(arg) - 1)
+            return f"Removed: {gone.task}.\n{self._listing()}", 0.0, False, {}
+        if name == "submit":
+            self.done = True
+            res = score(self.todos, self.meeting.todos)
+            res["solved"] = res["f1"] >= 0.999
+            return (f"Submitted {len(self.todos)} to-dos: F1 {res['f1']:.3f}.", res["f1"], True,
+                    res)
+        return f"Unknown action {name!r}.", 0.0, False, {"invalid": True}
+
+    def valid_actions(self) -> list[str]:
+        if self.done or self.meeting is None:
+            return []
+        return ["list", "notes", "submit"] + [f"remove[{k}]" for k in
+                                               range(1, len(self.todos) + 1)]
+
+    def oracle_action(self) -> str | None:
+        """Add each true to-do not yet matched, then submit."""
+        if self.done or self.meeting is None:
+            return None
+        for g in self.meeting.todos:
+            if not any(task_similarity(t.task, g.task) >= MATCH_THRESHOLD and t.owner == g.owner
+                       and t.deadline == g.deadline for t in self.todos):
+                return f"add_todo[{g.task} | {g.owner} | {g.deadline.isoformat()}]"
+        return "submit"
+
+
+# ---------------------------------------------------------------------------------------
+# Project planning: schedule the tasks of a small project (dependencies, earliest dates).
+
+PLAN_STEPS = [
+    "gather requirements", "write the design doc", "review the design", "build the prototype",
+    "set up CI", "implement the backend", "implement the frontend", "write the tests",
+    "run the security review", "prepare the launch email", "train the support team",
+    "migrate the data", "run the load test", "fix the release blockers", "ship the release",
+]
+PLAN_INSTRUCTIONS = """You are planning a project. Each task has a duration in calendar days \
+and may depend on other tasks or have an earliest start date. A task that starts on day D and \
+takes N days occupies days D .. D+N-1; a task that depends on it may start on day D+N at the \
+earliest. Nobody works on a task before the project start. Actions (one per turn):
+  schedule[TASK_ID | YYYY-MM-DD]   set (or change) a task's start date
+  list                             show the plan so far and its finish date
+  submit                           finish and be scored
+Score: 0.5 * fraction of tasks scheduled without breaking a constraint + 0.5 * (shortest \
+possible finish / your finish) when every task is scheduled validly."""
+
+
+@dataclass
+class PlanTask:
+    tid: str
+    name: str
+    days: int
+    deps: list[str]
+    not_before: dt.date | None
+
+
+@dataclass
+class Project:
+    start: dt.date
+    tasks: list[PlanTask]
+    earliest: dict[str, dt.date]  # the ASAP schedule
+    finish: dt.date  # last day of the ASAP schedule
+
+    def describe(self) -> str:
+        lines = [f"Project start: {WEEKDAYS[self.start.weekday()]} {self.start}. Tasks:"]
+        for t in self.tasks:
+            extra = [f"after {', '.join(t.deps)}"] if t.deps else []
+            if t.not_before:
+                extra.append(f"not before {t.not_before}")
+            lines.append(f"  {t.tid}: {t.name}, {t.days} day{'s' * (t.days > 1)}"
+                         + (f" ({'; '.join(extra)})" if extra else ""))
+        return "\n".join(lines)
+
+
+def _earliest(tasks: list[PlanTask], start: dt.date) -> dict[str, dt.date]:
+    out: dict[str, dt.date] = {}
+    by_id = {t.tid: t for t in tasks}
+    for t in tasks:  # tasks are listed in a topological order
+        d = max([start] + [out[p] + dt.timedelta(days=by_id[p].days) for p in t.deps])
+        out[t.tid] = max(d, t.not_before) if t.not_before else d
+    return out
+
+
+def generate_project(index: int) -> Project:
+    """The project of task ``index`` (over all splits) and its ASAP schedule."""
+    rng = random.Random(f"project_planning:{index}")
+    start = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 700))
+    start -= dt.timedelta(days=start.weekday())
+    names = sorted(rng.sample(PLAN_STEPS, rng.randint(5, 9)), key=PLAN_STEPS.index)
+    tasks: list[PlanTask] = []
+    for k, name in enumerate(names):
+        earlier = [t.tid for t in tasks]
+        deps = sorted(rng.sample(earlier, min(len(earlier), rng.choice([0, 1, 1, 2]))))
+        nb = start + dt.timedelta(days=rng.randint(2, 12)) if rng.random() < 0.2 else None
+        tasks.append(PlanTask(f"T{k + 1}", name, rng.randint(1, 5), deps, nb))
+    earliest = _earliest(tasks, start)
+    finish = max(earliest[t.tid] + dt.timedelta(days=t.days - 1) for t in tasks)
+    return Project(start, tasks, earliest, finish)
+
+
+class ProjectPlanningEnv(BaseEnv):
+    """Schedule a project's tasks under dependencies and earliest dates; finish early."""
+
+    instructions = PLAN_INSTRUCTIONS
+
+    def __init__(self, split: str = "train"):
+        if split not in SPLITS and split != "all":
+            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+        self.split = split
+        self._lo, hi = SPLITS[split] if split != "all" else (0, SPLITS["test"][1])
+        self.num_tasks = hi - self._lo
+        self.project: Project | None = None
+        self.plan: dict[str, dt.date] = {}
+        self.done = True
+
+    def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
+        if task is None:
+            task = random.Random(seed).randrange(self.num_tasks)
+        try:
+            index = int(task)
+        except (TypeError, ValueError):
+            raise InvalidTaskError(f"project_planning: bad task {task!r}") from None
+        if not 0 <= index < self.num_tasks:
+            raise InvalidTaskError(f"project_planning[{self.split}]: task {index} not in "
+                                   f"[0, {self.num_tasks})")
+        self.project = generate_project(self._lo + index)
+        self.plan = {}
+        self.done = False
+        return self.project.describe()
+
+    def _valid(self, t: PlanTask) -> bool:
+        s = self.plan.get(t.tid)
+        if s is None or s < self.project.start or (t.not_before and s < t.not_before):
+            return False
+        by_id = {x.tid: x for x in self.project.tasks}
+        return all(p in self.plan and self.plan[p] + dt.timedelta(days=by_id[p].days) <= s
+                   for p in t.deps)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Validity per task, the plan's finish date and the reward it would get."""
+        tasks = self.project.tasks
+        valid = [t.tid for t in tasks if self._valid(t)]
+        frac = len(valid) / len(tasks)
+        finish = None
+        reward = 0.5 * frac
+        if len(valid) == len(tasks):
+            finish = max(self.plan[t.tid] + dt.timedelta(days=t.days - 1) for t in tasks)
+            span_best = (self.project.finish - self.project.start).days + 1
+            span = (finish - self.project.start).days + 1
+            reward += 0.5 * span_best / span
+        return {"valid": valid, "finish": finish, "reward": reward,
+                "optimal_finish": self.project.finish, "solved": reward >= 0.999}
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if self.project is None or self.done:
+            raise EpisodeFinishedError("project_planning: call reset() first")
+        m = _ACTION.match(action)
+        if not m:
+            return "Invalid action format. Use name[arguments].", 0.0, False, {"invalid": True}
+        name, arg = m.group(1).lower(), (m.group(2) or "").strip()
+        if name == "schedule":
+            parts = [x.strip() for x in arg.split("|")]
+            ids = {t.tid.lower(): t.tid for t in self.project.tasks}
+            if len(parts) != 2 or parts[0].lower() not in ids:
+                return "Usage: schedule[TASK_ID | YYYY-MM-DD] with a listed task id.", 0.0, \
+                    False, {"invalid": True}
+            try:
+                self.plan[ids[parts[0].lower()]] = dt.date.fromisoformat(parts[1])
+            except ValueError:
+                return f"Bad date {parts[1]!r}; use YYYY-MM-DD.", 0.0, False, {"invalid": True}
+            return f"{ids[parts[0].lower()]} starts {parts[1]}.", 0.0, False, {}
+        if name == "list":
+            ev = self.evaluate()
+            lines = [f"{t.tid}: {self.plan.get(t.tid, 'unscheduled')}"
+                     + ("" if t.tid in ev["valid"] or t.tid not in self.plan
+                        else " (breaks a constraint)") for t in self.project.tasks]
+            lines.append(f"Finish: {ev['finish'] or 'n/a'}")
+            return "\n".join(lines), 0.0, False, {}
+        if name == "submit":
+            self.done = True
+            ev = self.evaluate()
+            return (f"Submitted: {len(ev['valid'])}/{len(self.project.tasks)} tasks valid, "
+                    f"finish {ev['finish'] or 'n/a'}.", ev["reward"], True, ev)
+        return f"Unknown action {name!r}.", 0.0, False, {"invalid": True}
+
+    def valid_actions(self) -> list[str]:
+        return [] if self.done or self.project is None else ["list", "submit"]
+
+    def oracle_action(self) -> str | None:
+        """Schedule every task at its earliest start (optimal), then submit."""
+        if self.done or self.project is None:
+            return None
+        for t in self.project.tasks:
+            if self.plan.get(t.tid) != self.project.earliest[t.tid]:
+                return f"schedule[{t.tid} | {self.project.earliest[t.tid].isoformat()}]"
+        return "submit"
