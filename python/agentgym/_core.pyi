@@ -1,0 +1,140 @@
+"""Type stubs of ``agentgym._core``, the Rust extension (thin PyO3 bindings over
+``agentgym-core``). Prefer the Python wrappers: ``agentgym.EnvPool``,
+``agentgym.trajectory.TrajectoryStore``, ``agentgym.parse``."""
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+#: Stop reason names in code order (``PackedBatch.stop_reason`` holds indices into this).
+STOP_REASONS: tuple[str, ...]
+#: Action formats accepted by ``parse_action``.
+PARSE_FORMATS: tuple[str, ...]
+DEFAULT_MAX_ACTION_CHARS: int
+
+class AgentGymError(Exception):
+    """Base class of agentgym errors."""
+
+class UnknownEnvError(AgentGymError):
+    """No environment is registered under this id."""
+
+class EpisodeFinishedError(AgentGymError):
+    """The episode has ended; reset it first."""
+
+class EpisodeNotStartedError(AgentGymError):
+    """The episode was never reset."""
+
+class InvalidTaskError(AgentGymError):
+    """The environment rejected the task."""
+
+class EnvError(AgentGymError):
+    """The environment failed."""
+
+class TrajectoryError(AgentGymError):
+    """Invalid trajectory operation."""
+
+class EnvPool:
+    """Episodes of one native env, reset and stepped in batches (GIL released)."""
+
+    def __init__(self, env_id: str, num_envs: int, kwargs_json: str = "{}") -> None: ...
+    def reset(
+        self,
+        ids: Sequence[int],
+        tasks: Sequence[int | str],
+        seeds: Sequence[int],
+        max_turns: Sequence[int | None],
+    ) -> list[str]: ...
+    def step(
+        self, ids: Sequence[int], actions: Sequence[str]
+    ) -> tuple[
+        list[str],
+        npt.NDArray[np.float32],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+    ]: ...
+    def finish(self, ids: Sequence[int], reason: str) -> None: ...
+    def valid_actions(self, slot: int) -> list[str]: ...
+    def oracle_action(self, slot: int) -> str | None: ...
+    def oracle_actions(self, ids: Sequence[int]) -> list[str | None]: ...
+    def turns(self) -> npt.NDArray[np.uint32]: ...
+    def stop_reasons(self) -> list[str | None]: ...
+    def set_max_turns(self, slot: int, max_turns: int | None) -> None: ...
+    def episode(self, slot: int) -> tuple[int | str, int, int, int | None, str | None, float]: ...
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def instructions(self) -> str: ...
+    @property
+    def num_tasks(self) -> int: ...
+    def __len__(self) -> int: ...
+
+def native_env_ids() -> list[str]: ...
+def native_env_description(env_id: str) -> str: ...
+
+class TrajectoryStore:
+    """Token-exact trajectories of live episodes; see ``agentgym.trajectory``.
+    Array arguments must already have the exact dtype shown (the wrapper converts)."""
+
+    def __init__(self) -> None: ...
+    def begin(
+        self,
+        key: int,
+        group_id: int = 0,
+        sample_index: int = 0,
+        policy_version: int = 0,
+        task_id: int = 0,
+    ) -> None: ...
+    def begin_batch(
+        self,
+        keys: npt.NDArray[np.uint64],
+        group_ids: npt.NDArray[np.uint64],
+        sample_indices: npt.NDArray[np.uint32],
+        policy_versions: npt.NDArray[np.uint32],
+        task_ids: npt.NDArray[np.uint64],
+    ) -> None: ...
+    def append(
+        self,
+        key: int,
+        tokens: npt.NDArray[np.uint32],
+        is_model: bool,
+        logprobs: npt.NDArray[np.float32] | None = None,
+    ) -> None: ...
+    def append_batch(
+        self,
+        keys: npt.NDArray[np.uint64],
+        flat_tokens: npt.NDArray[np.uint32],
+        offsets: npt.NDArray[np.int64],
+        is_model: npt.NDArray[np.bool_],
+        flat_logprobs: npt.NDArray[np.float32] | None = None,
+    ) -> None: ...
+    def add_turn(self, key: int, reward: float) -> None: ...
+    def add_turns(self, keys: npt.NDArray[np.uint64], rewards: npt.NDArray[np.float32]) -> None: ...
+    def finish(self, key: int, stop_reason: str, reward_override: float | None = None) -> None: ...
+    def finish_batch(
+        self,
+        keys: npt.NDArray[np.uint64],
+        stop_reasons: str | Sequence[str],
+        reward_overrides: npt.NDArray[np.float32] | None = None,
+    ) -> None: ...
+    def discard(self, key: int) -> None: ...
+    def finish_all(self, stop_reason: str) -> int: ...
+    def drain(self, max: int | None = None) -> dict[str, np.ndarray]: ...
+    def is_live(self, key: int) -> bool: ...
+    def __contains__(self, key: int) -> bool: ...
+    def num_tokens(self, key: int) -> int: ...
+    def num_turns(self, key: int) -> int: ...
+    @property
+    def num_live(self) -> int: ...
+    @property
+    def num_completed(self) -> int: ...
+    def heap_bytes(self) -> int: ...
+    @staticmethod
+    def idle_bytes_per_episode() -> int: ...
+
+def parse_action(text: str, format: str = "auto", max_chars: int = 4096) -> str | None: ...
+def parse_actions(
+    texts: Sequence[str], format: str = "auto", max_chars: int = 4096
+) -> list[str | None]: ...

@@ -1,0 +1,21 @@
+"""Extraction of the action from model text, in AgentGym's formats (implemented in Rust).
+
+``parse_action(text, format="auto", max_chars=4096) -> str | None`` and
+``parse_actions(texts, format="auto", max_chars=4096) -> list[str | None]`` (parallel, GIL
+released). Formats (``PARSE_FORMATS``):
+
+- ``react``: the text after the last ``Action:`` (case-insensitive; ``Action:`` alone on a
+  line followed by the action also works), cut at a hallucinated ``Observation:`` line;
+- ``tags``: the content of the last complete ``<action>...</action>`` pair;
+- ``last_line``: the last non-empty line; ``raw``: the whole text;
+- ``auto``: tags, then ReAct, then the last non-empty line.
+
+Results are trimmed; end-of-turn markers (``<|im_end|>``, ``</s>``, ``<|eot_id|>``, ...),
+surrounding quotes/backticks and code fences are stripped; the length is capped at
+``max_chars`` characters. None means no action was found. An unknown format raises
+``ValueError``; a non-str text raises ``TypeError``.
+"""
+
+from agentgym._core import DEFAULT_MAX_ACTION_CHARS, PARSE_FORMATS, parse_action, parse_actions
+
+__all__ = ["DEFAULT_MAX_ACTION_CHARS", "PARSE_FORMATS", "parse_action", "parse_actions"]
