@@ -15,6 +15,7 @@ pub mod maze;
 pub mod parse;
 pub mod pool;
 pub mod registry;
+pub mod splitmix;
 pub mod testenv;
 pub mod textcraft;
 pub mod trajectory;
