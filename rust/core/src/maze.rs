@@ -29,24 +29,58 @@ pub struct Layout {
     pub open: Vec<u8>,
     pub start: usize,
     pub goal: usize,
+    /// Bit `d` of `inside[c]`: cell `c` has a neighbour in direction `d` (no division later).
+    inside: Vec<u8>,
+}
+
+/// Reusable buffers of generation and search (a reset allocates nothing once warm).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    visited: Vec<bool>,
+    stack: Vec<usize>,
+    dist: Vec<u32>,
+    queue: VecDeque<usize>,
 }
 
 impl Layout {
-    /// The neighbour of cell `c` in direction `d`, if inside the grid.
-    #[inline]
-    pub fn neighbor(&self, c: usize, d: usize) -> Option<usize> {
-        let (x, y) = (c % self.width, c / self.width);
-        match d {
-            0 if y > 0 => Some(c - self.width),
-            1 if y + 1 < self.height => Some(c + self.width),
-            2 if x + 1 < self.width => Some(c + 1),
-            3 if x > 0 => Some(c - 1),
-            _ => None,
+    /// An all-walls layout of `width` x `height` cells (buffers reused).
+    fn set_size(&mut self, width: usize, height: usize) {
+        self.open.clear();
+        self.open.resize(width * height, 0);
+        if (width, height) != (self.width, self.height) || self.inside.len() != width * height {
+            self.width = width;
+            self.height = height;
+            self.inside = (0..width * height)
+                .map(|c| {
+                    let (x, y) = (c % width, c / width);
+                    u8::from(y > 0)
+                        | u8::from(y + 1 < height) << 1
+                        | u8::from(x + 1 < width) << 2
+                        | u8::from(x > 0) << 3
+                })
+                .collect();
         }
     }
 
+    /// The cell next to `c` in direction `d` (which must be inside the grid).
+    #[inline]
+    fn step_to(&self, c: usize, d: usize) -> usize {
+        match d {
+            0 => c - self.width,
+            1 => c + self.width,
+            2 => c + 1,
+            _ => c - 1,
+        }
+    }
+
+    /// The neighbour of cell `c` in direction `d`, if inside the grid.
+    #[inline]
+    pub fn neighbor(&self, c: usize, d: usize) -> Option<usize> {
+        (self.inside[c] & (1 << d) != 0).then(|| self.step_to(c, d))
+    }
+
     fn carve(&mut self, c: usize, d: usize) {
-        let n = self.neighbor(c, d).expect("carve inside the grid");
+        let n = self.step_to(c, d);
         self.open[c] |= 1 << d;
         self.open[n] |= 1 << (d ^ 1);
     }
@@ -61,7 +95,7 @@ impl Layout {
         while let Some(c) = queue.pop_front() {
             for d in 0..4 {
                 if self.open[c] & (1 << d) != 0 {
-                    let n = self.neighbor(c, d).expect("open side inside the grid");
+                    let n = self.step_to(c, d);
                     if out[n] == UNREACHED {
                         out[n] = out[c] + 1;
                         queue.push_back(n);
@@ -71,54 +105,59 @@ impl Layout {
         }
     }
 
+    /// Carve a maze for `key` (see [`Layout::generate_with`]).
+    pub fn generate(&mut self, width: usize, height: usize, loops: u64, key: u64) {
+        self.generate_with(width, height, loops, key, &mut Scratch::default());
+    }
+
     /// Carve a maze for `key`: randomized DFS, then `loops` extra openings, then a random
     /// start and a goal drawn among the cells at least half the maximum distance away.
-    pub fn generate(&mut self, width: usize, height: usize, loops: u64, key: u64) {
-        let n = width * height;
-        self.width = width;
-        self.height = height;
-        self.open.clear();
-        self.open.resize(n, 0);
+    pub fn generate_with(&mut self, w: usize, h: usize, loops: u64, key: u64, s: &mut Scratch) {
+        let n = w * h;
+        self.set_size(w, h);
         let mut rng = SplitMix64::new(key);
-        let mut visited = vec![false; n];
+        s.visited.clear();
+        s.visited.resize(n, false);
         let first = rng.below(n as u64) as usize;
-        visited[first] = true;
-        let mut stack = vec![first];
-        while let Some(&c) = stack.last() {
+        s.visited[first] = true;
+        s.stack.clear();
+        s.stack.push(first);
+        while let Some(&c) = s.stack.last() {
             let mut options = [0usize; 4];
             let mut count = 0;
             for d in 0..4 {
-                if let Some(nb) = self.neighbor(c, d) {
-                    if !visited[nb] {
-                        options[count] = d;
-                        count += 1;
-                    }
+                if self.inside[c] & (1 << d) != 0 && !s.visited[self.step_to(c, d)] {
+                    options[count] = d;
+                    count += 1;
                 }
             }
             if count == 0 {
-                stack.pop();
+                s.stack.pop();
                 continue;
             }
             let d = options[rng.below(count as u64) as usize];
             self.carve(c, d);
-            let nb = self.neighbor(c, d).expect("chosen neighbour exists");
-            visited[nb] = true;
-            stack.push(nb);
+            let nb = self.step_to(c, d);
+            s.visited[nb] = true;
+            s.stack.push(nb);
         }
         for _ in 0..loops {
             let c = rng.below(n as u64) as usize;
             let d = rng.below(4) as usize;
-            if self.neighbor(c, d).is_some() {
+            if self.inside[c] & (1 << d) != 0 {
                 self.carve(c, d);
             }
         }
         self.start = rng.below(n as u64) as usize;
-        let mut dist = Vec::new();
-        self.distances(self.start, &mut dist, &mut VecDeque::new());
-        let far = dist.iter().copied().max().unwrap_or(0);
+        self.distances(self.start, &mut s.dist, &mut s.queue);
+        let far = s.dist.iter().copied().max().unwrap_or(0);
         let threshold = far.div_ceil(2).max(1);
-        let candidates: Vec<usize> = (0..n).filter(|&c| dist[c] >= threshold).collect();
-        self.goal = candidates[rng.below(candidates.len() as u64) as usize];
+        let count = s.dist.iter().filter(|&&d| d >= threshold).count();
+        let k = rng.below(count as u64) as usize;
+        self.goal = (0..n)
+            .filter(|&c| s.dist[c] >= threshold)
+            .nth(k)
+            .expect("k-th far cell exists");
     }
 
     /// The layout as text: `#` walls, `S` start, `G` goal, spaces for open cells and passages
@@ -175,12 +214,8 @@ impl Layout {
             }
         }
         let (width, height) = (cols / 2, rows / 2);
-        let mut layout = Layout {
-            width,
-            height,
-            open: vec![0; width * height],
-            ..Layout::default()
-        };
+        let mut layout = Layout::default();
+        layout.set_size(width, height);
         let (mut start, mut goal) = (None, None);
         for c in 0..width * height {
             let (x, y) = (2 * (c % width) + 1, 2 * (c / width) + 1);
@@ -235,7 +270,7 @@ pub struct MazeEnv {
     layout: Layout,
     /// BFS distance of every cell to the goal (oracle and shaping).
     to_goal: Vec<u32>,
-    queue: VecDeque<usize>,
+    scratch: Scratch,
     pos: usize,
     started: bool,
     done: bool,
@@ -324,7 +359,7 @@ impl MazeEnv {
             cfg,
             layout: Layout::default(),
             to_goal: Vec::new(),
-            queue: VecDeque::new(),
+            scratch: Scratch::default(),
             pos: 0,
             started: false,
             done: false,
@@ -392,7 +427,8 @@ impl Env for MazeEnv {
             Task::Index(i) => {
                 let (w, h) = (self.cfg.width, self.cfg.height);
                 let key = derive(&[SALT, w as u64, h as u64, self.cfg.loops, self.cfg.split, *i]);
-                self.layout.generate(w, h, self.cfg.loops, key);
+                self.layout
+                    .generate_with(w, h, self.cfg.loops, key, &mut self.scratch);
             }
             Task::Spec(text) => {
                 self.layout = Layout::parse(text).map_err(|message| CoreError::InvalidTask {
@@ -403,7 +439,7 @@ impl Env for MazeEnv {
         }
         let goal = self.layout.goal;
         self.layout
-            .distances(goal, &mut self.to_goal, &mut self.queue);
+            .distances(goal, &mut self.to_goal, &mut self.scratch.queue);
         self.pos = self.layout.start;
         self.started = true;
         self.done = false;
@@ -433,10 +469,7 @@ impl Env for MazeEnv {
             return Step::new(out, 0.0, false);
         }
         let before = self.to_goal[self.pos];
-        self.pos = self
-            .layout
-            .neighbor(self.pos, d)
-            .expect("open side inside the grid");
+        self.pos = self.layout.step_to(self.pos, d);
         if self.pos == self.layout.goal {
             self.done = true;
             let _ = write!(out, "Moved {}. You reached the goal!", DIRS[d]);
