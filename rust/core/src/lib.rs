@@ -11,6 +11,8 @@
 pub mod env;
 pub mod episode;
 pub mod error;
+pub mod game2048;
+pub mod gridworld;
 pub mod maze;
 pub mod parse;
 pub mod pool;
