@@ -11,10 +11,13 @@
 pub mod env;
 pub mod episode;
 pub mod error;
+pub mod game2048;
+pub mod gridworld;
 pub mod maze;
 pub mod parse;
 pub mod pool;
 pub mod registry;
+pub mod splitmix;
 pub mod testenv;
 pub mod textcraft;
 pub mod trajectory;

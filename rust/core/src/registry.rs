@@ -38,6 +38,19 @@ static SPECS: &[EnvSpec] = &[
         make: crate::wordle::make,
     },
     EnvSpec {
+        id: "gridworld",
+        description:
+            "BabyAI-style text grid world: go to, pick up, open (doors, keys, boxes, balls)",
+        hidden: false,
+        make: crate::gridworld::make,
+    },
+    EnvSpec {
+        id: "game2048",
+        description: "2048 on a 4x4 board as text: slide and merge tiles to reach the target",
+        hidden: false,
+        make: crate::game2048::make,
+    },
+    EnvSpec {
         id: "_test_panic",
         description: "Test-only env that panics on the action `panic`",
         hidden: true,
