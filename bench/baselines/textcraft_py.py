@@ -354,8 +354,8 @@ class Env:
         recipe = None if out_is_tag else self._match(out_name, inputs)
         if recipe is None:
             tag = _item_tag_repr(out_name, out_is_tag)
-            msg = f"Could not find a valid recipe for ItemTagWithCount(item_tag={tag}, count={out_count})"
-            return msg, 0.0, False
+            msg = f"ItemTagWithCount(item_tag={tag}, count={out_count})"
+            return f"Could not find a valid recipe for {msg}", 0.0, False
         for name, count, _ in inputs:
             self.inventory[name] -= count
             if self.inventory[name] == 0:
