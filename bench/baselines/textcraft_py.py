@@ -229,8 +229,11 @@ class Book:
 
 
 def sample(rng: SplitMix64, items: list, k: int) -> list:
-    """The first k of a partial Fisher-Yates shuffle of a copy of ``items``."""
+    """All of ``items`` (no draws) when k >= len, else the first k of a partial Fisher-Yates
+    shuffle of a copy."""
     arr = list(items)
+    if k >= len(arr):
+        return arr
     for i in range(k):
         j = i + rng.below(len(arr) - i)
         arr[i], arr[j] = arr[j], arr[i]
@@ -243,7 +246,7 @@ def commands_for(book: Book, goal: str, seed: int, max_distractors: int) -> list
     pool, pool_texts = [], set()
     for name in names:
         uses = book.uses.get(name, [])
-        for r in sample(rng, uses, min(USES_PER_INPUT, len(uses))):
+        for r in sample(rng, uses, USES_PER_INPUT):
             t = r.text()
             if t not in texts and t not in pool_texts:
                 pool_texts.add(t)

@@ -59,11 +59,43 @@ struct Part {
 }
 
 thread_local! {
-    /// Per-thread scratch of resets: (sample buffer, candidate pool, dedupe stamps, epoch).
-    static SCRATCH: RefCell<(Vec<u32>, Vec<u32>, Vec<u32>, u32)> = const {
-        RefCell::new((Vec::new(), Vec::new(), Vec::new(), 0))
+    /// Per-thread scratch of resets: sample buffer, candidate pool, dedupe stamps and their
+    /// epoch, sparse-shuffle swaps.
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new((Vec::new(), Vec::new(), Vec::new(), 0, Vec::new()))
     };
     static PARTS: RefCell<Vec<Part>> = const { RefCell::new(Vec::new()) };
+}
+
+type Scratch = (Vec<u32>, Vec<u32>, Vec<u32>, u32, Vec<(usize, u32)>);
+
+/// All of `src` in order when `k >= len` (no draws); else the first `k` of a partial
+/// Fisher-Yates shuffle of a copy of `src`, appended to `out` without copying `src`
+/// (swapped positions live in `swaps`; same draws as [`partial_shuffle`] on a copy).
+fn sample_sparse(
+    rng: &mut SplitMix64,
+    src: &[u32],
+    k: usize,
+    out: &mut Vec<u32>,
+    swaps: &mut Vec<(usize, u32)>,
+) {
+    if k >= src.len() {
+        out.extend_from_slice(src); // everything, in order, without draws
+        return;
+    }
+    swaps.clear();
+    let get = |swaps: &[(usize, u32)], pos: usize| {
+        swaps.iter().find(|e| e.0 == pos).map_or(src[pos], |e| e.1)
+    };
+    for i in 0..k {
+        let j = i + rng.below(src.len() - i);
+        let (vi, vj) = (get(swaps, i), get(swaps, j));
+        match swaps.iter_mut().find(|e| e.0 == j) {
+            Some(e) => e.1 = vi,
+            None => swaps.push((j, vi)),
+        }
+        out.push(vj);
+    }
 }
 
 /// Moves the first `k` of a partial Fisher-Yates shuffle to the front of `arr`.
@@ -72,6 +104,21 @@ fn partial_shuffle(rng: &mut SplitMix64, arr: &mut [u32], k: usize) {
         let j = i + rng.below(arr.len() - i);
         arr.swap(i, j);
     }
+}
+
+/// Appends the decimal form of `v` (without `format!`'s machinery).
+fn push_u64(s: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ascii digits"));
 }
 
 fn fail(msg: String) -> Step {
@@ -95,9 +142,8 @@ impl TextCraft {
         &self.book.name(self.goal).id
     }
 
-    fn lookup(&mut self, text: &str) -> Option<u32> {
-        push_id(&mut self.key, text);
-        self.book.lookup(&self.key)
+    fn lookup(&self, text: &str) -> Option<u32> {
+        self.book.lookup_text(text)
     }
 
     fn held(&self, name: u32) -> u64 {
@@ -121,7 +167,7 @@ impl TextCraft {
         let mut rng = SplitMix64::new(seed ^ spec::fnv1a64(&book.name(self.goal).id));
         self.listed.clear();
         self.listed.extend_from_slice(&plan.needed);
-        SCRATCH.with_borrow_mut(|(buf, pool, stamps, epoch)| {
+        SCRATCH.with_borrow_mut(|(buf, pool, stamps, epoch, swaps)| {
             stamps.resize(book.recipes.len(), 0);
             *epoch = epoch.wrapping_add(1);
             if *epoch == 0 {
@@ -134,11 +180,9 @@ impl TextCraft {
             pool.clear();
             for &name in &plan.inputs {
                 let uses = &book.name(name).uses;
-                let k = USES_PER_INPUT.min(uses.len());
                 buf.clear();
-                buf.extend_from_slice(uses);
-                partial_shuffle(&mut rng, buf, k);
-                for &r in &buf[..k] {
+                sample_sparse(&mut rng, uses, USES_PER_INPUT.min(uses.len()), buf, swaps);
+                for &r in buf.iter() {
                     let c = book.canonical[r as usize] as usize;
                     if stamps[c] != *epoch {
                         stamps[c] = *epoch;
@@ -147,7 +191,9 @@ impl TextCraft {
                 }
             }
             let k = self.max_distractors.min(pool.len());
-            partial_shuffle(&mut rng, pool, k);
+            if k < pool.len() {
+                partial_shuffle(&mut rng, pool, k);
+            }
             self.listed.extend_from_slice(&pool[..k]);
         });
         for i in (1..self.listed.len()).rev() {
@@ -183,9 +229,14 @@ impl TextCraft {
             Some(name) if self.book.name(name).gettable() => {
                 self.add(name, count);
                 let done = name == self.goal;
-                Step::new(format!("Got {count} {text}"), f32::from(u8::from(done)), done)
+                let mut obs = String::with_capacity(6 + 20 + text.len());
+                obs.push_str("Got ");
+                push_u64(&mut obs, count);
+                obs.push(' ');
+                obs.push_str(text);
+                Step::new(obs, f32::from(u8::from(done)), done)
             }
-            _ => fail(format!("Could not find {text}")),
+            _ => fail(["Could not find ", text].concat()),
         }
     }
 
@@ -199,7 +250,7 @@ impl TextCraft {
             s.push('[');
             s.push_str(&self.book.name(name).display);
             s.push_str("] (");
-            s.push_str(&count.to_string());
+            push_u64(&mut s, count);
             s.push_str(") ");
         }
         s
@@ -256,11 +307,12 @@ impl TextCraft {
                     self.inventory.remove(pos);
                 }
             }
-            let book = Arc::clone(&self.book);
-            let recipe: &Recipe = book.recipe(r);
-            self.add(recipe.output, recipe.count);
-            let done = recipe.output == self.goal;
-            Step::new(recipe.crafted.to_string(), f32::from(u8::from(done)), done)
+            let recipe: &Recipe = self.book.recipe(r);
+            let (output, count) = (recipe.output, recipe.count);
+            let obs = String::from(&*recipe.crafted);
+            self.add(output, count);
+            let done = output == self.goal;
+            Step::new(obs, f32::from(u8::from(done)), done)
         })
     }
 
@@ -345,9 +397,10 @@ impl Env for TextCraft {
     }
 
     fn step(&mut self, action: &str) -> Step {
-        let line = action.split('\n').next().unwrap_or("");
+        let line = action.find('\n').map_or(action, |p| &action[..p]);
         if let Some(rest) = line.strip_prefix("craft ") {
-            if let Some(p) = rest.rfind(" using ") {
+            // the last " using " (the regex's greedy first group)
+            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
                 return self.craft(&rest[..p], &rest[p + 7..]);
             }
         }
@@ -359,7 +412,7 @@ impl Env for TextCraft {
         if line.starts_with("inventory") {
             return Step::new(self.inventory_text(), 0.0, false);
         }
-        fail(format!("Could not execute {action}"))
+        fail(["Could not execute ", action].concat())
     }
 
     fn valid_actions(&self) -> Vec<String> {

@@ -44,6 +44,24 @@ impl Hasher for Fnv {
 
 pub type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
+/// Hasher for keys that are already well-mixed 64-bit hashes.
+#[derive(Default)]
+pub struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// One input of a recipe: a name (item or tag) and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Input {
@@ -117,12 +135,52 @@ pub struct Book {
     pub names: Vec<Name>,
     pub recipes: Vec<Recipe>,
     index: FnvMap<Box<str>, u32>,
+    /// Names by the hash of their id after `minecraft:` (for agent text, spaces as `_`).
+    by_text_hash: HashMap<u64, Vec<u32>, BuildHasherDefault<PreHashed>>,
     /// The indexed tasks: items with recipes, stably sorted by depth.
     pub goals: Vec<u32>,
     /// For each recipe, the first recipe with the same text.
     pub canonical: Vec<u32>,
     by_text: FnvMap<Box<str>, u32>,
     plans: Vec<OnceLock<Plan>>,
+}
+
+fn norm(b: u8) -> u8 {
+    if b == b' ' {
+        b'_'
+    } else {
+        b
+    }
+}
+
+/// Up to 8 bytes from `at` as a little-endian word (zero-padded), spaces read as
+/// underscores (SWAR: bytes equal to 0x20 become 0x5f).
+fn word(b: &[u8], at: usize) -> u64 {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let end = b.len().min(at + 8);
+    let w = match b.get(at..at + 8) {
+        Some(chunk) => u64::from_le_bytes(chunk.try_into().expect("8 bytes")),
+        None => {
+            let mut buf = [0u8; 8];
+            buf[..end - at.min(end)].copy_from_slice(&b[at.min(end)..end]);
+            u64::from_le_bytes(buf)
+        }
+    };
+    let x = w ^ 0x2020_2020_2020_2020;
+    let zero_hi = !(((x & LO7).wrapping_add(LO7)) | x | LO7);
+    let mask = (zero_hi >> 7).wrapping_mul(0xff);
+    (w & !mask) | (0x5f5f_5f5f_5f5f_5f5f & mask)
+}
+
+/// A hash of text with spaces read as underscores, from its length and its first and last
+/// 8 bytes (O(1) per lookup; candidates are verified byte by byte).
+fn text_hash(text: &str) -> u64 {
+    let b = text.as_bytes();
+    let (head, tail) = (word(b, 0), word(b, b.len().saturating_sub(8)));
+    let mut h = (b.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ head;
+    h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ tail;
+    h = (h ^ (h >> 32)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 29)
 }
 
 /// Human form of an id: `minecraft:oak_planks` -> `oak planks`.
@@ -317,6 +375,7 @@ impl Book {
                 names: Vec::new(),
                 recipes: Vec::new(),
                 index: FnvMap::default(),
+                by_text_hash: HashMap::default(),
                 goals: Vec::new(),
                 canonical: Vec::new(),
                 by_text: FnvMap::default(),
@@ -372,6 +431,11 @@ impl Book {
         goals.retain(|&g| b.names[g as usize].depth >= 1);
         b.goals = goals;
         b.plans = (0..b.names.len()).map(|_| OnceLock::new()).collect();
+        for (i, n) in b.names.iter().enumerate() {
+            if let Some(rest) = n.id.strip_prefix(PREFIX).filter(|r| !r.contains(' ')) {
+                b.by_text_hash.entry(text_hash(rest)).or_default().push(i as u32);
+            }
+        }
         b
     }
 
@@ -410,6 +474,17 @@ impl Book {
 
     pub fn recipe(&self, r: u32) -> &Recipe {
         &self.recipes[r as usize]
+    }
+
+    /// The name that agent text refers to: `minecraft:` + text with spaces as underscores
+    /// (AgentGym's rule), found without building that string.
+    pub fn lookup_text(&self, text: &str) -> Option<u32> {
+        let candidates = self.by_text_hash.get(&text_hash(text))?;
+        candidates.iter().copied().find(|&c| {
+            let rest = &self.names[c as usize].id.as_bytes()[PREFIX.len()..];
+            rest.len() == text.len()
+                && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
+        })
     }
 
     /// The recipe whose command text is exactly `text`, if any.

@@ -188,3 +188,23 @@ fn make_reads_kwargs() {
     kw.insert("colour".into(), 1.into());
     assert!(make(&kw).is_err());
 }
+
+/// Cost probe: `SPEED_OP=reset|<action> perf stat -e cycles:u cargo test --release -p
+/// agentgym-core textcraft::tests::speed -- --ignored` (200k repetitions of one operation).
+#[test]
+#[ignore]
+fn speed() {
+    let op = std::env::var("SPEED_OP").unwrap_or_else(|_| "inventory".into());
+    let mut e = env();
+    let n = 200_000u64;
+    e.reset(&Task::Index(idx(&Book::shared(), "minecraft:wooden_pickaxe")), 0).unwrap();
+    e.step("get 100000000 oak logs");
+    e.step("craft 4 oak planks using 1 oak logs");
+    for i in 0..n {
+        if op == "reset" {
+            std::hint::black_box(e.reset(&Task::Index(i % 544), i).unwrap());
+        } else if op != "none" {
+            std::hint::black_box(e.step(&op));
+        }
+    }
+}
