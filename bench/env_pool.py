@@ -1,0 +1,230 @@
+"""Env-pool throughput: native ``agentgym.EnvPool`` vs a pure-Python env per episode.
+
+For each env and pool size N, both paths play the same action sequences: slot ``i`` plays
+task ``i`` with seed ``1000 + i``, and its actions cycle through a few of its valid actions
+followed by the oracle's solution, so every episode ends at the end of its cycle (goal
+reached, or the horizon set to the cycle length) and is reset inside the timed loop.
+Action lists are prepared before timing; both loops also read every observation (total
+length) so the work done with the strings is the same, and the totals are compared.
+
+``bytes_per_episode`` is RSS growth (``/proc/self/statm``) per reset episode, measured in a
+fresh subprocess per (path, env, N) after the shared data (recipe book, word lists) loaded.
+
+Usage: ``python bench/env_pool.py --env textcraft --num-envs 1 64 1024 4096 [--json]``.
+Prints one JSON object on stdout (and, without ``--json``, a table on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import agentgym  # noqa: E402
+
+ENVS = ("textcraft", "maze", "wordle")
+RANDOM_ACTIONS = 6
+ORACLE_LIMIT = 200
+
+
+def baseline(env_id: str):
+    """The baseline module ``bench/baselines/<env>_py.py``, or None when it is missing."""
+    try:
+        return importlib.import_module(f"bench.baselines.{env_id}_py")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.endswith(f"{env_id}_py"):
+            return None
+        raise
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def prepare(env_id: str, n: int):
+    """Tasks, seeds and per-slot action cycles (random valid actions + oracle solution)."""
+    tasks = list(range(n))
+    seeds = [1000 + i for i in range(n)]
+    pool = agentgym.EnvPool(env_id, n, max_turns=ORACLE_LIMIT)
+    pool.reset(tasks=tasks, seeds=seeds)
+    cycles = []
+    for i in range(n):
+        valid = pool.valid_actions(i)
+        rng = random.Random(i)
+        cycles.append(rng.sample(valid, min(RANDOM_ACTIONS, len(valid))))
+    live = np.arange(n)
+    while live.size:
+        actions = pool.oracle_actions(live)
+        keep = np.array([a is not None for a in actions], dtype=bool)
+        live, actions = live[keep], [a for a in actions if a is not None]
+        if not live.size:
+            break
+        _, _, terminated, truncated = pool.step(live, actions)
+        for i, a in zip(live.tolist(), actions):
+            cycles[i].append(a)
+        live = live[~(terminated | truncated)]
+    cycles = [c or ["inventory"] for c in cycles]
+    return tasks, seeds, cycles
+
+
+def schedule(cycles: list[list[str]], steps: int) -> list[list[str]]:
+    """Per-step action lists: slot i's action at step t is ``cycles[i][t % len]``."""
+    n = len(cycles)
+    return [[c[t % len(c)] for c in cycles] for t in range(max(1, steps // n))]
+
+
+def run_native(env_id, tasks, seeds, cycles, plan):
+    n = len(tasks)
+    horizon = [len(c) for c in cycles]
+    pool = agentgym.EnvPool(env_id, n)
+    pool.reset(tasks=tasks, seeds=seeds, max_turns=horizon)
+    ids = list(range(n))
+    task_arr, seed_arr, hor_arr = np.array(tasks), np.array(seeds), np.array(horizon)
+    chars, reward, episodes = 0, 0.0, 0
+    gc.collect()
+    t0 = time.perf_counter()
+    for actions in plan:
+        obs, rewards, terminated, truncated = pool.step(ids, actions)
+        chars += sum(map(len, obs))
+        done = terminated | truncated
+        if done.any():
+            d = np.flatnonzero(done)
+            reward += float(rewards[d].sum())
+            pool.reset(d, tasks=task_arr[d].tolist(), seeds=seed_arr[d].tolist(),
+                       max_turns=hor_arr[d].tolist())
+            episodes += len(d)
+    elapsed = time.perf_counter() - t0
+    return elapsed, chars, reward, episodes
+
+
+def run_python(module, tasks, seeds, cycles, plan):
+    n = len(tasks)
+    horizon = [len(c) for c in cycles]
+    envs = [module.make() for _ in range(n)]
+    for env, task, seed in zip(envs, tasks, seeds):
+        env.reset(task, seed)
+    turns = [0] * n
+    chars, reward, episodes = 0, 0.0, 0
+    gc.collect()
+    t0 = time.perf_counter()
+    for actions in plan:
+        for i in range(n):
+            obs, r, done = envs[i].step(actions[i])
+            chars += len(obs)
+            turns[i] += 1
+            if done or turns[i] >= horizon[i]:
+                reward += r
+                envs[i].reset(tasks[i], seeds[i])
+                turns[i] = 0
+                episodes += 1
+    elapsed = time.perf_counter() - t0
+    return elapsed, chars, reward, episodes
+
+
+def measure_memory(path: str, env_id: str, n: int) -> float:
+    """RSS growth per reset episode, in a fresh interpreter."""
+    cmd = [sys.executable, __file__, "--_mem", path, env_id, str(n)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return float(out.strip())
+
+
+def _memory_child(path: str, env_id: str, n: int) -> None:
+    tasks, seeds = list(range(n)), [1000 + i for i in range(n)]
+    if path == "native":
+        agentgym.EnvPool(env_id, 1).reset()  # load shared data first
+        gc.collect()
+        before = rss_bytes()
+        pool = agentgym.EnvPool(env_id, n)
+        pool.reset(tasks=tasks, seeds=seeds)
+    else:
+        module = baseline(env_id)
+        module.make().reset(0, 0)
+        gc.collect()
+        before = rss_bytes()
+        envs = [module.make() for _ in range(n)]
+        for env, task, seed in zip(envs, tasks, seeds):
+            env.reset(task, seed)
+    gc.collect()
+    print((rss_bytes() - before) / n)
+
+
+def bench_env(env_id: str, sizes: list[int], steps: int) -> dict:
+    module = baseline(env_id)
+    if module is None:
+        return {"skipped": f"baseline module bench/baselines/{env_id}_py.py is missing"}
+    try:
+        agentgym.EnvPool(env_id, 1).reset()
+    except agentgym.AgentGymError as e:
+        return {"skipped": f"native env unavailable: {e}"}
+    rows = []
+    for n in sizes:
+        tasks, seeds, cycles = prepare(env_id, n)
+        plan = schedule(cycles, steps)
+        total = len(plan) * n
+        nt, nchars, nrew, neps = run_native(env_id, tasks, seeds, cycles, plan)
+        pt, pchars, prew, peps = run_python(module, tasks, seeds, cycles, plan)
+        native_mem = measure_memory("native", env_id, n)
+        python_mem = measure_memory("python", env_id, n)
+        rows.append({
+            "num_envs": n,
+            "steps": total,
+            "native_steps_per_s": round(total / nt),
+            "python_steps_per_s": round(total / pt),
+            "ratio": round(pt / nt, 2),
+            "bytes_per_episode": round(native_mem),
+            "python_bytes_per_episode": round(python_mem),
+            "episodes_reset": neps,
+            "success_rate": round(nrew / neps, 3) if neps else None,
+            "same_observations": nchars == pchars and nrew == prew and neps == peps,
+        })
+    return {"results": rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="textcraft", choices=[*ENVS, "all"])
+    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    ap.add_argument("--steps", type=int, default=300_000, help="env steps per pool size")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--_mem", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._mem:
+        _memory_child(args._mem[0], args._mem[1], int(args._mem[2]))
+        return {}
+    envs = ENVS if args.env == "all" else (args.env,)
+    report = {
+        "benchmark": "env_pool",
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "steps_per_size": args.steps,
+        "envs": {e: bench_env(e, args.num_envs, args.steps) for e in envs},
+    }
+    print(json.dumps(report))
+    if not args.json:
+        for env_id, res in report["envs"].items():
+            for row in res.get("results", []):
+                print(f"{env_id:10s} N={row['num_envs']:5d} native {row['native_steps_per_s']:>10,}"
+                      f"/s python {row['python_steps_per_s']:>9,}/s x{row['ratio']:<7} "
+                      f"{row['bytes_per_episode']:>8,} B/ep (python "
+                      f"{row['python_bytes_per_episode']:,})", file=sys.stderr)
+            if "skipped" in res:
+                print(f"{env_id:10s} skipped: {res['skipped']}", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    main()

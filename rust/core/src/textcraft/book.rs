@@ -1,0 +1,524 @@
+//! The TextCraft recipe book: AgentGym's crafting-tree rules over the bundled recipe files,
+//! with every item and tag name interned to a `u32`. Built once per process and shared.
+//!
+//! Loading rules (as in AgentGym's `CraftingTree`; files are read in sorted name order):
+//! - only `crafting_shaped` (inputs counted from `pattern` x `key`, first alternative) and
+//!   `crafting_shapeless` (repeated ingredients add up) recipes count;
+//! - every input item and every result is an item; every input tag is a tag;
+//! - a recipe whose only input ends in `_block` (uncrafting a block) is dropped;
+//! - a recipe `group` names a tag (`minecraft:<group>`) that the result belongs to, unless
+//!   the group equals the result's own id;
+//! - a recipe whose result is already a transitive ingredient of one of its inputs is
+//!   dropped (no cycles);
+//! - afterwards, a tag input that no recipe can make (no member has a recipe) becomes a
+//!   plain item, which can then be fetched with `get`.
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, OnceLock};
+
+include!(concat!(env!("OUT_DIR"), "/textcraft_recipes.rs"));
+
+pub const PREFIX: &str = "minecraft:";
+
+/// FNV-1a, for the short name keys of the interning map.
+#[derive(Default)]
+pub struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+pub type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// Hasher for keys that are already well-mixed 64-bit hashes.
+#[derive(Default)]
+pub struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// One input of a recipe: a name (item or tag) and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Input {
+    pub name: u32,
+    pub count: u64,
+    pub is_tag: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    pub inputs: Vec<Input>,
+    pub output: u32,
+    pub count: u64,
+    /// `craft 4 stick using 2 planks`: the command line shown to the agent.
+    pub text: Box<str>,
+    /// `Crafted 4 minecraft:stick`: the observation after a successful craft.
+    pub crafted: Box<str>,
+}
+
+/// Everything known about one interned name.
+#[derive(Debug, Clone, Default)]
+pub struct Name {
+    /// Full id, e.g. `minecraft:oak_planks`.
+    pub id: Box<str>,
+    /// As the agent sees it, e.g. `oak planks`.
+    pub display: Box<str>,
+    pub is_item: bool,
+    pub is_tag: bool,
+    /// The group tag of an item (`minecraft:planks` for oak planks).
+    pub tag: Option<u32>,
+    /// Recipes that make this item, in load order.
+    pub item_recipes: Vec<u32>,
+    /// Recipes whose result carries this name as its group tag.
+    pub tag_recipes: Vec<u32>,
+    /// Recipes that use this name as an input, in load order.
+    pub uses: Vec<u32>,
+    /// Items whose group tag is this name, in the order they were first tagged.
+    pub members: Vec<u32>,
+    /// Minimum crafting depth (0 for base items).
+    pub depth: u64,
+}
+
+impl Name {
+    pub fn craftable(&self) -> bool {
+        !self.item_recipes.is_empty() || !self.tag_recipes.is_empty()
+    }
+    /// Can be fetched with `get`: a known item that is no tag and has no recipe.
+    pub fn gettable(&self) -> bool {
+        self.is_item && !self.is_tag && !self.craftable()
+    }
+    /// AgentGym's `itemid_recipes.get(name) or tag_recipes.get(name)`.
+    pub fn recipes(&self) -> &[u32] {
+        if self.item_recipes.is_empty() {
+            &self.tag_recipes
+        } else {
+            &self.item_recipes
+        }
+    }
+}
+
+/// The recipes a goal needs (deduplicated by text) and their distinct input names.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub needed: Vec<u32>,
+    pub inputs: Vec<u32>,
+    /// Canonical ids of the needed recipes, sorted (for distractor exclusion).
+    pub needed_canonical: Vec<u32>,
+}
+
+pub struct Book {
+    pub names: Vec<Name>,
+    pub recipes: Vec<Recipe>,
+    index: FnvMap<Box<str>, u32>,
+    /// Names by the hash of their id after `minecraft:` (for agent text, spaces as `_`).
+    by_text_hash: HashMap<u64, Vec<u32>, BuildHasherDefault<PreHashed>>,
+    /// The indexed tasks: items with recipes, stably sorted by depth.
+    pub goals: Vec<u32>,
+    /// For each recipe, the first recipe with the same text.
+    pub canonical: Vec<u32>,
+    by_text: FnvMap<Box<str>, u32>,
+    plans: Vec<OnceLock<Plan>>,
+}
+
+fn norm(b: u8) -> u8 {
+    if b == b' ' {
+        b'_'
+    } else {
+        b
+    }
+}
+
+/// Up to 8 bytes from `at` as a little-endian word (zero-padded), spaces read as
+/// underscores (SWAR: bytes equal to 0x20 become 0x5f).
+fn word(b: &[u8], at: usize) -> u64 {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let end = b.len().min(at + 8);
+    let w = match b.get(at..at + 8) {
+        Some(chunk) => u64::from_le_bytes(chunk.try_into().expect("8 bytes")),
+        None => {
+            let mut buf = [0u8; 8];
+            buf[..end - at.min(end)].copy_from_slice(&b[at.min(end)..end]);
+            u64::from_le_bytes(buf)
+        }
+    };
+    let x = w ^ 0x2020_2020_2020_2020;
+    let zero_hi = !(((x & LO7).wrapping_add(LO7)) | x | LO7);
+    let mask = (zero_hi >> 7).wrapping_mul(0xff);
+    (w & !mask) | (0x5f5f_5f5f_5f5f_5f5f & mask)
+}
+
+/// A hash of text with spaces read as underscores, from its length and its first and last
+/// 8 bytes (O(1) per lookup; candidates are verified byte by byte).
+fn text_hash(text: &str) -> u64 {
+    let b = text.as_bytes();
+    let (head, tail) = (word(b, 0), word(b, b.len().saturating_sub(8)));
+    let mut h = (b.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ head;
+    h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ tail;
+    h = (h ^ (h >> 32)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 29)
+}
+
+/// Human form of an id: `minecraft:oak_planks` -> `oak planks`.
+pub fn display(id: &str) -> String {
+    id.replace(PREFIX, "").replace('_', " ")
+}
+
+/// `key` of a shaped recipe, in file order.
+struct OrderedKeys(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for OrderedKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedKeys;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of pattern keys")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<OrderedKeys, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = m.next_entry::<String, Value>()? {
+                    out.push(entry);
+                }
+                Ok(OrderedKeys(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct RecipeFile {
+    #[serde(rename = "type")]
+    kind: String,
+    group: Option<String>,
+    #[serde(default)]
+    pattern: Vec<String>,
+    key: Option<OrderedKeys>,
+    #[serde(default)]
+    ingredients: Vec<Value>,
+    result: Option<Value>,
+}
+
+struct Loader {
+    book: Book,
+    deps: FnvMap<u32, HashSet<u32>>,
+    tagged_order: Vec<u32>,
+}
+
+impl Loader {
+    fn intern(&mut self, id: &str) -> u32 {
+        if let Some(&i) = self.book.index.get(id) {
+            return i;
+        }
+        let i = self.book.names.len() as u32;
+        self.book.names.push(Name {
+            id: id.into(),
+            display: display(id).into(),
+            ..Name::default()
+        });
+        self.book.index.insert(id.into(), i);
+        i
+    }
+
+    fn ingredient(&mut self, v: &Value, file: &str) -> (u32, bool) {
+        let v = match v {
+            Value::Array(alts) => alts.first().unwrap_or(&Value::Null),
+            other => other,
+        };
+        if let Some(item) = v.get("item").and_then(Value::as_str) {
+            let i = self.intern(item);
+            self.book.names[i as usize].is_item = true;
+            (i, false)
+        } else if let Some(tag) = v.get("tag").and_then(Value::as_str) {
+            let i = self.intern(tag);
+            self.book.names[i as usize].is_tag = true;
+            (i, true)
+        } else {
+            panic!("recipe {file}: unknown ingredient {v}")
+        }
+    }
+
+    fn load(&mut self, file: &str, text: &str) {
+        let r: RecipeFile =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("recipe {file}: {e}"));
+        let mut inputs: Vec<Input> = Vec::new();
+        match r.kind.as_str() {
+            "minecraft:crafting_shaped" => {
+                for (key, v) in r.key.map(|k| k.0).unwrap_or_default() {
+                    let (name, is_tag) = self.ingredient(&v, file);
+                    let count: usize = r.pattern.iter().map(|l| l.matches(key.as_str()).count()).sum();
+                    inputs.push(Input { name, count: count as u64, is_tag });
+                }
+            }
+            "minecraft:crafting_shapeless" => {
+                for v in &r.ingredients {
+                    let (name, is_tag) = self.ingredient(v, file);
+                    match inputs.iter_mut().find(|i| i.name == name) {
+                        Some(i) => i.count += 1,
+                        None => inputs.push(Input { name, count: 1, is_tag }),
+                    }
+                }
+            }
+            _ => return,
+        }
+        let result = r.result.unwrap_or_else(|| panic!("recipe {file}: no result"));
+        let (out_id, count) = match &result {
+            Value::String(s) => (s.clone(), 1),
+            v => {
+                let item = v.get("item").and_then(Value::as_str);
+                let item = item.unwrap_or_else(|| panic!("recipe {file}: bad result"));
+                let count = v.get("count").and_then(Value::as_u64).filter(|&c| c > 0);
+                (item.to_string(), count.unwrap_or(1))
+            }
+        };
+        let output = self.intern(&out_id);
+        self.book.names[output as usize].is_item = true;
+        if inputs.len() == 1 && self.book.names[inputs[0].name as usize].id.ends_with("_block") {
+            return;
+        }
+        let mut tag = None;
+        if let Some(group) = &r.group {
+            let tag_id = format!("{PREFIX}{group}");
+            let t = self.intern(&tag_id);
+            tag = Some(t);
+            if tag_id != out_id {
+                self.book.names[t as usize].is_tag = true;
+                if self.book.names[output as usize].tag.is_none() {
+                    self.tagged_order.push(output);
+                }
+                self.book.names[output as usize].tag = Some(t);
+            }
+        }
+        self.deps.entry(output).or_default();
+        let cyclic = inputs
+            .iter()
+            .any(|i| self.deps.get(&i.name).is_some_and(|d| d.contains(&output)));
+        if cyclic {
+            return;
+        }
+        let idx = self.book.recipes.len() as u32;
+        for i in &inputs {
+            let sub: Vec<u32> = self.deps.get(&i.name).into_iter().flatten().copied().collect();
+            let d = self.deps.get_mut(&output).expect("deps entry");
+            d.insert(i.name);
+            d.extend(sub);
+        }
+        self.book.names[output as usize].item_recipes.push(idx);
+        if let Some(t) = tag {
+            self.book.names[t as usize].tag_recipes.push(idx);
+        }
+        self.book.recipes.push(Recipe {
+            inputs,
+            output,
+            count,
+            text: "".into(),
+            crafted: "".into(),
+        });
+    }
+
+    /// Tag inputs that no recipe can make become plain items.
+    fn clean_up(&mut self) {
+        let names = &mut self.book.names;
+        for &item in &self.tagged_order {
+            let t = names[item as usize].tag.expect("tagged item") as usize;
+            names[t].members.push(item);
+        }
+        let mut converted = Vec::new();
+        for r in &mut self.book.recipes {
+            for i in r.inputs.iter_mut().filter(|i| i.is_tag) {
+                let makeable = names[i.name as usize]
+                    .members
+                    .iter()
+                    .any(|&m| !names[m as usize].item_recipes.is_empty());
+                if !makeable {
+                    i.is_tag = false;
+                    converted.push(i.name);
+                }
+            }
+        }
+        for n in converted {
+            names[n as usize].is_item = true;
+            names[n as usize].is_tag = false;
+        }
+    }
+}
+
+impl Book {
+    fn build() -> Book {
+        let mut loader = Loader {
+            book: Book {
+                names: Vec::new(),
+                recipes: Vec::new(),
+                index: FnvMap::default(),
+                by_text_hash: HashMap::default(),
+                goals: Vec::new(),
+                canonical: Vec::new(),
+                by_text: FnvMap::default(),
+                plans: Vec::new(),
+            },
+            deps: FnvMap::default(),
+            tagged_order: Vec::new(),
+        };
+        let mut item_order = Vec::new();
+        for (file, text) in RECIPE_FILES {
+            let before = loader.book.recipes.len();
+            loader.load(file, text);
+            if loader.book.recipes.len() > before {
+                let out = loader.book.recipes[before].output;
+                if loader.book.names[out as usize].item_recipes.len() == 1 {
+                    item_order.push(out);
+                }
+            }
+        }
+        loader.clean_up();
+        let mut b = loader.book;
+        for idx in 0..b.recipes.len() {
+            let r = &b.recipes[idx];
+            let ins: Vec<String> = r
+                .inputs
+                .iter()
+                .map(|i| format!("{} {}", i.count, b.names[i.name as usize].display))
+                .collect();
+            let out = &b.names[r.output as usize];
+            let text = format!("craft {} {} using {}", r.count, out.display, ins.join(", "));
+            let crafted = format!("Crafted {} {}", r.count, out.id);
+            let first = *b.by_text.entry(text.clone().into()).or_insert(idx as u32);
+            b.canonical.push(first);
+            for i in r.inputs.clone() {
+                let uses = &mut b.names[i.name as usize].uses;
+                if uses.last() != Some(&(idx as u32)) {
+                    uses.push(idx as u32);
+                }
+            }
+            let r = &mut b.recipes[idx];
+            r.text = text.into();
+            r.crafted = crafted.into();
+        }
+        let mut memo = vec![None; b.names.len()];
+        for &item in &item_order {
+            b.depth_of(item, &mut memo);
+        }
+        for (n, d) in b.names.iter_mut().zip(memo) {
+            n.depth = d.unwrap_or(0);
+        }
+        let mut goals: Vec<u32> = item_order;
+        goals.sort_by_key(|&g| b.names[g as usize].depth);
+        goals.retain(|&g| b.names[g as usize].depth >= 1);
+        b.goals = goals;
+        b.plans = (0..b.names.len()).map(|_| OnceLock::new()).collect();
+        for (i, n) in b.names.iter().enumerate() {
+            if let Some(rest) = n.id.strip_prefix(PREFIX).filter(|r| !r.contains(' ')) {
+                b.by_text_hash.entry(text_hash(rest)).or_default().push(i as u32);
+            }
+        }
+        b
+    }
+
+    fn depth_of(&self, name: u32, memo: &mut Vec<Option<u64>>) -> u64 {
+        if let Some(d) = memo[name as usize] {
+            return d;
+        }
+        memo[name as usize] = Some(1 << 30); // cycle guard
+        let mut best: Option<u64> = None;
+        for &r in self.names[name as usize].recipes() {
+            let mut worst = 0;
+            for i in &self.recipes[r as usize].inputs {
+                worst = worst.max(self.depth_of(i.name, memo) + 1);
+            }
+            best = Some(best.map_or(worst, |b: u64| b.min(worst)));
+        }
+        let d = best.unwrap_or(0);
+        memo[name as usize] = Some(d);
+        d
+    }
+
+    /// The process-wide book (parsed from the bundled files on first use).
+    pub fn shared() -> Arc<Book> {
+        static BOOK: OnceLock<Arc<Book>> = OnceLock::new();
+        BOOK.get_or_init(|| Arc::new(Book::build())).clone()
+    }
+
+    /// The id of a full name (`minecraft:oak_planks`), if known.
+    pub fn lookup(&self, id: &str) -> Option<u32> {
+        self.index.get(id).copied()
+    }
+
+    pub fn name(&self, i: u32) -> &Name {
+        &self.names[i as usize]
+    }
+
+    pub fn recipe(&self, r: u32) -> &Recipe {
+        &self.recipes[r as usize]
+    }
+
+    /// The name that agent text refers to: `minecraft:` + text with spaces as underscores
+    /// (AgentGym's rule), found without building that string.
+    pub fn lookup_text(&self, text: &str) -> Option<u32> {
+        let candidates = self.by_text_hash.get(&text_hash(text))?;
+        candidates.iter().copied().find(|&c| {
+            let rest = &self.names[c as usize].id.as_bytes()[PREFIX.len()..];
+            rest.len() == text.len()
+                && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
+        })
+    }
+
+    /// The recipe whose command text is exactly `text`, if any.
+    pub fn recipe_by_text(&self, text: &str) -> Option<u32> {
+        self.by_text.get(text).copied()
+    }
+
+    /// Needed recipes (depth-first from the goal, first of each text) and their inputs.
+    pub fn plan(&self, goal: u32) -> &Plan {
+        self.plans[goal as usize].get_or_init(|| {
+            let mut plan = Plan::default();
+            let mut seen = vec![false; self.names.len()];
+            let mut texts = HashSet::new();
+            self.visit(goal, &mut seen, &mut texts, &mut plan);
+            plan.needed_canonical = texts.into_iter().collect();
+            plan.needed_canonical.sort_unstable();
+            plan
+        })
+    }
+
+    fn visit(&self, name: u32, seen: &mut [bool], texts: &mut HashSet<u32>, plan: &mut Plan) {
+        if std::mem::replace(&mut seen[name as usize], true) {
+            return;
+        }
+        for &r in self.names[name as usize].recipes() {
+            if texts.insert(self.canonical[r as usize]) {
+                plan.needed.push(r);
+            }
+            for i in &self.recipes[r as usize].inputs {
+                if !plan.inputs.contains(&i.name) {
+                    plan.inputs.push(i.name);
+                }
+                self.visit(i.name, seen, texts, plan);
+            }
+        }
+    }
+}

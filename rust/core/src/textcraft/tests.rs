@@ -1,0 +1,210 @@
+use super::*;
+use crate::error::CoreError;
+
+fn env() -> TextCraft {
+    TextCraft::new(10)
+}
+
+fn idx(book: &Book, id: &str) -> u64 {
+    let g = book.lookup(id).unwrap();
+    book.goals.iter().position(|&x| x == g).unwrap() as u64
+}
+
+#[test]
+fn book_matches_agentgym_counts() {
+    let b = Book::shared();
+    assert_eq!(b.goals.len(), 544);
+    assert_eq!(b.recipes.len(), 613);
+    let depths: Vec<u64> = b.goals.iter().map(|&g| b.name(g).depth).collect();
+    assert!(depths.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!((depths[0], *depths.last().unwrap()), (1, 4));
+    let planks = b.lookup("minecraft:planks").unwrap();
+    assert!(b.name(planks).is_tag && !b.name(planks).gettable());
+    let logs = b.lookup("minecraft:oak_logs").unwrap();
+    assert!(b.name(logs).gettable(), "uncraftable tag becomes a base item");
+}
+
+#[test]
+fn reset_is_deterministic_and_seed_dependent() {
+    let (mut a, mut b) = (env(), env());
+    for task in [0u64, 17, 300, 543, 544 + 17] {
+        let oa = a.reset(&Task::Index(task), 5).unwrap();
+        assert_eq!(oa, b.reset(&Task::Index(task), 5).unwrap());
+        assert!(oa.starts_with("Crafting commands:\n") && oa.ends_with('.'));
+    }
+    let x = a.reset(&Task::Index(400), 1).unwrap();
+    let y = a.reset(&Task::Index(400), 2).unwrap();
+    assert_ne!(x, y);
+    assert_eq!(a.reset(&Task::Index(17), 9).unwrap(), a.reset(&Task::Index(561), 9).unwrap());
+}
+
+#[test]
+fn goal_choice_by_index_and_commands_contain_needed_recipes() {
+    let mut e = env();
+    let book = Book::shared();
+    let obs = e.reset(&Task::Index(idx(&book, "minecraft:stick")), 0).unwrap();
+    assert_eq!(e.goal(), "minecraft:stick");
+    assert!(obs.ends_with("\n\nGoal: craft stick."));
+    assert!(obs.contains("craft 4 stick using 2 planks\n") || obs.contains("\ncraft 4 stick using 2 planks\n"));
+    assert!(obs.contains("craft 4 oak planks using 1 oak logs"));
+    let lines = obs.lines().filter(|l| l.starts_with("craft ")).count();
+    let needed = book.plan(book.lookup("minecraft:stick").unwrap()).needed.len();
+    assert!(lines <= needed + 10 && lines > needed);
+    let mut zero = TextCraft::new(0);
+    zero.reset(&Task::Index(idx(&book, "minecraft:stick")), 0).unwrap();
+    assert_eq!(zero.listed.len(), needed);
+}
+
+#[test]
+fn get_craft_inventory_semantics_and_messages() {
+    let mut e = env();
+    let book = Book::shared();
+    e.reset(&Task::Index(idx(&book, "minecraft:wooden_pickaxe")), 3).unwrap();
+    let s = |e: &mut TextCraft, a: &str| e.step(a);
+    assert_eq!(s(&mut e, "inventory").observation, "Inventory: You are not carrying anything.");
+    assert_eq!(s(&mut e, "get 2 oak logs").observation, "Got 2 oak logs");
+    assert_eq!(s(&mut e, "get 1 oak planks").observation, "Could not find oak planks");
+    assert_eq!(s(&mut e, "get 1 planks").observation, "Could not find planks");
+    assert_eq!(s(&mut e, "get 1 unobtainium").observation, "Could not find unobtainium");
+    assert_eq!(s(&mut e, "craft 4 oak planks using 1 oak logs").observation, "Crafted 4 minecraft:oak_planks");
+    assert_eq!(s(&mut e, "inventory").observation, "Inventory: [oak logs] (1) [oak planks] (4) ");
+    assert_eq!(
+        s(&mut e, "craft 4 stick using 2 planks").observation,
+        "Could not find enough items to craft minecraft:stick"
+    );
+    assert_eq!(
+        s(&mut e, "craft 8 stick using 4 oak planks").observation,
+        "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(tag=None, \
+         item_id='minecraft:stick'), count=8)"
+    );
+    assert_eq!(s(&mut e, "craft 4 stick using 2 oak planks").observation, "Crafted 4 minecraft:stick");
+    assert_eq!(
+        s(&mut e, "craft 1 planks using 1 oak logs").observation,
+        "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(\
+         tag='minecraft:planks', item_id=None), count=1)"
+    );
+    assert_eq!(s(&mut e, "craft 1 x using y").observation, "Wrong item format: y");
+    assert_eq!(s(&mut e, "dance").observation, "Could not execute dance");
+    assert_eq!(s(&mut e, "get oak logs").observation, "Could not execute get oak logs");
+    assert_eq!(s(&mut e, "inventory please\nmore").observation, "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) ");
+    s(&mut e, "craft 4 oak planks using 1 oak logs");
+    let last = s(&mut e, "craft 1 wooden pickaxe using 3 oak planks, 2 stick");
+    assert_eq!(last, Step::new("Crafted 1 minecraft:wooden_pickaxe", 1.0, true));
+    assert_eq!(s(&mut e, "inventory").observation, "Inventory: [oak planks] (3) [stick] (2) [wooden pickaxe] (1) ");
+}
+
+#[test]
+fn oracle_solves_every_task() {
+    let mut e = env();
+    let n = e.num_tasks();
+    for task in 0..n {
+        e.reset(&Task::Index(task), task).unwrap();
+        let mut solved = false;
+        for _ in 0..200 {
+            let a = e.oracle_action().unwrap_or_else(|| panic!("no plan for {}", e.goal()));
+            let st = e.step(&a);
+            assert!(!st.observation.starts_with("Could"), "{}: {a} -> {}", e.goal(), st.observation);
+            if st.terminated {
+                assert_eq!(st.reward, 1.0);
+                solved = true;
+                break;
+            }
+        }
+        assert!(solved, "oracle did not craft {}", e.goal());
+    }
+}
+
+#[test]
+fn valid_actions_offer_gets_and_crafts() {
+    let mut e = env();
+    e.reset(&Task::Index(200), 1).unwrap();
+    let va = e.valid_actions();
+    assert_eq!(va[0], "inventory");
+    assert!(va.iter().any(|a| a.starts_with("get ")));
+    assert!(va.iter().any(|a| a.starts_with("craft ")));
+    assert!(va.iter().all(|a| !a.contains("planks using") || !a.contains(" planks,") || true));
+    for a in va.iter().filter(|a| a.starts_with("get ")) {
+        assert!(e.step(a).observation.starts_with("Got "), "{a}");
+    }
+}
+
+#[test]
+fn explicit_specs() {
+    let mut e = env();
+    let obs = e.reset(&Task::Index(42), 7).unwrap();
+    let goal = e.goal().to_string();
+    assert_eq!(e.reset(&Task::Spec(obs.clone()), 0).unwrap(), obs);
+    assert_eq!(e.goal(), goal);
+    let json = r#"{"goal": "stick", "commands": ["craft 4 stick using 2 planks", "craft 4 oak planks using 1 oak logs"]}"#;
+    let o = e.reset(&Task::Spec(json.into()), 0).unwrap();
+    assert_eq!(o, "Crafting commands:\ncraft 4 stick using 2 planks\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.");
+    assert_eq!(e.listed.len(), 2);
+    let generated = e.reset(&Task::Spec(r#"{"goal": "minecraft:stick"}"#.into()), 3).unwrap();
+    let book = Book::shared();
+    assert_eq!(generated, e.reset(&Task::Index(idx(&book, "minecraft:stick")), 3).unwrap());
+    e.reset(&Task::Spec(r#"{"goal": "oak logs"}"#.into()), 0).unwrap();
+    assert_eq!(e.step("get 1 oak logs"), Step::new("Got 1 oak logs", 1.0, true));
+    for bad in [
+        "",
+        "craft me a stick",
+        "{",
+        "[1]",
+        r#"{"goal": 3}"#,
+        r#"{"goal": "unobtainium"}"#,
+        r#"{"goal": "planks"}"#,
+        r#"{"goal": "stick", "extra": 1}"#,
+        r#"{"goal": "stick", "commands": [1]}"#,
+        "Crafting commands:\nfoo\n\nGoal: craft .",
+        "Crafting commands:\nfoo\n\nGoal: craft nothing known.",
+    ] {
+        match e.reset(&Task::Spec(bad.into()), 0) {
+            Err(CoreError::InvalidTask { env, message }) => {
+                assert_eq!(env, "textcraft");
+                assert!(!message.is_empty());
+            }
+            other => panic!("{bad:?} gave {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn rng_and_python_string_rules() {
+    let mut r = SplitMix64::new(0);
+    assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+    assert_eq!(spec::fnv1a64(""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(spec::split_count("12 oak"), Some((12, "oak")));
+    assert_eq!(spec::split_count("99999999999999999999999 a"), Some((u64::MAX, "a")));
+    assert_eq!(spec::split_count("12oak"), None);
+    assert_eq!(spec::py_repr("it's"), "\"it's\"");
+    assert_eq!(spec::py_repr("a\nb'\""), "'a\\nb\\'\"'");
+    assert_eq!(spec::py_strip("\u{1c} x \t"), "x");
+}
+
+#[test]
+fn make_reads_kwargs() {
+    let mut kw = Kwargs::new();
+    kw.insert("max_distractors".into(), 0.into());
+    assert!(make(&kw).is_ok());
+    kw.insert("colour".into(), 1.into());
+    assert!(make(&kw).is_err());
+}
+
+/// Cost probe: `SPEED_OP=reset|<action> perf stat -e cycles:u cargo test --release -p
+/// agentgym-core textcraft::tests::speed -- --ignored` (200k repetitions of one operation).
+#[test]
+#[ignore]
+fn speed() {
+    let op = std::env::var("SPEED_OP").unwrap_or_else(|_| "inventory".into());
+    let mut e = env();
+    let n = 200_000u64;
+    e.reset(&Task::Index(idx(&Book::shared(), "minecraft:wooden_pickaxe")), 0).unwrap();
+    e.step("get 100000000 oak logs");
+    e.step("craft 4 oak planks using 1 oak logs");
+    for i in 0..n {
+        if op == "reset" {
+            std::hint::black_box(e.reset(&Task::Index(i % 544), i).unwrap());
+        } else if op != "none" {
+            std::hint::black_box(e.step(&op));
+        }
+    }
+}
