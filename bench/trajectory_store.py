@@ -9,6 +9,7 @@ import json
 import time
 
 import numpy as np
+
 from agentgym.trajectory import TrajectoryStore
 
 

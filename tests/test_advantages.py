@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from agentgym.learner.advantages import (
     compute_advantages,
     gae,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
-import agentgym
 import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym
 from agentgym.envs.code_debug import (
     NUM_HIDDEN,
     NUM_VISIBLE,
@@ -19,7 +21,6 @@ from agentgym.envs.code_debug import (
 )
 from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
-from gymnasium.utils.env_checker import check_env
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import collections
 import random
 
-import agentgym
 import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym
 from agentgym.envs.ecommerce import CATEGORIES, ECommerceServiceEnv, generate
 from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
-from gymnasium.utils.env_checker import check_env
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from agentgym.learner.horizon import (
     AdaptiveHorizonSchedule,
     HorizonSchedule,

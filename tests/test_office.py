@@ -7,8 +7,10 @@ import datetime as dt
 import random
 import re
 
-import agentgym
 import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym
 from agentgym.envs.office import (
     OfficeEnv,
     ProjectPlanningEnv,
@@ -19,7 +21,6 @@ from agentgym.envs.office import (
 )
 from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
-from gymnasium.utils.env_checker import check_env
 
 pytestmark = pytest.mark.timeout(120)
 D = dt.date

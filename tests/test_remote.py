@@ -7,11 +7,12 @@ import random
 import socket
 import threading
 
-import agentgym
 import aiohttp
 import gymnasium as gym
 import httpx
 import pytest
+
+import agentgym
 from agentgym.envs import BaseEnv
 from agentgym.envs.remote import (
     PROFILES,

@@ -13,6 +13,7 @@ import tempfile
 import time
 
 import pytest
+
 from agentgym.envs.sandbox import SandboxLimits, run_python, sandbox_capabilities
 
 pytestmark = pytest.mark.timeout(60)

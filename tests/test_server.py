@@ -9,14 +9,15 @@ import subprocess
 import sys
 import threading
 
-import agentgym
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentgym
 from agentgym.envs import BaseEnv
 from agentgym.envs.server import ServerThread, start_server
 from agentgym.errors import InvalidTaskError
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.timeout(60)
 

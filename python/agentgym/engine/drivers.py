@@ -71,7 +71,7 @@ class NativeDriver:
                     self._running.discard(slot)
                 out[i] = StepOutcome(obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]), reason,
                                      obs[k] if reason == "env_error" else None)
-        for i, (slot, _) in enumerate(items):
+        for i in range(len(items)):
             if out[i] is None:
                 out[i] = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
         return out

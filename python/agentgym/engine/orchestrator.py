@@ -123,7 +123,8 @@ class _Run:
         n = int(offsets[-1])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         lp = None if logprobs is None else _flat(logprobs, np.float32, n)
-        self.store.append_batch(keys, _flat(seqs, np.uint32, n), offsets, is_model, lp)
+        model = np.full(len(eps), is_model, np.bool_)
+        self.store.append_batch(keys, _flat(seqs, np.uint32, n), offsets, model, lp)
 
     def _actions(self, turns: list[_Turn]) -> list[str]:
         texts = self.fmt.decode_batch([t.tokens for t in turns])
@@ -151,8 +152,15 @@ class _Run:
         going = [(t.ep, o.observation) for t, o in zip(turns, outcomes) if o.stop_reason is None]
         if going:
             obs_ids = self.fmt.observation_ids([obs for _, obs in going])
-            self._segments([e for e, _ in going], obs_ids, False)
+            cap = self.cfg.max_total_tokens
+            fits = []
             for (e, _), ids in zip(going, obs_ids):
+                if len(e.ids) + len(ids) < cap:
+                    fits.append((e, ids))
+                else:  # no room for the observation and a reply: the context is full
+                    e.stop_reason = "length"
+            self._segments([e for e, _ in fits], [ids for _, ids in fits], False)
+            for e, ids in fits:
                 e.ids.extend(ids)
 
     def _turn_batch(self, turns: list[_Turn]) -> list[StepOutcome | None]:

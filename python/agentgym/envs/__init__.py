@@ -37,6 +37,8 @@ _LAZY = {
     "OfficeEnv": "agentgym.envs.office",
     "ProjectPlanningEnv": "agentgym.envs.office",
     "RemoteEnv": "agentgym.envs.remote",
+    "BabyAIEnv": "agentgym.envs.babyai",
+    "SciWorldEnv": "agentgym.envs.sciworld",
 }
 
 
@@ -51,12 +53,14 @@ def __getattr__(name: str):
 
 __all__ = [
     "BaseEnv",
+    "BabyAIEnv",
     "BaseEnvAdapter",
     "CodeDebugEnv",
     "ECommerceServiceEnv",
     "OfficeEnv",
     "ProjectPlanningEnv",
     "RemoteEnv",
+    "SciWorldEnv",
     "MazeEnv",
     "NativeEnv",
     "TextCraftEnv",

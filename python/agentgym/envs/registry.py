@@ -124,3 +124,6 @@ for _native_id in _core.native_env_ids():
 from agentgym.envs import scenarios as _scenarios  # noqa: E402
 
 _scenarios.register_all()
+from agentgym.envs import simulators as _simulators  # noqa: E402
+
+_simulators.register_all()

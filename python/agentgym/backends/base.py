@@ -1,0 +1,123 @@
+"""The inference-backend protocol shared by the rollout engine and every backend.
+
+A backend turns prompt token ids into generated token ids plus the log-probability of each
+generated token (the behaviour policy's logprobs), never re-tokenizing text. Logprobs are
+those of the model's raw next-token distribution (log-softmax of the logits before
+temperature, top-k or top-p), which is vLLM's default ``logprobs_mode="raw_logprobs"``;
+at temperature 1 without truncation this is exactly the sampling distribution.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Literal, Protocol, runtime_checkable
+
+import msgspec
+
+from agentgym.errors import AgentGymError
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class BackendError(AgentGymError):
+    """An inference backend failed (engine died, server unreachable, bad response)."""
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """How to sample one completion.
+
+    ``temperature`` 0 means greedy; ``top_k`` 0 or -1 disables top-k; ``seed`` makes one
+    request's sampling reproducible; generation stops at the model's EOS tokens (unless
+    ``ignore_eos``) or any of ``stop_token_ids`` (the stop token is included in the
+    output), or after ``max_new_tokens``.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1, 0 or positive, got {self.top_k}")
+
+
+class GenerateResult(msgspec.Struct, kw_only=True):
+    """One completion: generated ``token_ids``, the logprob of each (empty when logprobs
+    were not requested), and why generation ended: ``stop`` (EOS or a stop token, which is
+    the last element of ``token_ids``), ``length`` (``max_new_tokens`` or the model's
+    context) or ``abort`` (``abort(request_id)`` or cancellation; tokens so far)."""
+
+    token_ids: list[int]
+    logprobs: list[float] = msgspec.field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    policy_version: int = 0
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the rollout engine needs from an inference engine.
+
+    ``generate`` may be called concurrently from many coroutines (the backend batches them);
+    cancelling the awaiting task aborts the request. ``abort(request_id)`` ends a running
+    request early: its ``generate`` returns with ``finish_reason="abort"``; an unknown or
+    finished id is ignored. ``update_weights`` takes a ``{name: tensor}`` state dict (Hugging
+    Face parameter names) or a path to a safetensors file or model folder, and increments
+    ``policy_version`` once the new weights serve requests.
+    """
+
+    policy_version: int
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+    ) -> GenerateResult: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def update_weights(self, state_dict_or_path) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
+    """Construct a backend by name: ``"vllm"`` (in-process AsyncLLM), ``"openai"`` (an
+    OpenAI-compatible server: pass ``base_url``; ``model`` defaults to ``model_dir``) or
+    ``"transformers"`` (a local Hugging Face model)."""
+    if name == "transformers":
+        from agentgym.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(model_dir, **kw)
+    if name == "vllm":
+        from agentgym.backends.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model_dir, **kw)
+    if name == "openai":
+        from agentgym.backends.openai_backend import OpenAIBackend
+
+        kw.setdefault("model", model_dir)
+        return OpenAIBackend(**kw)
+    raise ValueError(f"unknown backend {name!r}; expected 'vllm', 'openai' or 'transformers'")
+
+
+def check_prompt(prompt_ids) -> list[int]:
+    """Validate a prompt: a non-empty sequence of non-negative ints (numpy ints accepted);
+    a clear ValueError otherwise."""
+    try:
+        ids = [operator.index(t) for t in prompt_ids]
+    except TypeError as e:
+        raise ValueError(f"prompt_ids must be a sequence of ints: {e}") from None
+    if not ids:
+        raise ValueError("prompt_ids must not be empty")
+    if min(ids) < 0:
+        raise ValueError(f"prompt_ids must be non-negative, got {min(ids)}")
+    return ids

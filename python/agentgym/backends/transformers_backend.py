@@ -1,0 +1,327 @@
+"""``TransformersBackend``: a local Hugging Face causal LM as an inference backend.
+
+The reference backend: exact, dependency-light (torch + transformers), runs on CPU or one
+GPU. Requests that arrive within ``batch_wait_s`` of each other (up to ``max_batch_size``)
+are generated together in one left-padded batch with a KV cache, in a hand-written decode
+loop that applies each request's own temperature / top-k / top-p / seed / stop tokens.
+All model work (generation and weight updates) runs in one worker thread, so the event
+loop never blocks and a weight update never lands in the middle of a batch.
+
+Logprobs are ``raw`` by default: log-softmax of the model's logits before temperature and
+truncation, the same definition as vLLM's default ``logprobs_mode="raw_logprobs"``; pass
+``logprobs_mode="processed"`` for the log-probability under the distribution actually
+sampled from (temperature-scaled and truncated; 0 for greedy choices).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentgym.backends.base import BackendError, GenerateResult, SamplingParams, check_prompt
+
+
+@dataclass(eq=False)
+class _Request:
+    request_id: str
+    prompt: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future
+    aborted: bool = False
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class TransformersBackend:
+    """Generate with a Hugging Face model folder ``model_dir`` (see module docstring).
+
+    ``device`` defaults to CUDA when available, else CPU; ``dtype`` to float32.
+    ``seed`` seeds sampling for requests without their own ``SamplingParams.seed``.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str | None = None,
+        dtype=None,
+        max_batch_size: int = 64,
+        batch_wait_s: float = 0.005,
+        logprobs_mode: str = "raw",
+        seed: int = 0,
+    ):
+        import torch
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        self._torch = torch
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_dir = str(model_dir)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"cannot load model from {self.model_dir}: {e}") from e
+        self.model = model.to(self.device, dtype or torch.float32).eval()
+        cfg = self.model.config
+        eos = set()
+        for src in (cfg, _generation_config(GenerationConfig, self.model_dir)):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            eos.update([e] if isinstance(e, int) else (e or []))
+        self.eos_token_ids = frozenset(eos)
+        self.pad_token_id = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+        self.vocab_size = cfg.vocab_size
+        self.max_model_len = getattr(cfg, "max_position_embeddings", None) or 1 << 30
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.logprobs_mode = logprobs_mode
+        self.policy_version = 0
+        self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentgym-transformers")
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._batcher: asyncio.Task | None = None
+        self._requests: dict[str, _Request] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ public API
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+    ) -> GenerateResult:
+        """Generate one completion (batched with concurrent calls); cancelling the caller
+        aborts the request."""
+        if self._closed:
+            raise BackendError("backend is closed")
+        prompt = check_prompt(prompt_ids)
+        if max(prompt) >= self.vocab_size:
+            raise ValueError(f"token id {max(prompt)} out of range (vocab {self.vocab_size})")
+        if len(prompt) >= self.max_model_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens exceeds the model's context")
+        rid = request_id or uuid.uuid4().hex
+        if rid in self._requests:
+            raise ValueError(f"request id {rid!r} is already in flight")
+        loop = asyncio.get_running_loop()
+        req = _Request(rid, prompt, sampling, loop.create_future())
+        self._requests[rid] = req
+        self._ensure_batcher()
+        self._queue.put_nowait(req)
+        try:
+            return await asyncio.shield(req.future)
+        except asyncio.CancelledError:
+            req.aborted = True
+            raise
+        finally:
+            self._requests.pop(rid, None)
+
+    async def abort(self, request_id: str) -> None:
+        """End ``request_id`` early; its ``generate`` returns the tokens so far with
+        ``finish_reason="abort"``. Unknown ids are ignored."""
+        req = self._requests.get(request_id)
+        if req is None:
+            return
+        req.aborted = True
+
+    async def update_weights(self, state_dict_or_path) -> None:
+        """Load new weights in place: a ``{name: tensor}`` state dict (a subset is fine) or
+        a path to a ``.safetensors`` file or a folder of them. Waits for the running batch;
+        ``policy_version`` increments when the new weights are live."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._load_weights, state_dict_or_path)
+        self.policy_version += 1
+
+    async def close(self) -> None:
+        """Abort every request, stop the batcher and the worker thread."""
+        if self._closed:
+            return
+        self._closed = True
+        for req in list(self._requests.values()):
+            req.aborted = True
+        if self._batcher is not None:
+            self._batcher.cancel()
+            try:
+                await self._batcher
+            except asyncio.CancelledError:
+                pass
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._executor.shutdown)
+        while self._queue is not None and not self._queue.empty():
+            self._finish_aborted(self._queue.get_nowait())
+
+    # ------------------------------------------------------------------ batching
+    def _ensure_batcher(self) -> None:
+        if self._batcher is None or self._batcher.done():
+            self._queue = self._queue or asyncio.Queue()
+            self._batcher = asyncio.get_running_loop().create_task(self._batch_loop())
+
+    def _finish_aborted(self, req: _Request) -> None:
+        if not req.future.done():
+            req.future.set_result(
+                GenerateResult(
+                    token_ids=req.tokens,
+                    logprobs=req.logprobs,
+                    finish_reason="abort",
+                    policy_version=self.policy_version,
+                )
+            )
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            if self.batch_wait_s > 0:
+                await asyncio.sleep(self.batch_wait_s)
+            while len(batch) < self.max_batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            live = []
+            for req in batch:
+                if req.aborted:
+                    self._finish_aborted(req)
+                else:
+                    live.append(req)
+            if not live:
+                continue
+            version = self.policy_version
+            try:
+                reasons = await loop.run_in_executor(self._executor, self._run_batch, live)
+            except asyncio.CancelledError:
+                for req in live:
+                    req.aborted = True
+                    self._finish_aborted(req)
+                raise
+            except Exception as e:  # the whole batch failed: every request learns why
+                for req in live:
+                    if req.aborted:
+                        self._finish_aborted(req)
+                    elif not req.future.done():
+                        req.future.set_exception(BackendError(f"generation failed: {e!r}"))
+                continue
+            for req, reason in zip(live, reasons, strict=True):
+                if not req.future.done():
+                    req.future.set_result(
+                        GenerateResult(
+                            token_ids=req.tokens,
+                            logprobs=req.logprobs,
+                            finish_reason=reason,
+                            policy_version=version,
+                        )
+                    )
+
+    # ------------------------------------------------------------------ worker thread
+    def _run_batch(self, reqs: list[_Request]) -> list[str]:
+        """Generate ``reqs`` together (worker thread); fills each request's tokens and
+        logprobs and returns their finish reasons."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        n, dev = len(reqs), self.device
+        plen = max(len(r.prompt) for r in reqs)
+        ids = torch.full((n, plen), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, plen), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, plen - len(r.prompt) :] = torch.tensor(r.prompt)
+            mask[i, plen - len(r.prompt) :] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        budget = [min(r.sampling.max_new_tokens, self.max_model_len - len(r.prompt)) for r in reqs]
+        gens = [
+            torch.Generator(device="cpu").manual_seed(r.sampling.seed)
+            if r.sampling.seed is not None
+            else self._generator
+            for r in reqs
+        ]
+        reasons: list[str | None] = [None] * n
+        cache = DynamicCache()
+        with torch.inference_mode():
+            for _step in range(max(budget)):
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                cache = out.past_key_values
+                logits = out.logits[:, -1, :].float().cpu()
+                raw_lp = torch.log_softmax(logits, dim=-1)
+                next_ids = [self.pad_token_id] * n
+                for i, r in enumerate(reqs):
+                    if reasons[i] is not None:
+                        continue
+                    if r.aborted:
+                        reasons[i] = "abort"
+                        continue
+                    tok, proc_lp = self._sample(logits[i], r.sampling, gens[i])
+                    r.tokens.append(tok)
+                    if r.sampling.logprobs:
+                        r.logprobs.append(
+                            float(raw_lp[i, tok]) if self.logprobs_mode == "raw" else proc_lp
+                        )
+                    next_ids[i] = tok
+                    s = r.sampling
+                    if (not s.ignore_eos and tok in self.eos_token_ids) or (
+                        tok in s.stop_token_ids
+                    ):
+                        reasons[i] = "stop"
+                    elif len(r.tokens) >= budget[i]:
+                        reasons[i] = "length"
+                if all(x is not None for x in reasons):
+                    break
+                ids = torch.tensor(next_ids, dtype=torch.long, device=dev)[:, None]
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], 1)
+                pos = pos[:, -1:] + 1
+        return [x or "length" for x in reasons]
+
+    def _sample(self, logits, s: SamplingParams, gen) -> tuple[int, float]:
+        """Sample one token from one row of logits; returns (token, processed logprob)."""
+        torch = self._torch
+        if s.temperature == 0:
+            return int(torch.argmax(logits)), 0.0
+        x = logits / s.temperature
+        if s.top_k > 0 and s.top_k < x.numel():
+            kth = torch.topk(x, s.top_k).values[-1]
+            x = x.masked_fill(x < kth, float("-inf"))
+        if s.top_p < 1.0:
+            sorted_x, order = torch.sort(x, descending=True)
+            probs = torch.softmax(sorted_x, -1)
+            drop = probs.cumsum(-1) - probs > s.top_p  # keep the smallest prefix reaching p
+            x = x.clone()
+            x[order[drop]] = float("-inf")
+        lp = torch.log_softmax(x, -1)
+        tok = int(torch.multinomial(lp.exp(), 1, generator=gen))
+        return tok, float(lp[tok])
+
+    def _load_weights(self, src) -> None:
+        torch = self._torch
+        if isinstance(src, (str, Path)):
+            from safetensors.torch import load_file
+
+            p = Path(src)
+            files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+            if not files or not all(f.is_file() for f in files):
+                raise BackendError(f"no safetensors weights at {p}")
+            sd = {}
+            for f in files:
+                sd.update(load_file(str(f)))
+        else:
+            sd = dict(src)
+        params = dict(self.model.state_dict())
+        unknown = sorted(set(sd) - set(params))
+        if unknown:
+            raise BackendError(f"unknown parameter names in update: {unknown[:5]}")
+        for name, t in sd.items():  # validate everything before changing anything
+            if tuple(t.shape) != tuple(params[name].shape):
+                raise BackendError(
+                    f"shape mismatch for {name}: {tuple(t.shape)} vs {tuple(params[name].shape)}"
+                )
+        with torch.no_grad():
+            for name, t in sd.items():
+                params[name].copy_(t.detach().to(params[name].device, params[name].dtype))
+
+
+def _generation_config(cls, model_dir: str):
+    try:
+        return cls.from_pretrained(model_dir)
+    except (OSError, ValueError):
+        return None

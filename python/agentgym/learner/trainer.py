@@ -1,0 +1,429 @@
+"""``Trainer``: the multi-turn RL loop (rollout -> advantages -> update -> weight sync).
+
+One training step:
+
+1. **rollout** — ``tasks_per_step`` tasks x ``n_samples`` episodes through the
+   :class:`~agentgym.engine.RolloutEngine` with the horizon the schedule sets for this step
+   (ScalingInter-RL moves it in stages; other methods keep it fixed);
+2. **update** — :func:`~agentgym.learner.policy_update` (advantages of the method's
+   estimator, micro-batched PPO-clip loss, KL to a frozen reference, a critic for PPO);
+3. **sync** — the learner's state dict goes to the backend
+   (``await backend.update_weights(sd)``); the backend's ``policy_version`` increments and
+   every trajectory keeps the version it was generated with;
+4. **log / eval / checkpoint** — JSONL + CSV + TensorBoard rows, periodic greedy evaluation
+   on held-out tasks (``{"type": "eval", "success_rate": ...}`` rows), a PNG learning curve,
+   and checkpoints that resume exactly (model, optimizer, step, horizon schedule, task
+   sampler, RNGs).
+
+With ``async_rollouts=True`` the rollout of step k+1 runs while step k's update runs (the
+update is in a worker thread); its trajectories are then one policy version old, kept or
+dropped by the learner's staleness rule (``max_staleness``), and the PPO ratio uses their
+behaviour logprobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
+from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
+from agentgym.learner.train_config import TrainerConfig
+
+__all__ = ["Trainer", "TrainerConfig", "make_schedule"]
+
+log = logging.getLogger(__name__)
+
+_BIG = 10**7  # envs with more tasks than this draw held-out tasks from [_BIG, _BIG + n)
+
+
+def make_schedule(cfg: TrainerConfig):
+    """The horizon schedule of ``cfg``: staged for ScalingInter-RL, fixed otherwise."""
+    if cfg.method_key != "scalinginter-rl":
+        return HorizonSchedule.fixed(cfg.max_turns)
+    stages = cfg.horizon
+    steps = cfg.steps_per_stage
+    if stages is None:
+        family = cfg.env.split(":")[0].split("_")[0].lower()
+        if family in presets:
+            stages = list(presets[family]["rounds"])
+            steps = steps or presets[family]["steps_per_stage"]
+        else:  # no preset: thirds of the final horizon
+            top = cfg.max_turns
+            stages = sorted({max(1, top // 3), max(1, 2 * top // 3), top})
+    stages = [int(s) for s in stages]
+    if cfg.adaptive_horizon:
+        return AdaptiveHorizonSchedule(stages, window=5, min_steps_per_stage=5)
+    if len(stages) == 1:
+        return HorizonSchedule(stages)
+    if steps is None:
+        steps = max(1, cfg.max_steps // len(stages))
+    return HorizonSchedule(stages, steps)
+
+
+def _num_tasks(env_id: str, kwargs: dict) -> int | None:
+    try:
+        from agentgym.engine.drivers import is_native
+
+        if is_native(env_id):
+            from agentgym.pool import EnvPool
+
+            return int(EnvPool(env_id, 1, **kwargs).num_tasks)
+        import agentgym
+
+        env = agentgym.make(env_id, **kwargs)
+        n = getattr(env.unwrapped, "num_tasks", None)
+        env.close()
+        return int(n) if n else None
+    except Exception as e:  # unknown counts: treat as unbounded
+        log.debug("cannot count tasks of %s: %r", env_id, e)
+        return None
+
+
+class Trainer:
+    """Runs a :class:`TrainerConfig` (``Trainer(cfg).train()``); keyword arguments override
+    the config. ``backend`` injects a ready backend (e.g. a ``ScriptedBackend`` in tests)
+    instead of building ``cfg.backend`` from the model folder."""
+
+    def __init__(self, config: TrainerConfig | dict | None = None, *, backend=None,
+                 **overrides: Any):
+        if config is None:
+            config = TrainerConfig()
+        elif isinstance(config, dict):
+            config = TrainerConfig.from_dict(config)
+        self.cfg = config.replace(**overrides) if overrides else config
+        self._injected_backend = backend
+        self.backend = backend
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.eval_history: list[dict[str, Any]] = []
+        self._ready = False
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def output_dir(self) -> Path:
+        if self.cfg.output_dir is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self.cfg.output_dir = str(Path("runs") / stamp)
+        return Path(self.cfg.output_dir)
+
+    def _resolve_model(self) -> str:
+        cfg = self.cfg
+        if cfg.model != "tiny":
+            return cfg.model
+        from agentgym.models import build_tiny_model
+
+        base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed,
+                                **cfg.warmup.get("tiny_kwargs", {}) if cfg.warmup else {})
+        if cfg.warmup is None:
+            return str(base)
+        from agentgym.learner.warmup import WarmupConfig, warmup_model
+
+        wcfg = {k: v for k, v in cfg.warmup.items() if k != "tiny_kwargs"}
+        wcfg.setdefault("seed", cfg.seed)
+        wcfg.setdefault("max_turns", self.schedule.stages[-1].max_turns)
+        out = self.output_dir / "warm_model"
+        stats = warmup_model(base, out, cfg.env, env_kwargs=cfg.env_kwargs,
+                             config=WarmupConfig(**wcfg), system_prompt=cfg.system_prompt,
+                             progress=self._show_progress)
+        self.warmup_stats = stats
+        return str(out)
+
+    @property
+    def _show_progress(self) -> bool:
+        p = self.cfg.progress
+        return sys.stderr.isatty() if p is None else bool(p)
+
+    async def setup(self) -> None:
+        """Load models, backend, engine, schedule, logger; resume if asked (idempotent)."""
+        if self._ready:
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from agentgym.engine import RolloutEngine
+        from agentgym.learner import LearnerConfig, make_optimizer
+        from agentgym.learner.checkpoint import load_checkpoint, restore_rng
+
+        cfg = self.cfg
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        torch.manual_seed(cfg.seed)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.schedule = make_schedule(cfg)
+        ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
+        self.model_dir = str(ckpt["model_dir"]) if ckpt else self._resolve_model()
+        self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32).to(self.device)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        lc = {"adv_estimator": cfg.adv_estimator, "temperature": 1.0, "bf16": cfg.bf16,
+              "pad_token_id": pad, "seed": cfg.seed}
+        if cfg.async_rollouts:
+            lc.update(max_staleness=cfg.max_staleness, staleness_mode=cfg.staleness_mode)
+        self.learner_config = LearnerConfig.from_dict({**lc, **cfg.learner})
+        lcfg = self.learner_config
+        self.ref_model = None
+        wants_kl = (lcfg.use_kl_loss and lcfg.kl_coef > 0) or lcfg.use_kl_in_reward
+        if cfg.use_ref_model and wants_kl:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.critic = self.critic_optimizer = None
+        if lcfg.adv_estimator == "gae":
+            from transformers import AutoModelForTokenClassification
+
+            self.critic = AutoModelForTokenClassification.from_pretrained(
+                self.model_dir, num_labels=1, dtype=torch.float32).to(self.device)
+            if ckpt and ckpt["critic"] is not None:
+                self.critic.load_state_dict(ckpt["critic"])
+            self.critic_optimizer = make_optimizer(self.critic, lcfg, critic=True)
+        self.optimizer = make_optimizer(self.model, lcfg)
+        self.task_rng = np.random.default_rng(cfg.seed)
+        self.version_offset = 0
+        if ckpt:
+            st = ckpt["state"]
+            self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
+            if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
+                self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
+            self.schedule.load_state_dict(st["schedule"])
+            self.task_rng.bit_generator.state = st["task_rng"]
+            self.step = int(st["step"])
+            self.version_offset = int(st["policy_version"])
+            self.eval_history = list(st.get("eval_history", []))
+            if st.get("ref_model_dir") and self.ref_model is not None:
+                self.ref_model.load_state_dict(
+                    AutoModelForCausalLM.from_pretrained(st["ref_model_dir"]).state_dict())
+            restore_rng(st["rng"])
+        self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
+            or self.model_dir
+        if self.backend is None:
+            from agentgym.backends import make_backend
+
+            kw = dict(cfg.backend_kwargs)
+            if cfg.backend == "transformers":
+                kw.setdefault("device", str(self.device))
+                kw.setdefault("seed", cfg.seed)
+            self.backend = await asyncio.to_thread(make_backend, cfg.backend, self.model_dir, **kw)
+        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
+              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
+              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
+              "system_prompt": cfg.system_prompt, **cfg.rollout}
+        self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
+        self._split_tasks()
+        self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
+                                    resume=ckpt is not None)
+        self._ready = True
+
+    def _split_tasks(self) -> None:
+        """Train task range and held-out eval tasks (another split, or disjoint indices)."""
+        cfg = self.cfg
+        n = _num_tasks(cfg.env, cfg.env_kwargs)
+        n = n if n is not None and n < 2**62 else None
+        if cfg.eval_env_kwargs is not None:  # a separate split: any indices are held out
+            self.eval_task_ids = list(range(cfg.eval_tasks))
+            hi = n or _BIG
+        elif n is None or n > _BIG:
+            self.eval_task_ids = list(range(_BIG, _BIG + cfg.eval_tasks))
+            hi = _BIG
+        else:
+            if n <= cfg.eval_tasks:
+                raise ValueError(f"{cfg.env} has {n} tasks: too few for {cfg.eval_tasks} "
+                                 "held-out eval tasks; lower eval_tasks or pass eval_env_kwargs")
+            self.eval_task_ids = list(range(n - cfg.eval_tasks, n))
+            hi = n - cfg.eval_tasks
+        self.train_task_hi = min(hi, cfg.num_train_tasks or hi)
+
+    # ------------------------------------------------------------------ pieces of a step
+    @property
+    def policy_version(self) -> int:
+        return self.version_offset + int(getattr(self.backend, "policy_version", 0))
+
+    def _seed_rollout(self, step: int, group_base: int) -> None:
+        """Deterministic group ids (hence episode seeds) and backend sampling per step."""
+        self.engine._groups = itertools.count(group_base)
+        gen = getattr(self.backend, "_generator", None)
+        if isinstance(gen, torch.Generator):
+            gen.manual_seed(self.cfg.seed * 1_000_003 + step)
+
+    async def rollout(self, step: int):
+        """Collect the training batch of ``step`` at the schedule's horizon."""
+        cfg = self.cfg
+        tasks = self.task_rng.integers(0, self.train_task_hi, cfg.tasks_per_step).tolist()
+        self._seed_rollout(step, step * cfg.tasks_per_step)
+        horizon = self.schedule.max_turns(step)
+        batch = await self.engine.collect(tasks, cfg.env, env_kwargs=cfg.env_kwargs,
+                                          max_turns=horizon, n_samples=cfg.n_samples)
+        batch.metrics["horizon/max_turns"] = float(horizon)
+        return batch
+
+    def update(self, batch, step: int) -> dict[str, float]:
+        """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
+        from agentgym.learner import PackedBatch, policy_update
+
+        pb = PackedBatch.from_any(batch.packed())
+        stage = self.schedule.stage(step)
+        if stage.shapes_rewards:
+            pb = pb.with_rewards(stage.shape_rewards(pb.rewards, pb.num_turns))
+        return policy_update(
+            self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,
+            critic_optimizer=self.critic_optimizer,
+            current_version=int(getattr(self.backend, "policy_version", 0)))
+
+    async def sync_weights(self) -> None:
+        """Send the learner's weights to the backend (bumps its policy_version)."""
+        sd = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        await self.backend.update_weights(sd)
+
+    async def evaluate(self, step: int | None = None, tasks: list[int] | None = None
+                       ) -> dict[str, Any]:
+        """Greedy (``eval_temperature``) episodes on held-out tasks at the eval horizon;
+        logs and returns an ``{"type": "eval", "success_rate": ...}`` row."""
+        await self.setup()
+        cfg = self.cfg
+        step = self.step if step is None else step
+        horizon = cfg.eval_max_turns or self.schedule.stages[-1].max_turns
+        kwargs = cfg.env_kwargs if cfg.eval_env_kwargs is None else \
+            {**cfg.env_kwargs, **cfg.eval_env_kwargs}
+        self._seed_rollout(10**6 + step, 10**9)
+        t0 = time.perf_counter()
+        batch = await self.engine.collect(tasks if tasks is not None else self.eval_task_ids,
+                                          cfg.env, env_kwargs=kwargs, max_turns=horizon,
+                                          n_samples=1, temperature=cfg.eval_temperature)
+        m = batch.metrics
+        row = {"type": "eval", "step": step, "success_rate": m.get("success_rate", 0.0),
+               "reward/mean": m.get("reward/mean", 0.0),
+               "num_turns/mean": m.get("num_turns/mean", 0.0),
+               "horizon/max_turns": float(horizon), "num_tasks": len(batch),
+               "policy_version": self.policy_version,
+               "timing_s/eval": time.perf_counter() - t0}
+        self.eval_history.append(row)
+        self.logger.log(row)
+        return row
+
+    def save(self) -> Path:
+        from agentgym.learner.checkpoint import save_checkpoint
+
+        state = {"step": self.step, "policy_version": self.policy_version,
+                 "schedule": self.schedule.state_dict(),
+                 "task_rng": self.task_rng.bit_generator.state,
+                 "config": self.cfg.to_dict(), "eval_history": self.eval_history,
+                 "ref_model_dir": self.ref_model_dir}
+        return save_checkpoint(self.output_dir / "checkpoints", self.step, model=self.model,
+                               tokenizer=self.tokenizer, optimizer=self.optimizer, state=state,
+                               critic=self.critic, critic_optimizer=self.critic_optimizer,
+                               keep=self.cfg.keep_checkpoints)
+
+    # ------------------------------------------------------------------ the loop
+    async def train_async(self, max_steps: int | None = None) -> dict[str, Any]:
+        """Train until ``max_steps`` (default ``cfg.max_steps``) completed steps; returns a
+        summary (first/last eval success, paths, wall time)."""
+        await self.setup()
+        cfg = self.cfg
+        end = cfg.max_steps if max_steps is None else max_steps
+        t_start = time.perf_counter()
+        if cfg.eval_at_start and cfg.eval_every and self.step == 0 and not self.eval_history \
+                and cfg.eval_tasks:
+            await self.evaluate(0)
+        bar = None
+        if self._show_progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=end, initial=self.step, desc=f"{cfg.method} on {cfg.env}",
+                       unit="step", dynamic_ncols=True)
+        pending: asyncio.Task | None = None
+        try:
+            while self.step < end:
+                step = self.step
+                self.schedule.update(step)
+                t0 = time.perf_counter()
+                batch = await (pending if pending is not None else self.rollout(step))
+                pending = None
+                t_gen = time.perf_counter() - t0
+                if cfg.async_rollouts and step + 1 < end:
+                    pending = asyncio.ensure_future(self.rollout(step + 1))
+                t1 = time.perf_counter()
+                upd = await asyncio.to_thread(self.update, batch, step)
+                t2 = time.perf_counter()
+                await self.sync_weights()
+                t3 = time.perf_counter()
+                self.step = step + 1
+                self.schedule.update(self.step, batch.metrics.get("success_rate"))
+                row = {"type": "train", "step": self.step, **batch.metrics, **upd,
+                       "horizon/max_turns": batch.metrics["horizon/max_turns"],
+                       "horizon/stage": float(self.schedule.stage_index(step)),
+                       "timing_s/gen": t_gen, "timing_s/update": t2 - t1,
+                       "timing_s/sync": t3 - t2, "timing_s/step": t3 - t0,
+                       "policy_version": self.policy_version}
+                self.history.append(row)
+                self.logger.log(row)
+                if cfg.eval_every and cfg.eval_tasks and (self.step % cfg.eval_every == 0
+                                                          or self.step == end):
+                    await self.evaluate(self.step)
+                if cfg.save_every and (self.step % cfg.save_every == 0 or self.step == end):
+                    self.save()
+                if bar is not None:
+                    post = {"H": int(row["horizon/max_turns"]),
+                            "succ": f"{row.get('success_rate', 0):.2f}",
+                            "R": f"{row.get('reward/mean', 0):.2f}"}
+                    if self.eval_history:
+                        post["eval"] = f"{self.eval_history[-1]['success_rate']:.2f}"
+                    bar.set_postfix(post)
+                    bar.update(1)
+        finally:
+            if pending is not None:
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            if bar is not None:
+                bar.close()
+        return self._finish(time.perf_counter() - t_start)
+
+    def _finish(self, wall: float) -> dict[str, Any]:
+        out = self.output_dir
+        plot = None
+        if self.cfg.plot and self.logger.jsonl_path.exists():
+            plot = plot_learning_curve(self.logger.jsonl_path, out / "learning_curve.png",
+                                       title=f"{self.cfg.method} on {self.cfg.env}")
+        evals = self.eval_history
+        ckpts = out / "checkpoints"
+        return {
+            "output_dir": str(out), "metrics": str(self.logger.jsonl_path),
+            "plot": str(plot) if plot else None,
+            "checkpoint": str(ckpts / (ckpts / "latest").read_text().strip())
+            if (ckpts / "latest").exists() else None,
+            "steps": self.step, "wall_s": wall,
+            "eval_success_start": evals[0]["success_rate"] if evals else None,
+            "eval_success_end": evals[-1]["success_rate"] if evals else None,
+            "eval_success_best": max(e["success_rate"] for e in evals) if evals else None,
+        }
+
+    def train(self, max_steps: int | None = None) -> dict[str, Any]:
+        """Synchronous :meth:`train_async` (own event loop); closes the backend after."""
+        from agentgym.engine.loop import run
+
+        async def go():
+            try:
+                return await self.train_async(max_steps)
+            finally:
+                await self.aclose()
+
+        return run(go())
+
+    async def aclose(self) -> None:
+        """Close the engine, the backend (unless injected) and the logger."""
+        if getattr(self, "engine", None) is not None:
+            self.engine.close()
+        if self.backend is not None and self._injected_backend is None:
+            await self.backend.close()
+            self.backend = None
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
+        self._ready = False

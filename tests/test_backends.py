@@ -1,0 +1,396 @@
+"""Inference backends: protocol types, TransformersBackend (exact reference), OpenAIBackend's
+retries against a fault-injecting server, and (marked ``vllm``) the in-process vLLM engine
+and the vLLM OpenAI-compatible server, each cross-checked against a transformers forward
+pass."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import pytest_asyncio
+
+from agentgym.backends import BackendError, GenerateResult, SamplingParams, make_backend
+from agentgym.errors import AgentGymError
+
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
+# Deprecation noise that vLLM's lazy imports trigger inside torch (not ours to fix).
+VLLM_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:.*torch.distributed.reduce_op.*:FutureWarning"),
+]
+
+PROMPT = [1, 803, 201, 302, 287, 16, 2, 201, 1, 798, 201, 43, 291, 28, 2, 201, 1, 802, 201]
+LONG = SamplingParams(max_new_tokens=900, ignore_eos=True)
+
+
+def prompts(n: int) -> list[list[int]]:
+    """``n`` distinct prompts of different lengths (batched with left padding)."""
+    return [PROMPT[: 5 + i % 11] + [3 + (7 * i) % 500] * (1 + i % 4) for i in range(n)]
+
+
+def ref_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """Raw logprobs of ``tokens`` after ``prompt`` from one transformers forward pass."""
+    import torch
+
+    with torch.no_grad():
+        lp = model(torch.tensor([prompt + tokens])).logits[0].float().log_softmax(-1)
+    return [float(lp[len(prompt) - 1 + j, t]) for j, t in enumerate(tokens)]
+
+
+def assert_consistent(model, prompt, res: GenerateResult, tol: float):
+    assert len(res.logprobs) == len(res.token_ids)
+    ref = ref_logprobs(model, prompt, res.token_ids)
+    assert max(abs(a - b) for a, b in zip(ref, res.logprobs, strict=True)) < tol
+
+
+# ---------------------------------------------------------------- protocol types
+def test_sampling_params_validation():
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+    assert issubclass(BackendError, AgentGymError)
+
+
+def test_make_backend_unknown():
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("nope", "/x")
+
+
+# ---------------------------------------------------------------- transformers
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tf_backend(tiny_model_dir):
+    pytest.importorskip("transformers")
+    backend = make_backend("transformers", tiny_model_dir, max_batch_size=16)
+    yield backend
+    await backend.close()
+
+
+@MODULE_LOOP
+async def test_transformers_batched_logprobs_match_forward(tf_backend):
+    ps = prompts(12)
+    results = await asyncio.gather(
+        *[
+            tf_backend.generate(p, SamplingParams(max_new_tokens=12, seed=i))
+            for i, p in enumerate(ps)
+        ]
+    )
+    for p, r in zip(ps, results, strict=True):
+        assert r.finish_reason in ("stop", "length")
+        assert 1 <= len(r.token_ids) <= 12
+        assert_consistent(tf_backend.model, p, r, 1e-4)
+
+
+@MODULE_LOOP
+async def test_transformers_greedy_and_seeded_are_reproducible(tf_backend):
+    greedy = SamplingParams(max_new_tokens=8, temperature=0)
+    alone = await tf_backend.generate(PROMPT, greedy)
+    batched = await asyncio.gather(*[tf_backend.generate(p, greedy) for p in [PROMPT, *prompts(5)]])
+    assert batched[0].token_ids == alone.token_ids  # batching and padding do not change it
+    seeded = SamplingParams(max_new_tokens=8, seed=42, top_k=50, top_p=0.9, temperature=0.7)
+    a, b = await asyncio.gather(
+        tf_backend.generate(PROMPT, seeded), tf_backend.generate(PROMPT, seeded)
+    )
+    assert a.token_ids == b.token_ids
+
+
+@MODULE_LOOP
+async def test_transformers_stop_tokens(tf_backend):
+    greedy = SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True)
+    full = await tf_backend.generate(PROMPT, greedy)
+    stop = full.token_ids[2]
+    cut = await tf_backend.generate(
+        PROMPT, SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=[stop])
+    )
+    first = full.token_ids.index(stop)
+    assert cut.token_ids == full.token_ids[: first + 1]
+    assert cut.finish_reason == "stop"
+
+
+@MODULE_LOOP
+async def test_transformers_abort_and_cancel(tf_backend):
+    task = asyncio.create_task(tf_backend.generate(PROMPT, LONG, request_id="long-1"))
+    await asyncio.sleep(0.3)
+    await tf_backend.abort("long-1")
+    res = await asyncio.wait_for(task, 60)
+    assert res.finish_reason == "abort" and len(res.token_ids) < LONG.max_new_tokens
+    task = asyncio.create_task(tf_backend.generate(PROMPT, LONG, request_id="long-2"))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await tf_backend.abort("unknown-id")  # ignored
+    res = await asyncio.wait_for(tf_backend.generate(PROMPT, SamplingParams(max_new_tokens=3)), 60)
+    assert len(res.token_ids) <= 3
+
+
+@MODULE_LOOP
+async def test_transformers_bad_input(tf_backend, tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        await tf_backend.generate([], SamplingParams())
+    with pytest.raises(ValueError, match="out of range"):
+        await tf_backend.generate([10**6], SamplingParams())
+    with pytest.raises(BackendError):
+        await tf_backend.update_weights(tmp_path / "missing")
+    with pytest.raises(BackendError, match="unknown parameter"):
+        await tf_backend.update_weights({"not.a.weight": None})
+
+
+@MODULE_LOOP
+async def test_transformers_update_weights(tf_backend, tiny_model_dir):
+    import torch
+
+    greedy = SamplingParams(max_new_tokens=8, temperature=0)
+    before = await tf_backend.generate(PROMPT, greedy)
+    v0 = tf_backend.policy_version
+    g = torch.Generator().manual_seed(1)
+    sd = {
+        k: v + 0.05 * torch.randn(v.shape, generator=g)
+        for k, v in tf_backend.model.state_dict().items()
+    }
+    await tf_backend.update_weights(sd)
+    after = await tf_backend.generate(PROMPT, greedy)
+    assert tf_backend.policy_version == v0 + 1 and after.policy_version == v0 + 1
+    assert after.logprobs != before.logprobs
+    assert_consistent(tf_backend.model, PROMPT, after, 1e-4)
+    await tf_backend.update_weights(tiny_model_dir)  # a model folder restores the original
+    again = await tf_backend.generate(PROMPT, greedy)
+    assert again.token_ids == before.token_ids and again.logprobs == before.logprobs
+
+
+# ---------------------------------------------------------------- OpenAI client, no vLLM
+@MODULE_LOOP
+async def test_openai_backend_server_down_is_clear_error():
+    from agentgym.backends.openai_backend import OpenAIBackend, free_port
+
+    backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}", "m", max_retries=2, backoff_s=0.01)
+    with pytest.raises(BackendError, match="unreachable"):
+        await backend.generate(PROMPT, SamplingParams(max_new_tokens=4))
+    await backend.close()
+
+
+@MODULE_LOOP
+async def test_openai_backend_retries_5xx_with_fresh_request_ids():
+    web = pytest.importorskip("aiohttp.web")
+    from agentgym.backends.openai_backend import OpenAIBackend
+
+    seen: list[dict] = []
+
+    async def completions(request):
+        body = await request.json()
+        seen.append(body)
+        if len(seen) < 3:  # fault injection: two server errors, then a real answer
+            return web.Response(status=503, text="overloaded")
+        n = body["max_tokens"]
+        return web.json_response(
+            {
+                "choices": [
+                    {
+                        "token_ids": list(range(5, 5 + n)),
+                        "finish_reason": "length",
+                        "logprobs": {"token_logprobs": [-1.5] * n},
+                    }
+                ]
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    backend = OpenAIBackend(f"http://127.0.0.1:{port}", "m", max_retries=3, backoff_s=0.01)
+    try:
+        res = await backend.generate(PROMPT, SamplingParams(max_new_tokens=4), request_id="r")
+        assert res.token_ids == [5, 6, 7, 8] and res.logprobs == [-1.5] * 4
+        assert len(seen) == 3
+        ids = [b["request_id"] for b in seen]
+        assert len(set(ids)) == 3 and all(i.startswith("r-") for i in ids)
+        assert seen[0]["prompt"] == PROMPT and seen[0]["return_token_ids"] is True
+        assert seen[0]["logprobs"] == 1
+    finally:
+        await backend.close()
+        await runner.cleanup()
+
+
+# ---------------------------------------------------------------- vLLM (in-process, server)
+def _import_vllm():
+    """Import vllm (skip the test only if that fails); its import-time FutureWarnings from
+    torch are not ours to fix."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:
+            pytest.skip(f"vllm not importable: {e}")
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_model_dir):
+    """A transformers copy of the tiny model, the reference for logprob checks."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+async def _wait_until(pred, timeout_s: float = 30.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await pred():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def _check_concurrent(backend, hf_model, n: int):
+    ps = prompts(n)
+    results = await asyncio.gather(
+        *[
+            backend.generate(p, SamplingParams(max_new_tokens=16, seed=i), request_id=f"c{i}")
+            for i, p in enumerate(ps)
+        ]
+    )
+    for p, r in zip(ps, results, strict=True):
+        assert r.finish_reason in ("stop", "length") and 1 <= len(r.token_ids) <= 16
+        assert_consistent(hf_model, p, r, 2e-3)
+    return results
+
+
+async def _check_abort(backend, running):
+    """Abort one long request while others run; cancel another; nothing stays running."""
+    short = [
+        asyncio.create_task(backend.generate(p, SamplingParams(max_new_tokens=8)))
+        for p in prompts(8)
+    ]
+    long = asyncio.create_task(backend.generate(PROMPT, LONG, request_id="to-abort"))
+    await _wait_until(lambda: running(1))
+    await asyncio.sleep(0.3)
+    await backend.abort("to-abort")
+    res = await asyncio.wait_for(long, 60)
+    assert res.finish_reason == "abort" and len(res.token_ids) < LONG.max_new_tokens
+    assert len(res.logprobs) == len(res.token_ids)
+    assert all(len(r.token_ids) <= 8 for r in await asyncio.gather(*short))
+    cancelled = asyncio.create_task(backend.generate(PROMPT, LONG, request_id="to-cancel"))
+    await _wait_until(lambda: running(1))
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await _wait_until(lambda: running(0, exact=True))
+
+
+@pytest_asyncio.fixture(scope="class", loop_scope="module")
+async def vllm_backend(tiny_model_dir):
+    _import_vllm()
+    backend = make_backend(
+        "vllm",
+        tiny_model_dir,
+        max_model_len=1024,
+        max_num_seqs=64,
+        kv_cache_space_gib=1,
+        enforce_eager=True,
+    )
+    yield backend
+    await backend.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+class TestVLLMInProcess:
+    pytestmark = VLLM_WARNINGS
+
+    @MODULE_LOOP
+    async def test_concurrent_generate_logprobs(self, vllm_backend, hf_model):
+        await _check_concurrent(vllm_backend, hf_model, 48)
+
+    @MODULE_LOOP
+    async def test_abort_and_cancel(self, vllm_backend):
+        async def running(n, exact=False):
+            k = await vllm_backend.num_unfinished_requests()
+            return k == n if exact else k >= n
+
+        await _check_abort(vllm_backend, running)
+
+    @MODULE_LOOP
+    async def test_update_weights_reloads(self, vllm_backend, hf_model, tiny_model_dir):
+        import torch
+        from safetensors.torch import load_file
+
+        greedy = SamplingParams(max_new_tokens=8, temperature=0)
+        before = await vllm_backend.generate(PROMPT, greedy)
+        original = load_file(f"{tiny_model_dir}/model.safetensors")
+        g = torch.Generator().manual_seed(3)
+        new = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in original.items()}
+        v0 = vllm_backend.policy_version
+        await vllm_backend.update_weights(new)
+        assert vllm_backend.policy_version == v0 + 1
+        after = await vllm_backend.generate(PROMPT, greedy)
+        assert after.logprobs != before.logprobs and after.policy_version == v0 + 1
+        hf_model.load_state_dict(new)
+        try:
+            assert_consistent(hf_model, PROMPT, after, 2e-3)  # the new weights serve it
+        finally:
+            hf_model.load_state_dict(original)
+        await vllm_backend.update_weights(tiny_model_dir)
+        again = await vllm_backend.generate(PROMPT, greedy)
+        assert again.token_ids == before.token_ids
+
+
+@pytest.fixture(scope="class")
+def vllm_server(tiny_model_dir):
+    _import_vllm()
+    from agentgym.backends.openai_backend import launch_vllm_server
+
+    with launch_vllm_server(
+        tiny_model_dir,
+        max_model_len=1024,
+        max_num_seqs=64,
+        kv_cache_space_gib=1,
+        enforce_eager=True,
+    ) as server:
+        yield server
+    assert server.process.poll() is not None  # reaped
+    with pytest.raises(ProcessLookupError):
+        os.killpg(server.process.pid, 0)  # no process of its group is left
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+class TestVLLMServer:
+    pytestmark = VLLM_WARNINGS
+
+    @pytest_asyncio.fixture(loop_scope="module")
+    async def client(self, vllm_server):
+        backend = make_backend("openai", vllm_server.model, base_url=vllm_server.base_url)
+        yield backend
+        await backend.close()
+
+    @MODULE_LOOP
+    async def test_concurrent_generate_logprobs(self, client, hf_model):
+        await _check_concurrent(client, hf_model, 40)
+
+    @MODULE_LOOP
+    async def test_abort_and_cancel(self, client, vllm_server):
+        import httpx
+
+        async def running(n, exact=False):
+            async with httpx.AsyncClient() as http:
+                text = (await http.get(vllm_server.base_url[:-3] + "/metrics")).text
+            k = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{"))
+            )
+            return k == n if exact else k >= n
+
+        await _check_abort(client, running)
+
+    @MODULE_LOOP
+    async def test_weights_are_server_owned(self, client):
+        with pytest.raises(BackendError, match="server owns"):
+            await client.update_weights({})
