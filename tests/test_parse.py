@@ -4,9 +4,10 @@ huge strings, batches)."""
 from __future__ import annotations
 
 import pytest
-from agentgym.parse import DEFAULT_MAX_ACTION_CHARS, PARSE_FORMATS, parse_action, parse_actions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from agentgym.parse import DEFAULT_MAX_ACTION_CHARS, PARSE_FORMATS, parse_action, parse_actions
 
 pytestmark = pytest.mark.timeout(120)
 

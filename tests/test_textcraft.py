@@ -7,12 +7,13 @@ import random
 import sys
 from pathlib import Path
 
-import agentgym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import agentgym
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.baselines import textcraft_py  # noqa: E402

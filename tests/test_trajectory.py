@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from agentgym import TrajectoryError
 from agentgym.trajectory import (
     FAILURE_REASONS,
@@ -12,8 +15,6 @@ from agentgym.trajectory import (
     PackedBatch,
     TrajectoryStore,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,10 +7,11 @@ import random
 import sys
 from pathlib import Path
 
-import agentgym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+
+import agentgym
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.baselines import wordle_py  # noqa: E402
