@@ -38,6 +38,10 @@ class ChatFormatter:
             raise ChatTemplateError(f"end-of-turn {self.end_of_turn!r} is not a single token")
         self.end_of_turn_id: int = int(eot_ids[0])
         self.obs_prefix, self.obs_suffix = self._observation_wrapper()
+        self._obs_cache: dict[str, list[int]] = {}
+        self._head_cache: dict[str, list[int] | None] = {}
+        self.cache_size = 65536
+        self.cache_max_chars = 2048
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
@@ -84,16 +88,59 @@ class ChatFormatter:
             return self.fast.decode_batch([list(x) for x in ids], skip_special_tokens=True)
         return [self.tokenizer.decode(x, skip_special_tokens=True) for x in ids]
 
-    def initial_prompt(self, system: str, observation: str) -> list[int]:
-        """Token ids of the system prompt and first observation, ready for generation."""
-        messages = [{"role": "user", "content": observation}]
+    def _system_ids(self, system: str) -> list[int] | None:
+        """Token ids of the conversation head before the first user turn (cached per system
+        prompt), or None when the template does not split there cleanly."""
+        if system in self._head_cache:
+            return self._head_cache[system]
+        messages = [{"role": "user", "content": _OBS}]
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        return self.encode(self._render(messages, add_generation_prompt=True))
+        text = self._render(messages, add_generation_prompt=True)
+        head, _, tail = text.partition(_OBS)
+        ids = None
+        if tail == self.obs_suffix and head.endswith(self.end_of_turn + self.obs_prefix):
+            ids = self.encode(head[: len(head) - len(self.obs_prefix)])
+        if len(self._head_cache) > 64:
+            self._head_cache.clear()
+        self._head_cache[system] = ids
+        return ids
+
+    def initial_prompt(self, system: str, observation: str) -> list[int]:
+        """Token ids of the system prompt and first observation, ready for generation.
+
+        Equal to tokenizing the template applied to ``[system, user]``: the head ends with
+        the end-of-turn special token, a hard token boundary, so it is tokenized once per
+        system prompt and the observation is tokenized as a user turn.
+        """
+        head = self._system_ids(system)
+        if head is None:
+            messages = [{"role": "user", "content": observation}]
+            if system:
+                messages.insert(0, {"role": "system", "content": system})
+            return self.encode(self._render(messages, add_generation_prompt=True))
+        return head + self.observation_ids([observation])[0]
 
     def observation_texts(self, observations: Sequence[str]) -> list[str]:
         return [self.obs_prefix + o + self.obs_suffix for o in observations]
 
     def observation_ids(self, observations: Sequence[str]) -> list[list[int]]:
-        """Each observation as a user turn plus the next assistant header, tokenized once."""
-        return self.encode_batch(self.observation_texts(observations))
+        """Each observation as a user turn plus the next assistant header, tokenized once.
+
+        Observations repeat a lot across episodes (the same feedback line, the same cell of
+        a maze), so token ids are memoised in a bounded cache; only misses are tokenized,
+        in one batch call. Cached lists are shared: callers must not mutate them.
+        """
+        cache = self._obs_cache
+        out: list[list[int] | None] = [cache.get(o) for o in observations]
+        misses = [i for i, ids in enumerate(out) if ids is None]
+        if misses:
+            texts = [observations[i] for i in misses]
+            encoded = self.encode_batch(self.observation_texts(texts))
+            if len(cache) + len(misses) > self.cache_size:
+                cache.clear()
+            for i, text, ids in zip(misses, texts, encoded):
+                out[i] = ids
+                if len(text) <= self.cache_max_chars:
+                    cache[text] = ids
+        return out  # type: ignore[return-value]

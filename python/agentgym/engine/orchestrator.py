@@ -58,6 +58,11 @@ class _Episode:
     gen_s: float = 0.0
 
 
+@dataclass(slots=True)
+class _WorkerFailure:
+    error: BaseException
+
+
 @dataclass(slots=True, eq=False)
 class _Turn:
     ep: _Episode
@@ -66,12 +71,18 @@ class _Turn:
     ended: bool  # the model emitted the end-of-turn token itself
 
 
-@dataclass
+@dataclass(repr=False)
 class RolloutBatch:
     """Trajectories of one ``collect`` in request order (group, then sample), plus metrics."""
 
     trajectories: list[Trajectory]
     metrics: dict[str, float]
+
+    def __repr__(self) -> str:  # the default would print every token of every trajectory
+        m = self.metrics
+        return (f"RolloutBatch({len(self.trajectories)} trajectories, "
+                f"reward/mean={m.get('reward/mean', float('nan')):.3f}, "
+                f"success_rate={m.get('success_rate', float('nan')):.3f})")
 
     def __len__(self) -> int:
         return len(self.trajectories)
@@ -349,25 +360,25 @@ class RolloutEngine:
             done: asyncio.Queue = asyncio.Queue()
 
             async def worker(slot: int) -> None:
-                for ep in queue:
-                    ep.slot = slot
-                    done.put_nowait(await run.run_episode(ep))
+                try:
+                    for ep in queue:
+                        ep.slot = slot
+                        done.put_nowait(await run.run_episode(ep))
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as e:  # an engine bug: surface it, don't hang
+                    done.put_nowait(_WorkerFailure(e))
 
             workers = [asyncio.ensure_future(worker(s)) for s in range(capacity)]
             bar = _progress(cfg, len(episodes))
             try:
                 for _ in range(len(episodes)):
-                    getter = asyncio.ensure_future(done.get())
-                    await asyncio.wait([getter, *[w for w in workers if w.done()]],
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    for w in workers:
-                        if w.done() and w.exception() is not None:
-                            getter.cancel()
-                            raise w.exception()
-                    traj = await getter
+                    item = await done.get()
+                    if isinstance(item, _WorkerFailure):
+                        raise item.error
                     if bar is not None:
                         bar.update(1)
-                    yield traj
+                    yield item
             finally:
                 for w in workers:
                     w.cancel()
