@@ -6,7 +6,8 @@
 //! - [`trajectory`]: per-episode token segments and packed export of completed ones.
 //! - [`parse`]: extraction of the action from model text.
 //! - [`registry`]: native environment ids and their constructors.
-//! - native environments: [`textcraft`], [`maze`], [`wordle`] (one file each).
+//! - native environments: [`textcraft`], [`maze`], [`wordle`], [`gridworld`], [`game2048`]
+//!   (one file each, tests beside them); [`splitmix`] is their shared RNG.
 
 pub mod env;
 pub mod episode;

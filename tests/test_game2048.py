@@ -1,0 +1,83 @@
+"""The native ``game2048`` env: determinism in (task, seed), oracle vs random policy, texts,
+Gymnasium conformance."""
+
+from __future__ import annotations
+
+import random
+
+import agentgym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+
+def play(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
+    """Play every slot to the end; returns total reward per slot."""
+    alive = list(range(len(pool)))
+    total = np.zeros(len(pool))
+    while alive:
+        if policy == "oracle":
+            actions = pool.oracle_actions(alive)
+        else:
+            actions = [rng.choice(pool.valid_actions(i)) for i in alive]
+        _, rewards, terminated, truncated = pool.step(alive, actions)
+        total[alive] += rewards
+        alive = [i for i, t, u in zip(alive, terminated, truncated, strict=True) if not (t or u)]
+    return total
+
+
+def test_board_text():
+    pool = agentgym.EnvPool("game2048", 1, difficulty="easy")
+    obs = pool.reset()[0]
+    head, *rows = obs.split("\n")
+    assert head == "Make a 64 tile. Score 0, move 0."
+    assert len(rows) == 4 and all(len(r.split(" ")) == 4 for r in rows)
+    cells = " ".join(rows).split(" ")
+    assert sorted(c for c in cells if c != ".") in (["2", "2"], ["2", "4"], ["4", "4"])
+    assert "up, down, left or right" in pool.instructions
+
+
+def test_oracle_reaches_target_and_random_rarely_does():
+    rng = random.Random(0)
+    pool = agentgym.EnvPool("game2048", 64, seed=2)
+    pool.reset()
+    assert play(pool, "oracle", rng).mean() >= 0.95
+    pool.reset()
+    assert play(pool, "random", rng).mean() < 0.3
+
+
+def test_deterministic_in_task_and_seed():
+    a, b = agentgym.EnvPool("game2048", 16, seed=7), agentgym.EnvPool("game2048", 16, seed=7)
+    assert a.reset() == b.reset()
+    moves = ["up", "left", "down", "right"]
+    for k in range(20):
+        ids = [i for i, s in enumerate(a.stop_reasons()) if s is None]
+        acts = [moves[(k + i) % 4] for i in ids]
+        assert a.step(ids, acts)[0] == b.step(ids, acts)[0]
+    # Same task, different seeds: same opening, the spawns then differ.
+    c = agentgym.EnvPool("game2048", 2)
+    first = c.reset(tasks=[5, 5], seeds=[1, 2])
+    assert first[0] == first[1]
+    seen = set()
+    for _ in range(10):
+        obs = c.step([0, 1], ["left", "left"])[0]
+        seen.add(obs[0] != obs[1])
+    assert True in seen
+    e1, e2 = agentgym.make("game2048"), agentgym.make("game2048")
+    assert e1.reset(seed=1) == e2.reset(seed=1)
+    for m in moves * 5:
+        assert e1.step(m)[:3] == e2.step(m)[:3]
+
+
+def test_bad_input():
+    pool = agentgym.EnvPool("game2048", 1)
+    pool.reset()
+    obs, r, term, _ = pool.step([0], ["diagonal"])
+    assert obs[0].startswith("Invalid action.") and r[0] == 0 and not term[0]
+    with pytest.raises(ValueError, match="power of two"):
+        agentgym.EnvPool("game2048", 1, target=100)
+
+
+def test_gymnasium_check_env():
+    env = agentgym.make("game2048")
+    check_env(env.unwrapped, skip_render_check=True)
