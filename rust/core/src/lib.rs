@@ -8,6 +8,7 @@
 //! - [`registry`]: native environment ids and their constructors.
 //! - native environments: [`textcraft`], [`maze`], [`wordle`] (one file each).
 
+pub mod bm25;
 pub mod env;
 pub mod episode;
 pub mod error;
@@ -15,9 +16,11 @@ pub mod maze;
 pub mod parse;
 pub mod pool;
 pub mod registry;
+pub mod search;
 pub mod testenv;
 pub mod textcraft;
 pub mod trajectory;
+pub mod webshop;
 pub mod wordle;
 
 pub use env::{Env, Step, Task};
