@@ -6,9 +6,11 @@
 //! - [`trajectory`]: per-episode token segments and packed export of completed ones.
 //! - [`parse`]: extraction of the action from model text.
 //! - [`registry`]: native environment ids and their constructors.
-//! - native environments: [`textcraft`], [`maze`], [`wordle`], [`gridworld`], [`game2048`]
-//!   (one file each, tests beside them); [`splitmix`] is their shared RNG.
+//! - native environments: [`textcraft`], [`maze`], [`wordle`], [`gridworld`], [`game2048`],
+//!   [`webshop`], [`search`] (one module each, tests beside them); [`splitmix`] is their
+//!   shared RNG and [`bm25`] their shared retrieval index.
 
+pub mod bm25;
 pub mod env;
 pub mod episode;
 pub mod error;
@@ -19,9 +21,11 @@ pub mod parse;
 pub mod pool;
 pub mod registry;
 pub mod splitmix;
+pub mod search;
 pub mod testenv;
 pub mod textcraft;
 pub mod trajectory;
+pub mod webshop;
 pub mod wordle;
 
 pub use env::{Env, Step, Task};

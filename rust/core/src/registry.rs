@@ -51,6 +51,19 @@ static SPECS: &[EnvSpec] = &[
         make: crate::game2048::make,
     },
     EnvSpec {
+        id: "webshop",
+        description: "WebShop: search a synthetic store and buy what the instruction asks for",
+        hidden: false,
+        make: crate::webshop::make,
+    },
+    EnvSpec {
+        id: "search",
+        description:
+            "Deep search: answer 1-3 hop questions by searching and reading a local corpus",
+        hidden: false,
+        make: crate::search::make,
+    },
+    EnvSpec {
         id: "_test_panic",
         description: "Test-only env that panics on the action `panic`",
         hidden: true,
