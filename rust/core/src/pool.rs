@@ -166,17 +166,18 @@ impl EpisodePool {
                 Err(payload) => {
                     slot.env = None;
                     slot.episode.finish(StopReason::EnvError);
-                    Ok(format!(
-                        "Environment error: {}",
-                        panic_message(payload)
-                    ))
+                    Ok(format!("Environment error: {}", panic_message(payload)))
                 }
             }
         };
         let results: Vec<Result<String>> = if specs.len() < PAR_MIN_LEN {
             specs.iter().map(run).collect()
         } else {
-            specs.par_iter().with_min_len(PAR_MIN_LEN / 2).map(run).collect()
+            specs
+                .par_iter()
+                .with_min_len(PAR_MIN_LEN / 2)
+                .map(run)
+                .collect()
         };
         results.into_iter().collect()
     }
@@ -306,7 +307,10 @@ impl EpisodePool {
 
     /// Turn counts of all slots.
     pub fn turns(&mut self) -> Vec<u32> {
-        self.slots.iter_mut().map(|s| s.get_mut().episode.turns).collect()
+        self.slots
+            .iter_mut()
+            .map(|s| s.get_mut().episode.turns)
+            .collect()
     }
 
     /// Stop reasons of all slots (`None` while running or never reset).
@@ -369,7 +373,9 @@ mod tests {
         let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();
         pool.reset(&specs(0..n, None)).unwrap();
         let ids: Vec<usize> = (0..n).collect();
-        let actions: Vec<&str> = (0..n).map(|i| if i == 17 { "panic" } else { "noop" }).collect();
+        let actions: Vec<&str> = (0..n)
+            .map(|i| if i == 17 { "panic" } else { "noop" })
+            .collect();
         let out = pool.step(&ids, &actions).unwrap();
         assert!(out.observations[17].starts_with("Environment error"));
         assert!(out.truncated[17] && !out.terminated[17]);
@@ -380,7 +386,10 @@ mod tests {
         }
         // The broken slot is rebuilt on reset and works again.
         pool.reset(&specs([17], None)).unwrap();
-        assert_eq!(pool.step(&[17], &["noop"]).unwrap().observations[0], "step 1 noop");
+        assert_eq!(
+            pool.step(&[17], &["noop"]).unwrap().observations[0],
+            "step 1 noop"
+        );
     }
 
     #[test]

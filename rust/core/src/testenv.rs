@@ -26,7 +26,11 @@ impl Env for PanicEnv {
             panic!("test env asked to panic");
         }
         self.count += 1;
-        Step::new(format!("step {} {action}", self.count), 1.0, action == "stop")
+        Step::new(
+            format!("step {} {action}", self.count),
+            1.0,
+            action == "stop",
+        )
     }
 
     fn valid_actions(&self) -> Vec<String> {

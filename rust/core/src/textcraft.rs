@@ -269,7 +269,11 @@ impl TextCraft {
                 };
                 let name = self.lookup(text);
                 let is_tag = name.is_some_and(|n| self.book.name(n).is_tag);
-                parts.push(Part { name, count, is_tag });
+                parts.push(Part {
+                    name,
+                    count,
+                    is_tag,
+                });
             }
             if !self.has_parts(parts) {
                 let shown = match (out, out_is_tag) {
@@ -301,7 +305,11 @@ impl TextCraft {
             };
             for p in parts.iter() {
                 let name = p.name.expect("checked by has_parts");
-                let pos = self.inventory.iter().position(|e| e.0 == name).expect("held");
+                let pos = self
+                    .inventory
+                    .iter()
+                    .position(|e| e.0 == name)
+                    .expect("held");
                 self.inventory[pos].1 -= p.count;
                 if self.inventory[pos].1 == 0 {
                     self.inventory.remove(pos);
@@ -420,8 +428,7 @@ impl Env for TextCraft {
     }
 
     fn oracle_action(&self) -> Option<String> {
-        solver::plan(&self.book, self.goal, &self.inventory)
-            .and_then(|p| p.into_iter().next())
+        solver::plan(&self.book, self.goal, &self.inventory).and_then(|p| p.into_iter().next())
     }
 
     fn num_tasks(&self) -> u64 {

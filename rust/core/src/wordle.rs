@@ -4,5 +4,7 @@ use crate::error::{CoreError, Result};
 use crate::registry::Kwargs;
 
 pub fn make(_kwargs: &Kwargs) -> Result<Box<dyn Env>> {
-    Err(CoreError::InvalidArgument("wordle not implemented yet".into()))
+    Err(CoreError::InvalidArgument(
+        "wordle not implemented yet".into(),
+    ))
 }

@@ -5,13 +5,43 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyIndexError, PyValueError};
 use pyo3::prelude::*;
 
-create_exception!(_core, AgentGymError, PyException, "Base class of agentgym errors.");
-create_exception!(_core, UnknownEnvError, AgentGymError, "No environment is registered under this id.");
-create_exception!(_core, EpisodeFinishedError, AgentGymError, "The episode has ended; reset it first.");
-create_exception!(_core, EpisodeNotStartedError, AgentGymError, "The episode was never reset.");
-create_exception!(_core, InvalidTaskError, AgentGymError, "The environment rejected the task.");
+create_exception!(
+    _core,
+    AgentGymError,
+    PyException,
+    "Base class of agentgym errors."
+);
+create_exception!(
+    _core,
+    UnknownEnvError,
+    AgentGymError,
+    "No environment is registered under this id."
+);
+create_exception!(
+    _core,
+    EpisodeFinishedError,
+    AgentGymError,
+    "The episode has ended; reset it first."
+);
+create_exception!(
+    _core,
+    EpisodeNotStartedError,
+    AgentGymError,
+    "The episode was never reset."
+);
+create_exception!(
+    _core,
+    InvalidTaskError,
+    AgentGymError,
+    "The environment rejected the task."
+);
 create_exception!(_core, EnvError, AgentGymError, "The environment failed.");
-create_exception!(_core, TrajectoryError, AgentGymError, "Invalid trajectory operation.");
+create_exception!(
+    _core,
+    TrajectoryError,
+    AgentGymError,
+    "Invalid trajectory operation."
+);
 
 pub fn to_py(err: CoreError) -> PyErr {
     let msg = err.to_string();
@@ -33,8 +63,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("AgentGymError", py.get_type::<AgentGymError>())?;
     m.add("UnknownEnvError", py.get_type::<UnknownEnvError>())?;
-    m.add("EpisodeFinishedError", py.get_type::<EpisodeFinishedError>())?;
-    m.add("EpisodeNotStartedError", py.get_type::<EpisodeNotStartedError>())?;
+    m.add(
+        "EpisodeFinishedError",
+        py.get_type::<EpisodeFinishedError>(),
+    )?;
+    m.add(
+        "EpisodeNotStartedError",
+        py.get_type::<EpisodeNotStartedError>(),
+    )?;
     m.add("InvalidTaskError", py.get_type::<InvalidTaskError>())?;
     m.add("EnvError", py.get_type::<EnvError>())?;
     m.add("TrajectoryError", py.get_type::<TrajectoryError>())?;

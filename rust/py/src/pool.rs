@@ -36,7 +36,9 @@ fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
     match serde_json::from_str::<serde_json::Value>(kwargs_json) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
         Ok(_) => Err(PyValueError::new_err("env kwargs must be a JSON object")),
-        Err(e) => Err(PyValueError::new_err(format!("env kwargs are not valid JSON: {e}"))),
+        Err(e) => Err(PyValueError::new_err(format!(
+            "env kwargs are not valid JSON: {e}"
+        ))),
     }
 }
 

@@ -34,7 +34,11 @@ impl Hasher for Fnv {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for &b in bytes {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
@@ -271,8 +275,16 @@ impl Loader {
             "minecraft:crafting_shaped" => {
                 for (key, v) in r.key.map(|k| k.0).unwrap_or_default() {
                     let (name, is_tag) = self.ingredient(&v, file);
-                    let count: usize = r.pattern.iter().map(|l| l.matches(key.as_str()).count()).sum();
-                    inputs.push(Input { name, count: count as u64, is_tag });
+                    let count: usize = r
+                        .pattern
+                        .iter()
+                        .map(|l| l.matches(key.as_str()).count())
+                        .sum();
+                    inputs.push(Input {
+                        name,
+                        count: count as u64,
+                        is_tag,
+                    });
                 }
             }
             "minecraft:crafting_shapeless" => {
@@ -280,13 +292,19 @@ impl Loader {
                     let (name, is_tag) = self.ingredient(v, file);
                     match inputs.iter_mut().find(|i| i.name == name) {
                         Some(i) => i.count += 1,
-                        None => inputs.push(Input { name, count: 1, is_tag }),
+                        None => inputs.push(Input {
+                            name,
+                            count: 1,
+                            is_tag,
+                        }),
                     }
                 }
             }
             _ => return,
         }
-        let result = r.result.unwrap_or_else(|| panic!("recipe {file}: no result"));
+        let result = r
+            .result
+            .unwrap_or_else(|| panic!("recipe {file}: no result"));
         let (out_id, count) = match &result {
             Value::String(s) => (s.clone(), 1),
             v => {
@@ -298,7 +316,11 @@ impl Loader {
         };
         let output = self.intern(&out_id);
         self.book.names[output as usize].is_item = true;
-        if inputs.len() == 1 && self.book.names[inputs[0].name as usize].id.ends_with("_block") {
+        if inputs.len() == 1
+            && self.book.names[inputs[0].name as usize]
+                .id
+                .ends_with("_block")
+        {
             return;
         }
         let mut tag = None;
@@ -323,7 +345,13 @@ impl Loader {
         }
         let idx = self.book.recipes.len() as u32;
         for i in &inputs {
-            let sub: Vec<u32> = self.deps.get(&i.name).into_iter().flatten().copied().collect();
+            let sub: Vec<u32> = self
+                .deps
+                .get(&i.name)
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect();
             let d = self.deps.get_mut(&output).expect("deps entry");
             d.insert(i.name);
             d.extend(sub);
@@ -433,7 +461,10 @@ impl Book {
         b.plans = (0..b.names.len()).map(|_| OnceLock::new()).collect();
         for (i, n) in b.names.iter().enumerate() {
             if let Some(rest) = n.id.strip_prefix(PREFIX).filter(|r| !r.contains(' ')) {
-                b.by_text_hash.entry(text_hash(rest)).or_default().push(i as u32);
+                b.by_text_hash
+                    .entry(text_hash(rest))
+                    .or_default()
+                    .push(i as u32);
             }
         }
         b
@@ -482,8 +513,7 @@ impl Book {
         let candidates = self.by_text_hash.get(&text_hash(text))?;
         candidates.iter().copied().find(|&c| {
             let rest = &self.names[c as usize].id.as_bytes()[PREFIX.len()..];
-            rest.len() == text.len()
-                && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
+            rest.len() == text.len() && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
         })
     }
 

@@ -55,7 +55,11 @@ pub fn py_strip(s: &str) -> &str {
 
 /// Python's `repr()` of a str (quotes and escapes of control characters).
 pub fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
     for c in s.chars() {
