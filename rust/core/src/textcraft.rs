@@ -46,8 +46,12 @@ pub struct TextCraft {
     inventory: Vec<(u32, u64)>,
     /// Recipes shown in the commands, in display order.
     listed: Vec<u32>,
-    /// Scratch for name lookups (`minecraft:` + text with underscores).
+    /// Scratch for item ids in failure messages (`minecraft:` + text with underscores).
     key: String,
+    /// Apply AgentGym's client-side action cleanup before the server rules.
+    sanitize: bool,
+    /// Scratch for the cleaned action.
+    clean: String,
 }
 
 /// A parsed craft input: the name (None when unknown), its count, and whether it is a tag.
@@ -126,7 +130,7 @@ fn fail(msg: String) -> Step {
 }
 
 impl TextCraft {
-    pub fn new(max_distractors: usize) -> Self {
+    pub fn new(max_distractors: usize, sanitize: bool) -> Self {
         Self {
             book: Book::shared(),
             max_distractors,
@@ -134,6 +138,8 @@ impl TextCraft {
             inventory: Vec::new(),
             listed: Vec::new(),
             key: String::new(),
+            sanitize,
+            clean: String::new(),
         }
     }
 
@@ -324,6 +330,27 @@ impl TextCraft {
         })
     }
 
+    /// One action under AgentGym's server rules: only the first line counts; `craft A using
+    /// B` (split at the last " using "), `get N item`, `inventory...`.
+    fn apply(&mut self, action: &str) -> Step {
+        let line = action.find('\n').map_or(action, |p| &action[..p]);
+        if let Some(rest) = line.strip_prefix("craft ") {
+            // the last " using " (the regex's greedy first group)
+            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
+                return self.craft(&rest[..p], &rest[p + 7..]);
+            }
+        }
+        if let Some(rest) = line.strip_prefix("get ") {
+            if let Some((count, item)) = split_count(rest) {
+                return self.get(count, item);
+            }
+        }
+        if line.starts_with("inventory") {
+            return Step::new(self.inventory_text(), 0.0, false);
+        }
+        fail(["Could not execute ", action].concat())
+    }
+
     /// AgentGym's `has_items` (every part a held item with enough count), plus a check that
     /// repeated parts of one item fit together.
     fn has_parts(&self, parts: &[Part]) -> bool {
@@ -405,22 +432,13 @@ impl Env for TextCraft {
     }
 
     fn step(&mut self, action: &str) -> Step {
-        let line = action.find('\n').map_or(action, |p| &action[..p]);
-        if let Some(rest) = line.strip_prefix("craft ") {
-            // the last " using " (the regex's greedy first group)
-            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
-                return self.craft(&rest[..p], &rest[p + 7..]);
-            }
+        if !self.sanitize {
+            return self.apply(action);
         }
-        if let Some(rest) = line.strip_prefix("get ") {
-            if let Some((count, item)) = split_count(rest) {
-                return self.get(count, item);
-            }
-        }
-        if line.starts_with("inventory") {
-            return Step::new(self.inventory_text(), 0.0, false);
-        }
-        fail(["Could not execute ", action].concat())
+        let mut buf = std::mem::take(&mut self.clean);
+        let step = self.apply(spec::sanitize(action, &mut buf));
+        self.clean = buf;
+        step
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -440,10 +458,16 @@ impl Env for TextCraft {
     }
 }
 
-/// Constructor for the registry. Kwargs: `max_distractors` (default 10).
+/// Constructor for the registry. Kwargs: `max_distractors` (default 10) and
+/// `sanitize_actions` (default true: AgentGym's client cleanup of the action text).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
-    let r = KwargsReader::new("textcraft", kwargs, &["max_distractors"])?;
+    let r = KwargsReader::new(
+        "textcraft",
+        kwargs,
+        &["max_distractors", "sanitize_actions"],
+    )?;
     let max_distractors = r.u64_or("max_distractors", 10)?;
     let max_distractors = usize::try_from(max_distractors).unwrap_or(usize::MAX);
-    Ok(Box::new(TextCraft::new(max_distractors)))
+    let sanitize = r.bool_or("sanitize_actions", true)?;
+    Ok(Box::new(TextCraft::new(max_distractors, sanitize)))
 }

@@ -2,7 +2,7 @@ use super::*;
 use crate::error::CoreError;
 
 fn env() -> TextCraft {
-    TextCraft::new(10)
+    TextCraft::new(10, false)
 }
 
 fn idx(book: &Book, id: &str) -> u64 {
@@ -64,7 +64,7 @@ fn goal_choice_by_index_and_commands_contain_needed_recipes() {
         .needed
         .len();
     assert!(lines <= needed + 10 && lines > needed);
-    let mut zero = TextCraft::new(0);
+    let mut zero = TextCraft::new(0, false);
     zero.reset(&Task::Index(idx(&book, "minecraft:stick")), 0)
         .unwrap();
     assert_eq!(zero.listed.len(), needed);
@@ -258,6 +258,32 @@ fn rng_and_python_string_rules() {
     assert_eq!(spec::py_repr("it's"), "\"it's\"");
     assert_eq!(spec::py_repr("a\nb'\""), "'a\\nb\\'\"'");
     assert_eq!(spec::py_strip("\u{1c} x \t"), "x");
+}
+
+#[test]
+fn sanitized_actions_follow_agentgym_client() {
+    let mut buf = String::new();
+    assert_eq!(spec::sanitize("get 1 oak logs", &mut buf), "get 1 oak logs");
+    assert_eq!(
+        spec::sanitize("  get 1  oak_logs.\n", &mut buf),
+        "get 1 oaklogs"
+    );
+    assert_eq!(spec::sanitize("LOOK", &mut buf), "inventory");
+    assert_eq!(
+        spec::sanitize("craft 4 stick using 2 oak planks!", &mut buf),
+        "craft 4 stick using 2 oak planks"
+    );
+    let mut e = TextCraft::new(10, true);
+    e.reset(&Task::Index(0), 0).unwrap();
+    assert_eq!(
+        e.step("look").observation,
+        "Inventory: You are not carrying anything."
+    );
+    assert_eq!(
+        e.step(" get 1 acacia logs.").observation,
+        "Got 1 acacia logs"
+    );
+    assert_eq!(e.step("dance!").observation, "Could not execute dance");
 }
 
 #[test]
