@@ -271,7 +271,7 @@ impl TextCraft {
             for piece in ins_text.split(',') {
                 let piece = spec::py_strip(piece);
                 let Some((count, text)) = split_count(piece) else {
-                    return fail(format!("Wrong item format: {piece}"));
+                    return fail(["Wrong item format: ", piece].concat());
                 };
                 let name = self.lookup(text);
                 let is_tag = name.is_some_and(|n| self.book.name(n).is_tag);
@@ -282,15 +282,15 @@ impl TextCraft {
                 });
             }
             if !self.has_parts(parts) {
-                let shown = match (out, out_is_tag) {
-                    (_, true) => "None".to_string(),
-                    (Some(o), false) => self.book.name(o).id.to_string(),
+                const MSG: &str = "Could not find enough items to craft ";
+                return fail(match (out, out_is_tag) {
+                    (_, true) => [MSG, "None"].concat(),
+                    (Some(o), false) => [MSG, &self.book.name(o).id].concat(),
                     (None, false) => {
                         push_id(&mut self.key, out_text);
-                        self.key.clone()
+                        [MSG, &self.key].concat()
                     }
-                };
-                return fail(format!("Could not find enough items to craft {shown}"));
+                });
             }
             let recipe = match out {
                 Some(o) if !out_is_tag => self.find_recipe(o, parts),

@@ -310,6 +310,20 @@ fn speed() {
     .unwrap();
     e.step("get 100000000 oak logs");
     e.step("craft 4 oak planks using 1 oak logs");
+    if op == "mixed" {
+        let mut envs: Vec<TextCraft> = (0..4096).map(|_| env()).collect();
+        let mut acts = Vec::new();
+        for (i, e) in envs.iter_mut().enumerate() {
+            e.reset(&Task::Index(i as u64), i as u64).unwrap();
+            acts.push(e.valid_actions());
+        }
+        for t in 0..(n as usize / 4096) * 10 {
+            for (e, a) in envs.iter_mut().zip(&acts) {
+                std::hint::black_box(e.step(&a[t % a.len()]));
+            }
+        }
+        return;
+    }
     for i in 0..n {
         if op == "reset" {
             std::hint::black_box(e.reset(&Task::Index(i % 544), i).unwrap());
