@@ -184,10 +184,14 @@ def bench_env(env_id: str, sizes: list[int], steps: int) -> dict:
         tasks, seeds, cycles = prepare(env_id, n)
         plan = schedule(cycles, steps)
         total = len(plan) * n
+        gc.collect()
+        gc.freeze()  # the prepared plan is not part of either system under test
         nt, ncpu, nchars, nrew, neps = run_native(env_id, tasks, seeds, cycles, plan)
         pt, pcpu, pchars, prew, peps = run_python(module, tasks, seeds, cycles, plan)
         native_mem = measure_memory("native", env_id, n)
         python_mem = measure_memory("python", env_id, n)
+        gc.unfreeze()
+        del plan
         rows.append({
             "num_envs": n,
             "steps": total,
