@@ -7,8 +7,9 @@ reached, or the horizon set to the cycle length) and is reset inside the timed l
 Action lists are prepared before timing; both loops also read every observation (total
 length) so the work done with the strings is the same, and the totals are compared.
 
-``bytes_per_episode`` is RSS growth (``/proc/self/statm``) per reset episode, measured in a
-fresh subprocess per (path, env, N) after the shared data (recipe book, word lists) loaded.
+``bytes_per_episode`` is RSS growth (``/proc/self/statm``, after ``malloc_trim``) per reset
+episode, measured in a fresh subprocess per (path, env, N) after the shared data (recipe
+book, word lists) loaded; for N=1 it is mostly page granularity (0 or a few KiB).
 
 Usage: ``python bench/env_pool.py --env textcraft --num-envs 1 64 1024 4096 [--json]``.
 Prints one JSON object on stdout (and, without ``--json``, a table on stderr).
@@ -17,6 +18,7 @@ Prints one JSON object on stdout (and, without ``--json``, a table on stderr).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import importlib
 import json
@@ -51,6 +53,13 @@ def baseline(env_id: str):
 
 
 def rss_bytes() -> int:
+    """Resident set size, after returning freed heap pages to the OS (glibc ``malloc_trim``)
+    so that garbage of finished calls does not count as episode state."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -74,7 +83,7 @@ def prepare(env_id: str, n: int):
         if not live.size:
             break
         _, _, terminated, truncated = pool.step(live, actions)
-        for i, a in zip(live.tolist(), actions):
+        for i, a in zip(live.tolist(), actions, strict=True):
             cycles[i].append(a)
         live = live[~(terminated | truncated)]
     cycles = [c or ["inventory"] for c in cycles]
@@ -96,7 +105,7 @@ def run_native(env_id, tasks, seeds, cycles, plan):
     task_arr, seed_arr, hor_arr = np.array(tasks), np.array(seeds), np.array(horizon)
     chars, reward, episodes = 0, 0.0, 0
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for actions in plan:
         obs, rewards, terminated, truncated = pool.step(ids, actions)
         chars += sum(map(len, obs))
@@ -107,20 +116,20 @@ def run_native(env_id, tasks, seeds, cycles, plan):
             pool.reset(d, tasks=task_arr[d].tolist(), seeds=seed_arr[d].tolist(),
                        max_turns=hor_arr[d].tolist())
             episodes += len(d)
-    elapsed = time.perf_counter() - t0
-    return elapsed, chars, reward, episodes
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return elapsed, cpu, chars, reward, episodes
 
 
 def run_python(module, tasks, seeds, cycles, plan):
     n = len(tasks)
     horizon = [len(c) for c in cycles]
     envs = [module.make() for _ in range(n)]
-    for env, task, seed in zip(envs, tasks, seeds):
+    for env, task, seed in zip(envs, tasks, seeds, strict=True):
         env.reset(task, seed)
     turns = [0] * n
     chars, reward, episodes = 0, 0.0, 0
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for actions in plan:
         for i in range(n):
             obs, r, done = envs[i].step(actions[i])
@@ -131,8 +140,8 @@ def run_python(module, tasks, seeds, cycles, plan):
                 envs[i].reset(tasks[i], seeds[i])
                 turns[i] = 0
                 episodes += 1
-    elapsed = time.perf_counter() - t0
-    return elapsed, chars, reward, episodes
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return elapsed, cpu, chars, reward, episodes
 
 
 def measure_memory(path: str, env_id: str, n: int) -> float:
@@ -156,7 +165,7 @@ def _memory_child(path: str, env_id: str, n: int) -> None:
         gc.collect()
         before = rss_bytes()
         envs = [module.make() for _ in range(n)]
-        for env, task, seed in zip(envs, tasks, seeds):
+        for env, task, seed in zip(envs, tasks, seeds, strict=True):
             env.reset(task, seed)
     gc.collect()
     print((rss_bytes() - before) / n)
@@ -175,16 +184,22 @@ def bench_env(env_id: str, sizes: list[int], steps: int) -> dict:
         tasks, seeds, cycles = prepare(env_id, n)
         plan = schedule(cycles, steps)
         total = len(plan) * n
-        nt, nchars, nrew, neps = run_native(env_id, tasks, seeds, cycles, plan)
-        pt, pchars, prew, peps = run_python(module, tasks, seeds, cycles, plan)
+        gc.collect()
+        gc.freeze()  # the prepared plan is not part of either system under test
+        nt, ncpu, nchars, nrew, neps = run_native(env_id, tasks, seeds, cycles, plan)
+        pt, pcpu, pchars, prew, peps = run_python(module, tasks, seeds, cycles, plan)
         native_mem = measure_memory("native", env_id, n)
         python_mem = measure_memory("python", env_id, n)
+        gc.unfreeze()
+        del plan
         rows.append({
             "num_envs": n,
             "steps": total,
             "native_steps_per_s": round(total / nt),
             "python_steps_per_s": round(total / pt),
             "ratio": round(pt / nt, 2),
+            "native_cpu_s_per_mstep": round(ncpu / total * 1e6, 3),
+            "python_cpu_s_per_mstep": round(pcpu / total * 1e6, 3),
             "bytes_per_episode": round(native_mem),
             "python_bytes_per_episode": round(python_mem),
             "episodes_reset": neps,
@@ -211,8 +226,10 @@ def main(argv: list[str] | None = None) -> dict:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "steps_per_size": args.steps,
+        "loadavg_1m_before": round(os.getloadavg()[0], 2),
         "envs": {e: bench_env(e, args.num_envs, args.steps) for e in envs},
     }
+    report["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
     if not args.json:
         for env_id, res in report["envs"].items():

@@ -70,14 +70,15 @@ def test_reset_deterministic_for_pool_and_make():
     assert env1.step("inventory")[0] == "Inventory: You are not carrying anything."
 
 
-def test_parity_with_python_baseline_on_scripted_sequences():
+@pytest.mark.parametrize("sanitize", [True, False])
+def test_parity_with_python_baseline_on_scripted_sequences(sanitize):
     rng = random.Random(1234)
-    n_envs, n_steps = 300, 24
-    pool = agentgym.EnvPool("textcraft", n_envs)
+    n_envs, n_steps = 200, 24
+    pool = agentgym.EnvPool("textcraft", n_envs, sanitize_actions=sanitize)
     tasks = [rng.randrange(2 * NUM_TASKS) for _ in range(n_envs)]
     seeds = [rng.randrange(2**64) for _ in range(n_envs)]
     obs = pool.reset(tasks=tasks, seeds=seeds)
-    py = [textcraft_py.make() for _ in range(n_envs)]
+    py = [textcraft_py.make(sanitize_actions=sanitize) for _ in range(n_envs)]
     for i, env in enumerate(py):
         assert env.reset(tasks[i], seeds[i]) == obs[i]
         assert env.valid_actions() == pool.valid_actions(i)
@@ -154,6 +155,17 @@ def test_gymnasium_check_env():
     assert terminated and reward == 1.0
 
 
+def test_sanitized_actions_like_agentgym_client():
+    pool = agentgym.EnvPool("textcraft", 1)
+    pool.reset(tasks=[0], seeds=[0])
+    (obs,), *_ = pool.step([0], ["  Get 1 acacia_logs."])
+    assert obs == "Could not execute Get 1 acacialogs"
+    (obs,), *_ = pool.step([0], ["get 1 acacia logs."])
+    assert obs == "Got 1 acacia logs"
+    (obs,), *_ = pool.step([0], ["Look"])
+    assert obs == "Inventory: [acacia logs] (1) "
+
+
 def test_max_distractors_kwarg():
     none = agentgym.EnvPool("textcraft", 1, max_distractors=0)
     full = agentgym.EnvPool("textcraft", 1)
@@ -172,10 +184,11 @@ _TOKENS = ["craft", "get", "using", "inventory", "1", "2", "4", "0", "10", "oak"
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2 * NUM_TASKS), st.integers(0, 2**64 - 1),
-       st.lists(st.lists(st.sampled_from(_TOKENS), max_size=12), min_size=1, max_size=8))
-def test_parity_on_fuzzed_actions(task, seed, actions):
-    pool = agentgym.EnvPool("textcraft", 1)
-    env = textcraft_py.make()
+       st.lists(st.lists(st.sampled_from(_TOKENS), max_size=12), min_size=1, max_size=8),
+       st.booleans())
+def test_parity_on_fuzzed_actions(task, seed, actions, sanitize):
+    pool = agentgym.EnvPool("textcraft", 1, sanitize_actions=sanitize)
+    env = textcraft_py.make(sanitize_actions=sanitize)
     assert pool.reset(tasks=[task], seeds=[seed]) == [env.reset(task, seed)]
     for prefix in ([], ["get 8 string", "get 4 oak logs", "craft 4 oak planks using 1 oak logs"]):
         for words in [prefix] + [[" ".join(w)] for w in actions]:

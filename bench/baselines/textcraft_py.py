@@ -23,6 +23,13 @@ PREFIX = "minecraft:"
 _CRAFT = re.compile(r"craft (.*) using (.*)")
 _GET = re.compile(r"get ([0-9]+) (.*)")
 _COUNT = re.compile(r"([0-9]+) (.*)")
+_UNCLEAN = re.compile(r"[^A-Za-z0-9, ]+")
+
+
+def sanitize(action: str) -> str:
+    """AgentGym's TextCraft client cleanup of an action before it is sent to the server."""
+    action = " ".join(_UNCLEAN.sub("", action).split())
+    return "inventory" if action.lower() == "look" else action
 
 
 class SplitMix64:
@@ -277,9 +284,10 @@ def _item_tag_repr(name: str, is_tag: bool) -> str:
 class Env:
     """One TextCraft episode (reset with a task index or an explicit task text)."""
 
-    def __init__(self, max_distractors: int = 10):
+    def __init__(self, max_distractors: int = 10, sanitize_actions: bool = True):
         self.book = book()
         self.max_distractors = max_distractors
+        self.sanitize_actions = sanitize_actions
         self.inventory: dict[str, int] = {}
         self.goal = ""
         self.listed: list[Recipe] = []
@@ -308,6 +316,8 @@ class Env:
         return name, name in self.book.tags
 
     def step(self, action: str) -> tuple[str, float, bool]:
+        if self.sanitize_actions:
+            action = sanitize(action)
         line = action.split("\n", 1)[0]
         m = _CRAFT.match(line)
         if m:

@@ -21,7 +21,10 @@ fn main() {
     for name in &names {
         let path = dir.join(name).canonicalize().expect("recipe path");
         println!("cargo:rerun-if-changed={}", path.display());
-        src.push_str(&format!("    ({name:?}, include_str!({:?})),\n", path.display().to_string()));
+        src.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            path.display().to_string()
+        ));
     }
     src.push_str("];\n");
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("textcraft_recipes.rs");

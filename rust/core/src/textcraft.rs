@@ -46,8 +46,12 @@ pub struct TextCraft {
     inventory: Vec<(u32, u64)>,
     /// Recipes shown in the commands, in display order.
     listed: Vec<u32>,
-    /// Scratch for name lookups (`minecraft:` + text with underscores).
+    /// Scratch for item ids in failure messages (`minecraft:` + text with underscores).
     key: String,
+    /// Apply AgentGym's client-side action cleanup before the server rules.
+    sanitize: bool,
+    /// Scratch for the cleaned action.
+    clean: String,
 }
 
 /// A parsed craft input: the name (None when unknown), its count, and whether it is a tag.
@@ -126,7 +130,7 @@ fn fail(msg: String) -> Step {
 }
 
 impl TextCraft {
-    pub fn new(max_distractors: usize) -> Self {
+    pub fn new(max_distractors: usize, sanitize: bool) -> Self {
         Self {
             book: Book::shared(),
             max_distractors,
@@ -134,6 +138,8 @@ impl TextCraft {
             inventory: Vec::new(),
             listed: Vec::new(),
             key: String::new(),
+            sanitize,
+            clean: String::new(),
         }
     }
 
@@ -265,22 +271,26 @@ impl TextCraft {
             for piece in ins_text.split(',') {
                 let piece = spec::py_strip(piece);
                 let Some((count, text)) = split_count(piece) else {
-                    return fail(format!("Wrong item format: {piece}"));
+                    return fail(["Wrong item format: ", piece].concat());
                 };
                 let name = self.lookup(text);
                 let is_tag = name.is_some_and(|n| self.book.name(n).is_tag);
-                parts.push(Part { name, count, is_tag });
+                parts.push(Part {
+                    name,
+                    count,
+                    is_tag,
+                });
             }
             if !self.has_parts(parts) {
-                let shown = match (out, out_is_tag) {
-                    (_, true) => "None".to_string(),
-                    (Some(o), false) => self.book.name(o).id.to_string(),
+                const MSG: &str = "Could not find enough items to craft ";
+                return fail(match (out, out_is_tag) {
+                    (_, true) => [MSG, "None"].concat(),
+                    (Some(o), false) => [MSG, &self.book.name(o).id].concat(),
                     (None, false) => {
                         push_id(&mut self.key, out_text);
-                        self.key.clone()
+                        [MSG, &self.key].concat()
                     }
-                };
-                return fail(format!("Could not find enough items to craft {shown}"));
+                });
             }
             let recipe = match out {
                 Some(o) if !out_is_tag => self.find_recipe(o, parts),
@@ -301,7 +311,11 @@ impl TextCraft {
             };
             for p in parts.iter() {
                 let name = p.name.expect("checked by has_parts");
-                let pos = self.inventory.iter().position(|e| e.0 == name).expect("held");
+                let pos = self
+                    .inventory
+                    .iter()
+                    .position(|e| e.0 == name)
+                    .expect("held");
                 self.inventory[pos].1 -= p.count;
                 if self.inventory[pos].1 == 0 {
                     self.inventory.remove(pos);
@@ -314,6 +328,27 @@ impl TextCraft {
             let done = output == self.goal;
             Step::new(obs, f32::from(u8::from(done)), done)
         })
+    }
+
+    /// One action under AgentGym's server rules: only the first line counts; `craft A using
+    /// B` (split at the last " using "), `get N item`, `inventory...`.
+    fn apply(&mut self, action: &str) -> Step {
+        let line = action.find('\n').map_or(action, |p| &action[..p]);
+        if let Some(rest) = line.strip_prefix("craft ") {
+            // the last " using " (the regex's greedy first group)
+            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
+                return self.craft(&rest[..p], &rest[p + 7..]);
+            }
+        }
+        if let Some(rest) = line.strip_prefix("get ") {
+            if let Some((count, item)) = split_count(rest) {
+                return self.get(count, item);
+            }
+        }
+        if line.starts_with("inventory") {
+            return Step::new(self.inventory_text(), 0.0, false);
+        }
+        fail(["Could not execute ", action].concat())
     }
 
     /// AgentGym's `has_items` (every part a held item with enough count), plus a check that
@@ -397,22 +432,13 @@ impl Env for TextCraft {
     }
 
     fn step(&mut self, action: &str) -> Step {
-        let line = action.find('\n').map_or(action, |p| &action[..p]);
-        if let Some(rest) = line.strip_prefix("craft ") {
-            // the last " using " (the regex's greedy first group)
-            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
-                return self.craft(&rest[..p], &rest[p + 7..]);
-            }
+        if !self.sanitize {
+            return self.apply(action);
         }
-        if let Some(rest) = line.strip_prefix("get ") {
-            if let Some((count, item)) = split_count(rest) {
-                return self.get(count, item);
-            }
-        }
-        if line.starts_with("inventory") {
-            return Step::new(self.inventory_text(), 0.0, false);
-        }
-        fail(["Could not execute ", action].concat())
+        let mut buf = std::mem::take(&mut self.clean);
+        let step = self.apply(spec::sanitize(action, &mut buf));
+        self.clean = buf;
+        step
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -420,8 +446,7 @@ impl Env for TextCraft {
     }
 
     fn oracle_action(&self) -> Option<String> {
-        solver::plan(&self.book, self.goal, &self.inventory)
-            .and_then(|p| p.into_iter().next())
+        solver::plan(&self.book, self.goal, &self.inventory).and_then(|p| p.into_iter().next())
     }
 
     fn num_tasks(&self) -> u64 {
@@ -433,10 +458,16 @@ impl Env for TextCraft {
     }
 }
 
-/// Constructor for the registry. Kwargs: `max_distractors` (default 10).
+/// Constructor for the registry. Kwargs: `max_distractors` (default 10) and
+/// `sanitize_actions` (default true: AgentGym's client cleanup of the action text).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
-    let r = KwargsReader::new("textcraft", kwargs, &["max_distractors"])?;
+    let r = KwargsReader::new(
+        "textcraft",
+        kwargs,
+        &["max_distractors", "sanitize_actions"],
+    )?;
     let max_distractors = r.u64_or("max_distractors", 10)?;
     let max_distractors = usize::try_from(max_distractors).unwrap_or(usize::MAX);
-    Ok(Box::new(TextCraft::new(max_distractors)))
+    let sanitize = r.bool_or("sanitize_actions", true)?;
+    Ok(Box::new(TextCraft::new(max_distractors, sanitize)))
 }

@@ -34,7 +34,11 @@ impl Hasher for Fnv {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for &b in bytes {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
@@ -43,24 +47,6 @@ impl Hasher for Fnv {
 }
 
 pub type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
-
-/// Hasher for keys that are already well-mixed 64-bit hashes.
-#[derive(Default)]
-pub struct PreHashed(u64);
-
-impl Hasher for PreHashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
 
 /// One input of a recipe: a name (item or tag) and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +122,12 @@ pub struct Book {
     pub recipes: Vec<Recipe>,
     index: FnvMap<Box<str>, u32>,
     /// Names by the hash of their id after `minecraft:` (for agent text, spaces as `_`).
-    by_text_hash: HashMap<u64, Vec<u32>, BuildHasherDefault<PreHashed>>,
+    /// Open-addressing table (power-of-two size, linear probing) of (hash, name + 1; 0 =
+    /// empty) for agent-text lookups, one cache line per probe.
+    text_table: Vec<(u64, u32)>,
+    /// Every id after `minecraft:`, back to back; `text_span[name]` = (start, len).
+    text_arena: String,
+    text_span: Vec<(u32, u32)>,
     /// The indexed tasks: items with recipes, stably sorted by depth.
     pub goals: Vec<u32>,
     /// For each recipe, the first recipe with the same text.
@@ -271,8 +262,16 @@ impl Loader {
             "minecraft:crafting_shaped" => {
                 for (key, v) in r.key.map(|k| k.0).unwrap_or_default() {
                     let (name, is_tag) = self.ingredient(&v, file);
-                    let count: usize = r.pattern.iter().map(|l| l.matches(key.as_str()).count()).sum();
-                    inputs.push(Input { name, count: count as u64, is_tag });
+                    let count: usize = r
+                        .pattern
+                        .iter()
+                        .map(|l| l.matches(key.as_str()).count())
+                        .sum();
+                    inputs.push(Input {
+                        name,
+                        count: count as u64,
+                        is_tag,
+                    });
                 }
             }
             "minecraft:crafting_shapeless" => {
@@ -280,13 +279,19 @@ impl Loader {
                     let (name, is_tag) = self.ingredient(v, file);
                     match inputs.iter_mut().find(|i| i.name == name) {
                         Some(i) => i.count += 1,
-                        None => inputs.push(Input { name, count: 1, is_tag }),
+                        None => inputs.push(Input {
+                            name,
+                            count: 1,
+                            is_tag,
+                        }),
                     }
                 }
             }
             _ => return,
         }
-        let result = r.result.unwrap_or_else(|| panic!("recipe {file}: no result"));
+        let result = r
+            .result
+            .unwrap_or_else(|| panic!("recipe {file}: no result"));
         let (out_id, count) = match &result {
             Value::String(s) => (s.clone(), 1),
             v => {
@@ -298,7 +303,11 @@ impl Loader {
         };
         let output = self.intern(&out_id);
         self.book.names[output as usize].is_item = true;
-        if inputs.len() == 1 && self.book.names[inputs[0].name as usize].id.ends_with("_block") {
+        if inputs.len() == 1
+            && self.book.names[inputs[0].name as usize]
+                .id
+                .ends_with("_block")
+        {
             return;
         }
         let mut tag = None;
@@ -323,7 +332,13 @@ impl Loader {
         }
         let idx = self.book.recipes.len() as u32;
         for i in &inputs {
-            let sub: Vec<u32> = self.deps.get(&i.name).into_iter().flatten().copied().collect();
+            let sub: Vec<u32> = self
+                .deps
+                .get(&i.name)
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect();
             let d = self.deps.get_mut(&output).expect("deps entry");
             d.insert(i.name);
             d.extend(sub);
@@ -375,7 +390,9 @@ impl Book {
                 names: Vec::new(),
                 recipes: Vec::new(),
                 index: FnvMap::default(),
-                by_text_hash: HashMap::default(),
+                text_table: Vec::new(),
+                text_arena: String::new(),
+                text_span: Vec::new(),
                 goals: Vec::new(),
                 canonical: Vec::new(),
                 by_text: FnvMap::default(),
@@ -431,9 +448,23 @@ impl Book {
         goals.retain(|&g| b.names[g as usize].depth >= 1);
         b.goals = goals;
         b.plans = (0..b.names.len()).map(|_| OnceLock::new()).collect();
-        for (i, n) in b.names.iter().enumerate() {
-            if let Some(rest) = n.id.strip_prefix(PREFIX).filter(|r| !r.contains(' ')) {
-                b.by_text_hash.entry(text_hash(rest)).or_default().push(i as u32);
+        let size = (b.names.len() * 2).next_power_of_two();
+        b.text_table = vec![(0, 0); size];
+        for i in 0..b.names.len() {
+            let id = b.names[i].id.clone();
+            let start = b.text_arena.len() as u32;
+            match id.strip_prefix(PREFIX).filter(|r| !r.contains(' ')) {
+                Some(rest) => {
+                    b.text_arena.push_str(rest);
+                    b.text_span.push((start, rest.len() as u32));
+                    let h = text_hash(rest);
+                    let mut slot = h as usize & (size - 1);
+                    while b.text_table[slot].1 != 0 {
+                        slot = (slot + 1) & (size - 1);
+                    }
+                    b.text_table[slot] = (h, i as u32 + 1);
+                }
+                None => b.text_span.push((start, 0)),
             }
         }
         b
@@ -479,12 +510,26 @@ impl Book {
     /// The name that agent text refers to: `minecraft:` + text with spaces as underscores
     /// (AgentGym's rule), found without building that string.
     pub fn lookup_text(&self, text: &str) -> Option<u32> {
-        let candidates = self.by_text_hash.get(&text_hash(text))?;
-        candidates.iter().copied().find(|&c| {
-            let rest = &self.names[c as usize].id.as_bytes()[PREFIX.len()..];
-            rest.len() == text.len()
-                && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
-        })
+        let h = text_hash(text);
+        let mask = self.text_table.len() - 1;
+        let mut slot = h as usize & mask;
+        loop {
+            let (eh, entry) = self.text_table[slot];
+            if entry == 0 {
+                return None;
+            }
+            if eh == h {
+                let name = entry - 1;
+                let (start, len) = self.text_span[name as usize];
+                let rest = &self.text_arena.as_bytes()[start as usize..(start + len) as usize];
+                if rest.len() == text.len()
+                    && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
+                {
+                    return Some(name);
+                }
+            }
+            slot = (slot + 1) & mask;
+        }
     }
 
     /// The recipe whose command text is exactly `text`, if any.

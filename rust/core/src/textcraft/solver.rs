@@ -80,7 +80,11 @@ impl Planner<'_> {
             let n = self.book.name(m);
             !n.item_recipes.is_empty() || n.gettable()
         };
-        if let Some(&m) = members.iter().filter(usable).find(|&&m| self.held(m) >= need) {
+        if let Some(&m) = members
+            .iter()
+            .filter(usable)
+            .find(|&&m| self.held(m) >= need)
+        {
             return Some(m);
         }
         let most = members.iter().filter(usable).max_by_key(|&&m| self.held(m));
@@ -113,7 +117,11 @@ impl Planner<'_> {
         }
         let recipe_depth = |r: &u32| {
             let inputs = &book.recipe(*r).inputs;
-            inputs.iter().map(|i| book.name(i.name).depth + 1).max().unwrap_or(0)
+            inputs
+                .iter()
+                .map(|i| book.name(i.name).depth + 1)
+                .max()
+                .unwrap_or(0)
         };
         let &r = name.item_recipes.iter().min_by_key(|r| recipe_depth(r))?;
         let recipe = book.recipe(r);
@@ -121,7 +129,11 @@ impl Planner<'_> {
         let mut parts = Vec::with_capacity(recipe.inputs.len());
         for i in &recipe.inputs {
             let total = batches.saturating_mul(i.count);
-            let concrete = if i.is_tag { self.member(i.name, total)? } else { i.name };
+            let concrete = if i.is_tag {
+                self.member(i.name, total)?
+            } else {
+                i.name
+            };
             self.ensure(concrete, total, depth + 1)?;
             self.change(concrete, -i128::from(total)); // reserve for this craft
             parts.push((concrete, i.count, total));

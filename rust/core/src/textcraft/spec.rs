@@ -55,7 +55,11 @@ pub fn py_strip(s: &str) -> &str {
 
 /// Python's `repr()` of a str (quotes and escapes of control characters).
 pub fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
     for c in s.chars() {
@@ -76,6 +80,37 @@ pub fn py_repr(s: &str) -> String {
     }
     out.push(quote);
     out
+}
+
+/// AgentGym's TextCraft client cleanup of an action before it reaches the server: drop
+/// every character but ASCII letters, digits, commas and spaces, collapse runs of spaces,
+/// trim, and read `look` (any case) as `inventory`. Borrows `action` when it is already clean.
+pub fn sanitize<'a>(action: &'a str, buf: &'a mut String) -> &'a str {
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b == b',' || b == b' ';
+    let bytes = action.as_bytes();
+    let clean = bytes.iter().all(|&b| ok(b))
+        && !action.starts_with(' ')
+        && !action.ends_with(' ')
+        && !action.contains("  ");
+    let out: &str = if clean {
+        action
+    } else {
+        buf.clear();
+        for &b in bytes.iter().filter(|&&b| ok(b)) {
+            if b != b' ' || !(buf.is_empty() || buf.ends_with(' ')) {
+                buf.push(char::from(b));
+            }
+        }
+        if buf.ends_with(' ') {
+            buf.pop();
+        }
+        buf.as_str()
+    };
+    if out.eq_ignore_ascii_case("look") {
+        "inventory"
+    } else {
+        out
+    }
 }
 
 /// Appends `minecraft:` + text with spaces as underscores (AgentGym's item id rule).

@@ -2,7 +2,7 @@ use super::*;
 use crate::error::CoreError;
 
 fn env() -> TextCraft {
-    TextCraft::new(10)
+    TextCraft::new(10, false)
 }
 
 fn idx(book: &Book, id: &str) -> u64 {
@@ -21,7 +21,10 @@ fn book_matches_agentgym_counts() {
     let planks = b.lookup("minecraft:planks").unwrap();
     assert!(b.name(planks).is_tag && !b.name(planks).gettable());
     let logs = b.lookup("minecraft:oak_logs").unwrap();
-    assert!(b.name(logs).gettable(), "uncraftable tag becomes a base item");
+    assert!(
+        b.name(logs).gettable(),
+        "uncraftable tag becomes a base item"
+    );
 }
 
 #[test]
@@ -35,23 +38,35 @@ fn reset_is_deterministic_and_seed_dependent() {
     let x = a.reset(&Task::Index(400), 1).unwrap();
     let y = a.reset(&Task::Index(400), 2).unwrap();
     assert_ne!(x, y);
-    assert_eq!(a.reset(&Task::Index(17), 9).unwrap(), a.reset(&Task::Index(561), 9).unwrap());
+    assert_eq!(
+        a.reset(&Task::Index(17), 9).unwrap(),
+        a.reset(&Task::Index(561), 9).unwrap()
+    );
 }
 
 #[test]
 fn goal_choice_by_index_and_commands_contain_needed_recipes() {
     let mut e = env();
     let book = Book::shared();
-    let obs = e.reset(&Task::Index(idx(&book, "minecraft:stick")), 0).unwrap();
+    let obs = e
+        .reset(&Task::Index(idx(&book, "minecraft:stick")), 0)
+        .unwrap();
     assert_eq!(e.goal(), "minecraft:stick");
     assert!(obs.ends_with("\n\nGoal: craft stick."));
-    assert!(obs.contains("craft 4 stick using 2 planks\n") || obs.contains("\ncraft 4 stick using 2 planks\n"));
+    assert!(
+        obs.contains("craft 4 stick using 2 planks\n")
+            || obs.contains("\ncraft 4 stick using 2 planks\n")
+    );
     assert!(obs.contains("craft 4 oak planks using 1 oak logs"));
     let lines = obs.lines().filter(|l| l.starts_with("craft ")).count();
-    let needed = book.plan(book.lookup("minecraft:stick").unwrap()).needed.len();
+    let needed = book
+        .plan(book.lookup("minecraft:stick").unwrap())
+        .needed
+        .len();
     assert!(lines <= needed + 10 && lines > needed);
-    let mut zero = TextCraft::new(0);
-    zero.reset(&Task::Index(idx(&book, "minecraft:stick")), 0).unwrap();
+    let mut zero = TextCraft::new(0, false);
+    zero.reset(&Task::Index(idx(&book, "minecraft:stick")), 0)
+        .unwrap();
     assert_eq!(zero.listed.len(), needed);
 }
 
@@ -59,15 +74,34 @@ fn goal_choice_by_index_and_commands_contain_needed_recipes() {
 fn get_craft_inventory_semantics_and_messages() {
     let mut e = env();
     let book = Book::shared();
-    e.reset(&Task::Index(idx(&book, "minecraft:wooden_pickaxe")), 3).unwrap();
+    e.reset(&Task::Index(idx(&book, "minecraft:wooden_pickaxe")), 3)
+        .unwrap();
     let s = |e: &mut TextCraft, a: &str| e.step(a);
-    assert_eq!(s(&mut e, "inventory").observation, "Inventory: You are not carrying anything.");
+    assert_eq!(
+        s(&mut e, "inventory").observation,
+        "Inventory: You are not carrying anything."
+    );
     assert_eq!(s(&mut e, "get 2 oak logs").observation, "Got 2 oak logs");
-    assert_eq!(s(&mut e, "get 1 oak planks").observation, "Could not find oak planks");
-    assert_eq!(s(&mut e, "get 1 planks").observation, "Could not find planks");
-    assert_eq!(s(&mut e, "get 1 unobtainium").observation, "Could not find unobtainium");
-    assert_eq!(s(&mut e, "craft 4 oak planks using 1 oak logs").observation, "Crafted 4 minecraft:oak_planks");
-    assert_eq!(s(&mut e, "inventory").observation, "Inventory: [oak logs] (1) [oak planks] (4) ");
+    assert_eq!(
+        s(&mut e, "get 1 oak planks").observation,
+        "Could not find oak planks"
+    );
+    assert_eq!(
+        s(&mut e, "get 1 planks").observation,
+        "Could not find planks"
+    );
+    assert_eq!(
+        s(&mut e, "get 1 unobtainium").observation,
+        "Could not find unobtainium"
+    );
+    assert_eq!(
+        s(&mut e, "craft 4 oak planks using 1 oak logs").observation,
+        "Crafted 4 minecraft:oak_planks"
+    );
+    assert_eq!(
+        s(&mut e, "inventory").observation,
+        "Inventory: [oak logs] (1) [oak planks] (4) "
+    );
     assert_eq!(
         s(&mut e, "craft 4 stick using 2 planks").observation,
         "Could not find enough items to craft minecraft:stick"
@@ -77,20 +111,38 @@ fn get_craft_inventory_semantics_and_messages() {
         "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(tag=None, \
          item_id='minecraft:stick'), count=8)"
     );
-    assert_eq!(s(&mut e, "craft 4 stick using 2 oak planks").observation, "Crafted 4 minecraft:stick");
+    assert_eq!(
+        s(&mut e, "craft 4 stick using 2 oak planks").observation,
+        "Crafted 4 minecraft:stick"
+    );
     assert_eq!(
         s(&mut e, "craft 1 planks using 1 oak logs").observation,
         "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(\
          tag='minecraft:planks', item_id=None), count=1)"
     );
-    assert_eq!(s(&mut e, "craft 1 x using y").observation, "Wrong item format: y");
+    assert_eq!(
+        s(&mut e, "craft 1 x using y").observation,
+        "Wrong item format: y"
+    );
     assert_eq!(s(&mut e, "dance").observation, "Could not execute dance");
-    assert_eq!(s(&mut e, "get oak logs").observation, "Could not execute get oak logs");
-    assert_eq!(s(&mut e, "inventory please\nmore").observation, "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) ");
+    assert_eq!(
+        s(&mut e, "get oak logs").observation,
+        "Could not execute get oak logs"
+    );
+    assert_eq!(
+        s(&mut e, "inventory please\nmore").observation,
+        "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) "
+    );
     s(&mut e, "craft 4 oak planks using 1 oak logs");
     let last = s(&mut e, "craft 1 wooden pickaxe using 3 oak planks, 2 stick");
-    assert_eq!(last, Step::new("Crafted 1 minecraft:wooden_pickaxe", 1.0, true));
-    assert_eq!(s(&mut e, "inventory").observation, "Inventory: [oak planks] (3) [stick] (2) [wooden pickaxe] (1) ");
+    assert_eq!(
+        last,
+        Step::new("Crafted 1 minecraft:wooden_pickaxe", 1.0, true)
+    );
+    assert_eq!(
+        s(&mut e, "inventory").observation,
+        "Inventory: [oak planks] (3) [stick] (2) [wooden pickaxe] (1) "
+    );
 }
 
 #[test]
@@ -101,9 +153,16 @@ fn oracle_solves_every_task() {
         e.reset(&Task::Index(task), task).unwrap();
         let mut solved = false;
         for _ in 0..200 {
-            let a = e.oracle_action().unwrap_or_else(|| panic!("no plan for {}", e.goal()));
+            let a = e
+                .oracle_action()
+                .unwrap_or_else(|| panic!("no plan for {}", e.goal()));
             let st = e.step(&a);
-            assert!(!st.observation.starts_with("Could"), "{}: {a} -> {}", e.goal(), st.observation);
+            assert!(
+                !st.observation.starts_with("Could"),
+                "{}: {a} -> {}",
+                e.goal(),
+                st.observation
+            );
             if st.terminated {
                 assert_eq!(st.reward, 1.0);
                 solved = true;
@@ -122,7 +181,15 @@ fn valid_actions_offer_gets_and_crafts() {
     assert_eq!(va[0], "inventory");
     assert!(va.iter().any(|a| a.starts_with("get ")));
     assert!(va.iter().any(|a| a.starts_with("craft ")));
-    assert!(va.iter().all(|a| !a.contains("planks using") || !a.contains(" planks,") || true));
+    let book = Book::shared();
+    for a in va.iter().filter(|a| a.starts_with("craft ")) {
+        let inputs = &a[a.rfind(" using ").unwrap() + 7..];
+        for part in inputs.split(", ") {
+            let (_, name) = spec::split_count(part).unwrap();
+            let n = book.lookup_text(name).unwrap_or_else(|| panic!("{a}"));
+            assert!(!book.name(n).is_tag, "generic ingredient left in {a}");
+        }
+    }
     for a in va.iter().filter(|a| a.starts_with("get ")) {
         assert!(e.step(a).observation.starts_with("Got "), "{a}");
     }
@@ -139,11 +206,21 @@ fn explicit_specs() {
     let o = e.reset(&Task::Spec(json.into()), 0).unwrap();
     assert_eq!(o, "Crafting commands:\ncraft 4 stick using 2 planks\ncraft 4 oak planks using 1 oak logs\n\nGoal: craft stick.");
     assert_eq!(e.listed.len(), 2);
-    let generated = e.reset(&Task::Spec(r#"{"goal": "minecraft:stick"}"#.into()), 3).unwrap();
+    let generated = e
+        .reset(&Task::Spec(r#"{"goal": "minecraft:stick"}"#.into()), 3)
+        .unwrap();
     let book = Book::shared();
-    assert_eq!(generated, e.reset(&Task::Index(idx(&book, "minecraft:stick")), 3).unwrap());
-    e.reset(&Task::Spec(r#"{"goal": "oak logs"}"#.into()), 0).unwrap();
-    assert_eq!(e.step("get 1 oak logs"), Step::new("Got 1 oak logs", 1.0, true));
+    assert_eq!(
+        generated,
+        e.reset(&Task::Index(idx(&book, "minecraft:stick")), 3)
+            .unwrap()
+    );
+    e.reset(&Task::Spec(r#"{"goal": "oak logs"}"#.into()), 0)
+        .unwrap();
+    assert_eq!(
+        e.step("get 1 oak logs"),
+        Step::new("Got 1 oak logs", 1.0, true)
+    );
     for bad in [
         "",
         "craft me a stick",
@@ -173,11 +250,40 @@ fn rng_and_python_string_rules() {
     assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
     assert_eq!(spec::fnv1a64(""), 0xcbf2_9ce4_8422_2325);
     assert_eq!(spec::split_count("12 oak"), Some((12, "oak")));
-    assert_eq!(spec::split_count("99999999999999999999999 a"), Some((u64::MAX, "a")));
+    assert_eq!(
+        spec::split_count("99999999999999999999999 a"),
+        Some((u64::MAX, "a"))
+    );
     assert_eq!(spec::split_count("12oak"), None);
     assert_eq!(spec::py_repr("it's"), "\"it's\"");
     assert_eq!(spec::py_repr("a\nb'\""), "'a\\nb\\'\"'");
     assert_eq!(spec::py_strip("\u{1c} x \t"), "x");
+}
+
+#[test]
+fn sanitized_actions_follow_agentgym_client() {
+    let mut buf = String::new();
+    assert_eq!(spec::sanitize("get 1 oak logs", &mut buf), "get 1 oak logs");
+    assert_eq!(
+        spec::sanitize("  get 1  oak_logs.\n", &mut buf),
+        "get 1 oaklogs"
+    );
+    assert_eq!(spec::sanitize("LOOK", &mut buf), "inventory");
+    assert_eq!(
+        spec::sanitize("craft 4 stick using 2 oak planks!", &mut buf),
+        "craft 4 stick using 2 oak planks"
+    );
+    let mut e = TextCraft::new(10, true);
+    e.reset(&Task::Index(0), 0).unwrap();
+    assert_eq!(
+        e.step("look").observation,
+        "Inventory: You are not carrying anything."
+    );
+    assert_eq!(
+        e.step(" get 1 acacia logs.").observation,
+        "Got 1 acacia logs"
+    );
+    assert_eq!(e.step("dance!").observation, "Could not execute dance");
 }
 
 #[test]
@@ -197,9 +303,27 @@ fn speed() {
     let op = std::env::var("SPEED_OP").unwrap_or_else(|_| "inventory".into());
     let mut e = env();
     let n = 200_000u64;
-    e.reset(&Task::Index(idx(&Book::shared(), "minecraft:wooden_pickaxe")), 0).unwrap();
+    e.reset(
+        &Task::Index(idx(&Book::shared(), "minecraft:wooden_pickaxe")),
+        0,
+    )
+    .unwrap();
     e.step("get 100000000 oak logs");
     e.step("craft 4 oak planks using 1 oak logs");
+    if op == "mixed" {
+        let mut envs: Vec<TextCraft> = (0..4096).map(|_| env()).collect();
+        let mut acts = Vec::new();
+        for (i, e) in envs.iter_mut().enumerate() {
+            e.reset(&Task::Index(i as u64), i as u64).unwrap();
+            acts.push(e.valid_actions());
+        }
+        for t in 0..(n as usize / 4096) * 10 {
+            for (e, a) in envs.iter_mut().zip(&acts) {
+                std::hint::black_box(e.step(&a[t % a.len()]));
+            }
+        }
+        return;
+    }
     for i in 0..n {
         if op == "reset" {
             std::hint::black_box(e.reset(&Task::Index(i % 544), i).unwrap());
