@@ -8,6 +8,7 @@ use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 
 /// A task as Python gives it: an index or the env's explicit task text.
 #[derive(FromPyObject)]
@@ -96,12 +97,13 @@ impl PyEnvPool {
         &mut self,
         py: Python<'py>,
         ids: Vec<usize>,
-        actions: Vec<String>,
+        actions: Vec<PyBackedStr>,
     ) -> PyResult<StepResult<'py>> {
+        // Actions are borrowed from the Python strings (no copy); they stay alive for the call.
         let inner = &mut self.inner;
         let batch = py
             .detach(|| {
-                let refs: Vec<&str> = actions.iter().map(String::as_str).collect();
+                let refs: Vec<&str> = actions.iter().map(|a| &**a).collect();
                 inner.step(&ids, &refs)
             })
             .map_err(to_py)?;
