@@ -201,3 +201,15 @@ async def test_stream_yields_in_completion_order_without_barrier(tokenizer):
     eng = engine(tokenizer, backend=SlowFor(tokenizer, fail_keys=()))
     order = [t.group_id async for t in eng.stream(6, "maze", max_concurrency=3)]
     assert sorted(order) == list(range(6)) and order[-1] == 0
+
+
+@pytest.mark.slow
+def test_python_envs_in_worker_processes(tokenizer):
+    eng = engine(tokenizer, max_turns=12)
+    threads = eng.collect_sync(4, "office", env_kwargs={"split": "test"})
+    procs = eng.collect_sync(4, "office", env_kwargs={"split": "test"}, env_workers=2)
+    assert [t.stop_reason for t in procs] == ["done"] * 4
+    assert all(t.success for t in procs)
+    # Same tasks and seeds, same oracle: the process pool plays the same episodes.
+    assert [t.token_ids for t in procs] == [t.token_ids for t in threads]
+    eng.close()

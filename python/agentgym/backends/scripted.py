@@ -9,6 +9,7 @@ It needs the engine's episode context (``needs_context = True``): the engine pas
 
 from __future__ import annotations
 
+import inspect
 import random
 import zlib
 
@@ -39,12 +40,16 @@ class ScriptedBackend:
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
 
-    def _choose(self, driver, slot: int, request_id: str | None) -> str:
+    async def _choose(self, driver, slot: int, request_id: str | None) -> str:
         if self.policy == "oracle":
             action = driver.oracle_action(slot)
+            if inspect.isawaitable(action):  # envs in worker processes answer asynchronously
+                action = await action
             if action is not None:
                 return action
         valid = driver.valid_actions(slot)
+        if inspect.isawaitable(valid):
+            valid = await valid
         if not valid:
             return ""
         rng = random.Random(zlib.crc32(f"{self.seed}:{request_id}".encode()))
@@ -56,7 +61,7 @@ class ScriptedBackend:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1
         driver, slot = context
-        text = self.template.format(action=self._choose(driver, slot, request_id))
+        text = self.template.format(action=await self._choose(driver, slot, request_id))
         ids = self._cache.get(text)
         if ids is None:
             ids = self._cache[text] = self._encode(text) + [self.end_of_turn_id]

@@ -4,6 +4,9 @@
   Rust in one batched call (GIL released).
 - :class:`PythonDriver`: one Gymnasium env per slot (``agentgym.make``), stepped in a thread
   pool so a slow env never blocks the event loop.
+- :class:`ProcessDriver`: Python envs and simulators hosted in worker processes
+  (:class:`agentgym.envs.workers.ProcessEnvPool`): real parallelism, and a hung or crashed
+  env is killed and restarted without touching the other episodes.
 
 Both report failures as data: :class:`StepOutcome` carries the stop reason, and an env
 exception ends only its own episode with ``env_error``.
@@ -172,7 +175,50 @@ class PythonDriver:
                 env.close()
 
 
-def make_driver(env_id: str, capacity: int, **env_kwargs):
+class ProcessDriver:
+    """``capacity`` episodes of a Python env spread over ``num_workers`` processes."""
+
+    def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
+                 timeout_s: float = 120.0, **env_kwargs):
+        import agentgym
+        from agentgym.envs.workers import ProcessEnvPool
+
+        self.env_id = env_id
+        probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
+        self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
+        probe.close()
+        per_worker = -(-capacity // num_workers)
+        self.pool = ProcessEnvPool(env_id, num_workers, per_worker, timeout_s=timeout_s,
+                                   **env_kwargs)
+
+    async def reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
+        obs, _ = await self.pool.reset(slot, task, seed, max_turns=max_turns)
+        return str(obs)
+
+    async def step(self, slot: int, action: str) -> StepOutcome:
+        obs, rew, term, trunc, info = await self.pool.step(slot, action)
+        reason = info.get("stop_reason") or ("done" if term else ("horizon" if trunc else None))
+        return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
+                           info.get("error"))
+
+    def finish(self, slot: int, reason: str) -> None:
+        pass  # the worker's episode is simply reset when the slot is reused
+
+    async def oracle_action(self, slot: int) -> str | None:
+        return await self.pool.oracle_action(slot)
+
+    async def valid_actions(self, slot: int) -> list[str]:
+        return await self.pool.valid_actions(slot)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def make_driver(env_id: str, capacity: int, env_workers: int = 0, **env_kwargs):
+    """The driver for ``env_id``: native envs in the Rust pool; Python envs on a thread pool,
+    or in ``env_workers`` processes when that is > 0."""
     if is_native(env_id):
         return NativeDriver(env_id, capacity, **env_kwargs)
+    if env_workers > 0:
+        return ProcessDriver(env_id, capacity, num_workers=env_workers, **env_kwargs)
     return PythonDriver(env_id, capacity, **env_kwargs)

@@ -327,10 +327,11 @@ class RolloutEngine:
         self._keys = itertools.count()
         self._drivers: dict[tuple, tuple[object, asyncio.Lock]] = {}
 
-    def _driver(self, env_id: str, capacity: int, env_kwargs: dict):
-        key = (env_id, capacity, tuple(sorted(env_kwargs.items())))
+    def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
+        key = (env_id, cfg.max_concurrency, cfg.env_workers, repr(sorted(env_kwargs.items())))
         if key not in self._drivers:
-            self._drivers[key] = (make_driver(env_id, capacity, **env_kwargs), asyncio.Lock())
+            driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers, **env_kwargs)
+            self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 
     def _episodes(self, tasks, cfg: RolloutConfig) -> list[_Episode]:
@@ -353,7 +354,7 @@ class RolloutEngine:
         cfg = msgspec.structs.replace(self.config, **overrides)
         episodes = self._episodes(tasks, cfg)
         capacity = max(1, min(cfg.max_concurrency, len(episodes)))
-        driver, lock = self._driver(env_id, cfg.max_concurrency, dict(env_kwargs or {}))
+        driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock:
             run = _Run(self, driver, cfg)
             queue = iter(episodes)
