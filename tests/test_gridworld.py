@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import random
 
-import agentgym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+
+import agentgym
 
 
 def play(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
