@@ -9,10 +9,10 @@ at temperature 1 without truncation this is exactly the sampling distribution.
 
 from __future__ import annotations
 
-import operator
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
+import numpy as np
 
 from agentgym.errors import AgentGymError
 
@@ -109,15 +109,22 @@ def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
     raise ValueError(f"unknown backend {name!r}; expected 'vllm', 'openai' or 'transformers'")
 
 
-def check_prompt(prompt_ids) -> list[int]:
-    """Validate a prompt: a non-empty sequence of non-negative ints (numpy ints accepted);
-    a clear ValueError otherwise."""
+def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
+    """Validate a prompt: a non-empty sequence of ints in ``[0, vocab_size)`` (numpy ints
+    accepted); a clear ValueError otherwise. One vectorised pass (prompts grow every turn)."""
+    if isinstance(prompt_ids, (str, bytes)):
+        raise ValueError("prompt_ids must be a sequence of ints, not text")
     try:
-        ids = [operator.index(t) for t in prompt_ids]
-    except TypeError as e:
+        arr = np.asarray(prompt_ids)
+    except (TypeError, ValueError) as e:
         raise ValueError(f"prompt_ids must be a sequence of ints: {e}") from None
-    if not ids:
-        raise ValueError("prompt_ids must not be empty")
-    if min(ids) < 0:
-        raise ValueError(f"prompt_ids must be non-negative, got {min(ids)}")
-    return ids
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("prompt_ids must be a non-empty one-dimensional sequence of ints")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"prompt_ids must be ints, got {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0:
+        raise ValueError(f"prompt_ids must be non-negative, got {lo}")
+    if vocab_size is not None and hi >= vocab_size:
+        raise ValueError(f"token id {hi} out of range (vocab {vocab_size})")
+    return prompt_ids if type(prompt_ids) is list else arr.tolist()

@@ -94,9 +94,7 @@ class TransformersBackend:
         aborts the request."""
         if self._closed:
             raise BackendError("backend is closed")
-        prompt = check_prompt(prompt_ids)
-        if max(prompt) >= self.vocab_size:
-            raise ValueError(f"token id {max(prompt)} out of range (vocab {self.vocab_size})")
+        prompt = check_prompt(prompt_ids, self.vocab_size)
         if len(prompt) >= self.max_model_len:
             raise ValueError(f"prompt of {len(prompt)} tokens exceeds the model's context")
         rid = request_id or uuid.uuid4().hex

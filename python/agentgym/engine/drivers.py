@@ -116,6 +116,7 @@ class PythonDriver:
         self._turns = [0] * capacity
         self._horizon: list[int | None] = [None] * capacity
         self._running: set[int] = set()
+        self._max_workers = max_workers
         self._executor = ThreadPoolExecutor(max_workers=max_workers,
                                             thread_name_prefix=f"env-{env_id}")
 
@@ -136,18 +137,49 @@ class PythonDriver:
         self._running.add(slot)
         return str(obs)
 
-    async def step(self, slot: int, action: str) -> StepOutcome:
-        if slot not in self._running:
-            return StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
-        loop = asyncio.get_running_loop()
-        env = self._envs[slot]
+    def _step_one(self, slot: int, action: str):
         try:
-            obs, rew, term, trunc, _ = await loop.run_in_executor(self._executor, env.step, action)
+            return self._envs[slot].step(action)
         except Exception as e:  # the env's failure ends only this episode
+            return e
+
+    def _step_chunk(self, items: list[tuple[int, str]]) -> list:
+        return [self._step_one(slot, action) for slot, action in items]
+
+    async def step(self, slot: int, action: str) -> StepOutcome:
+        (out,) = await self.step_many([(slot, action)])
+        return out
+
+    async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
+        """Step many episodes: one thread-pool job per chunk, not one per episode."""
+        out: list[StepOutcome | None] = [None] * len(items)
+        live = []
+        for i, (slot, action) in enumerate(items):
+            if slot in self._running:
+                live.append((i, slot, action))
+            else:
+                out[i] = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
+        if live:
+            loop = asyncio.get_running_loop()
+            n = max(1, min(self._max_workers, len(live)))
+            chunks = [live[k::n] for k in range(n)]
+            results = await asyncio.gather(*(
+                loop.run_in_executor(self._executor, self._step_chunk,
+                                     [(slot, action) for _, slot, action in chunk])
+                for chunk in chunks
+            ))
+            for chunk, res in zip(chunks, results):
+                for (i, slot, _), r in zip(chunk, res):
+                    out[i] = self._outcome(slot, r)
+        return out  # type: ignore[return-value]
+
+    def _outcome(self, slot: int, result) -> StepOutcome:
+        if isinstance(result, Exception):
             self._running.discard(slot)
             self._envs[slot] = None
-            msg = f"{type(e).__name__}: {e}"
+            msg = f"{type(result).__name__}: {result}"
             return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
+        obs, rew, term, trunc, _ = result
         self._turns[slot] += 1
         cap = self._horizon[slot]
         if not term and cap is not None and self._turns[slot] >= cap:

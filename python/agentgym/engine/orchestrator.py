@@ -189,9 +189,12 @@ class _Run:
         if not live:
             return [None] * len(turns)
         actions = self._actions(live)
-        outs = await asyncio.gather(
-            *(self.driver.step(t.ep.slot, a) for t, a in zip(live, actions))
-        )
+        if hasattr(self.driver, "step_many"):
+            outs = await self.driver.step_many([(t.ep.slot, a) for t, a in zip(live, actions)])
+        else:
+            outs = await asyncio.gather(
+                *(self.driver.step(t.ep.slot, a) for t, a in zip(live, actions))
+            )
         live = [t for t in live if not t.ep.closed]  # closed while the env was stepping
         keep = {id(t) for t in live}
         pairs = [(t, o) for t, o in zip(turns, outs) if id(t) in keep]
