@@ -213,3 +213,19 @@ def test_python_envs_in_worker_processes(tokenizer):
     # Same tasks and seeds, same oracle: the process pool plays the same episodes.
     assert [t.token_ids for t in procs] == [t.token_ids for t in threads]
     eng.close()
+
+
+def test_gc_threshold_is_raised_during_a_run_and_restored(tokenizer):
+    import gc
+
+    before = gc.get_threshold()
+    seen = []
+
+    class Probe(ScriptedBackend):
+        async def generate(self, *a, **kw):
+            seen.append(gc.get_threshold()[0])
+            return await super().generate(*a, **kw)
+
+    engine(tokenizer, backend=Probe(tokenizer), gc_threshold=12345).collect_sync(2, "maze")
+    assert seen and set(seen) == {max(12345, before[0])}
+    assert gc.get_threshold() == before

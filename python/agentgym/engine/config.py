@@ -34,3 +34,5 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: Python envs and simulators: 0 = a thread pool in this process, N > 0 = N worker
     #: processes (``ProcessEnvPool``). Native envs always step in the Rust pool.
     env_workers: int = 0
+    #: Generation-0 threshold of Python's cyclic GC while rollouts run (0 = leave it alone).
+    gc_threshold: int = 20000
