@@ -165,7 +165,8 @@ def _plot_pillow(ev, tr, hz, png_path: Path, title: str) -> None:
         y = px(x0, k / 5)[1]
         d.line([m - 4, y, m, y], fill="black")
         d.text((8, y - 6), f"{k / 5:.1f}", fill="black")
-        d.text((w - m + 6, y - 6), f"{hmax * k / 5:.0f}", fill="darkorange")
+        d.text((w - m + 6, y - 6), f"{hmax * k / 5:.{0 if hmax >= 10 else 1}f}",
+               fill="darkorange")
     d.text((m, h - m + 8), f"step {x0}", fill="black")
     d.text((w - m - 60, h - m + 8), f"step {x1}", fill="black")
     d.text((m, 15), title or "ScalingInter-RL training", fill="black")
@@ -173,6 +174,8 @@ def _plot_pillow(ev, tr, hz, png_path: Path, title: str) -> None:
            fill="gray")
     for pts, color, scale in ((tr, (170, 200, 235), 1.0), (ev, (31, 119, 180), 1.0),
                               (hz, (255, 127, 14), 1.0 / hmax)):
+        if color == (255, 127, 14):  # the horizon is a step function
+            pts = [p for a, b in zip(pts, pts[1:] + pts[-1:]) for p in (a, (b[0], a[1]))]
         xy = [px(s, v * scale) for s, v in pts]
         if len(xy) > 1:
             d.line(xy, fill=color, width=2)

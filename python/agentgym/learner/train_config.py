@@ -69,6 +69,9 @@ class TrainerConfig:
     # learner
     learner: dict[str, Any] = field(default_factory=dict)
     use_ref_model: bool = True  # frozen reference for the KL loss (when kl_coef > 0)
+    # subtracted from the score of an episode cut mid-turn (stop_reason "length": the model
+    # never ended its turn), so breaking the output format is worse than a plain failure
+    format_penalty: float = 0.0
     async_rollouts: bool = False  # overlap rollout k+1 with update k
     max_staleness: int = 1
     staleness_mode: str = "drop"
@@ -77,12 +80,15 @@ class TrainerConfig:
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
     bf16: bool = False
+    torch_threads: int | None = None  # torch intra-op threads (1 is fastest on busy CPUs)
     # evaluation
     eval_every: int = 10
     eval_tasks: int = 64
     eval_temperature: float = 0.0
     eval_at_start: bool = True
-    # warm-up (only for model == "tiny" unless forced)
+    # model == "tiny": architecture overrides (TinyModelConfig fields) and the format
+    # warm-up on random-policy transcripts (WarmupConfig fields; None skips it)
+    tiny_model: dict[str, Any] = field(default_factory=dict)
     warmup: dict[str, Any] | None = field(default_factory=dict)
     # output
     output_dir: str | None = None

@@ -122,14 +122,17 @@ class Trainer:
         if cfg.model != "tiny":
             return cfg.model
         from agentgym.models import build_tiny_model
+        from agentgym.models.tiny import TinyModelConfig
 
-        base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed,
-                                **cfg.warmup.get("tiny_kwargs", {}) if cfg.warmup else {})
+        arch = dict(cfg.tiny_model)
+        vocab = arch.pop("vocab_size", 1024)
+        base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed, vocab_size=vocab,
+                                config=TinyModelConfig(**arch) if arch else None)
         if cfg.warmup is None:
             return str(base)
         from agentgym.learner.warmup import WarmupConfig, warmup_model
 
-        wcfg = {k: v for k, v in cfg.warmup.items() if k != "tiny_kwargs"}
+        wcfg = dict(cfg.warmup)
         wcfg.setdefault("seed", cfg.seed)
         wcfg.setdefault("max_turns", self.schedule.stages[-1].max_turns)
         out = self.output_dir / "warm_model"
@@ -155,6 +158,9 @@ class Trainer:
         from agentgym.learner.checkpoint import load_checkpoint, restore_rng
 
         cfg = self.cfg
+        self._threads_before = torch.get_num_threads()
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         torch.manual_seed(cfg.seed)
@@ -248,8 +254,11 @@ class Trainer:
         return self.version_offset + int(getattr(self.backend, "policy_version", 0))
 
     def _seed_rollout(self, step: int, group_base: int) -> None:
-        """Deterministic group ids (hence episode seeds) and backend sampling per step."""
+        """Deterministic group ids (hence episode seeds), request ids and backend sampling
+        per step, so a resumed run replays the rollouts of an uninterrupted one."""
         self.engine._groups = itertools.count(group_base)
+        self.engine._keys = itertools.count(group_base * 1024)
+        self.engine.run_id = f"s{self.cfg.seed}"
         gen = getattr(self.backend, "_generator", None)
         if isinstance(gen, torch.Generator):
             gen.manual_seed(self.cfg.seed * 1_000_003 + step)
@@ -267,12 +276,15 @@ class Trainer:
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
-        from agentgym.learner import PackedBatch, policy_update
+        from agentgym.learner import PackedBatch, StopReason, policy_update
 
         pb = PackedBatch.from_any(batch.packed())
         stage = self.schedule.stage(step)
         if stage.shapes_rewards:
             pb = pb.with_rewards(stage.shape_rewards(pb.rewards, pb.num_turns))
+        if self.cfg.format_penalty:
+            cut = pb.stop_reason == StopReason.LENGTH
+            pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
         return policy_update(
             self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,
             critic_optimizer=self.critic_optimizer,
@@ -426,4 +438,6 @@ class Trainer:
             self.backend = None
         if getattr(self, "logger", None) is not None:
             self.logger.close()
+        if getattr(self, "_threads_before", None):
+            torch.set_num_threads(self._threads_before)
         self._ready = False

@@ -202,7 +202,7 @@ def warmup_model(
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")

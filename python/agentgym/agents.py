@@ -1,0 +1,181 @@
+"""The seed's agent API: ``LLMAgent(base_model=..., backend=...)``, ``.train``, ``.infer``.
+
+```python
+from agentgym.envs import TextCraftEnv
+from agentgym.agents import LLMAgent
+
+env = TextCraftEnv()
+agent = LLMAgent(base_model="path/or/hub-id", backend="vllm")  # or "transformers", "openai"
+agent.train(env, method="ScalingInter-RL", max_steps=10000)
+result = agent.infer(env)  # trajectories + success rate of the trained policy
+```
+
+``env`` is an env id (``"maze"``), a native env instance (``TextCraftEnv()``, anything with
+``env_id``), a Gymnasium env made by ``agentgym.make`` or a user ``BaseEnv`` instance (it is
+registered under a fresh id; each rollout slot plays a deep copy). ``base_model="tiny"``
+builds the local tiny model (and, for training, gives it the random-policy format warm-up).
+Keyword arguments of ``LLMAgent`` and ``train`` override :class:`TrainerConfig` fields; a
+YAML/TOML file works too: ``LLMAgent.from_config("configs/maze_tiny.yaml")``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym.learner.train_config import TrainerConfig, load_config_file
+
+__all__ = ["InferenceResult", "LLMAgent", "resolve_env"]
+
+_user_envs = itertools.count()
+
+
+def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
+    """``(env_id, env_kwargs)`` for an id, an env instance or a ``BaseEnv``."""
+    from agentgym.envs import BaseEnv
+
+    if isinstance(env, str):
+        return env, {}
+    if isinstance(env, BaseEnv):
+        import agentgym
+
+        env_id = f"user:{type(env).__name__}:{next(_user_envs)}"
+        proto = copy.deepcopy(env)
+        agentgym.register(env_id, lambda: copy.deepcopy(proto), override=True)
+        return env_id, {}
+    for obj in (env, getattr(env, "unwrapped", None)):
+        env_id = getattr(obj, "env_id", None)
+        if isinstance(env_id, str):
+            kwargs = getattr(obj, "env_kwargs", None) or getattr(obj, "_env_kwargs", None) or {}
+            return env_id, dict(kwargs)
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return spec.id, dict(getattr(spec, "kwargs", {}) or {})
+    raise TypeError(f"cannot tell which environment {env!r} is: pass an env id string, a "
+                    "native env (with .env_id) or an agentgym.envs.BaseEnv instance")
+
+
+@dataclass
+class InferenceResult:
+    """Episodes played by :meth:`LLMAgent.infer`."""
+
+    trajectories: list
+    success_rate: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    def __repr__(self) -> str:
+        return (f"InferenceResult(episodes={len(self.trajectories)}, "
+                f"success_rate={self.success_rate:.3f}, "
+                f"reward/mean={self.metrics.get('reward/mean', 0.0):.3f})")
+
+
+class LLMAgent:
+    """An LLM policy that trains with multi-turn RL and plays episodes.
+
+    ``base_model``: a Hugging Face model folder or hub id, or ``"tiny"``; ``backend``:
+    ``"transformers"`` | ``"vllm"`` | ``"openai"`` (rollouts and inference). Other keyword
+    arguments are :class:`TrainerConfig` fields (``output_dir``, ``seed``, ``learner``, ...).
+    """
+
+    def __init__(self, base_model: str = "tiny", backend: str = "transformers", **config: Any):
+        self.base_model = base_model
+        self.backend = backend
+        self.config = dict(config)
+        self.model_dir: str | None = None if base_model == "tiny" else base_model
+        self.trainer = None
+        self.last_summary: dict[str, Any] | None = None
+
+    @classmethod
+    def from_config(cls, path: str | Path, **overrides: Any) -> LLMAgent:
+        cfg = {**load_config_file(path), **overrides}
+        model = cfg.pop("model", "tiny")
+        backend = cfg.pop("backend", "transformers")
+        return cls(base_model=model, backend=backend, **cfg)
+
+    def _config(self, env_id: str, env_kwargs: dict, overrides: dict) -> TrainerConfig:
+        merged = {**self.config, **overrides}
+        merged["env_kwargs"] = {**env_kwargs, **merged.get("env_kwargs", {})}
+        return TrainerConfig.from_dict({"model": self.model_dir or self.base_model,
+                                        "backend": self.backend, "env": env_id, **merged})
+
+    def train(self, env: Any, method: str | None = None, max_steps: int | None = None,
+              **overrides: Any) -> dict[str, Any]:
+        """Train on ``env`` with ``method`` (ScalingInter-RL — the default —, GRPO, PPO,
+        REINFORCE++, RLOO) for ``max_steps`` steps (default: the config's, 100); returns
+        the run summary (paths, eval success start/end).
+        Training continues from the current weights when called again."""
+        from agentgym.learner.trainer import Trainer
+
+        env_id, env_kwargs = resolve_env(env)
+        if method is not None:
+            overrides["method"] = method
+        if max_steps is not None:
+            overrides["max_steps"] = max_steps
+        cfg = self._config(env_id, env_kwargs, overrides)
+        self.trainer = Trainer(cfg)
+        summary = self.trainer.train()
+        if summary.get("checkpoint"):
+            self.model_dir = str(Path(summary["checkpoint"]) / "model")
+        else:  # no checkpoint written: keep the trained weights of the run's model folder
+            out = Path(summary["output_dir"]) / "final_model"
+            self.trainer.model.save_pretrained(out)
+            self.trainer.tokenizer.save_pretrained(out)
+            self.model_dir = str(out)
+        self.last_summary = summary
+        return summary
+
+    async def ainfer(self, env: Any, tasks: int | list | None = None, *, n_samples: int = 1,
+                     max_turns: int | None = None, temperature: float = 0.0,
+                     max_new_tokens: int | None = None, **rollout: Any) -> InferenceResult:
+        """Async :meth:`infer`."""
+        import asyncio
+
+        from transformers import AutoTokenizer
+
+        from agentgym.backends import make_backend
+        from agentgym.engine import RolloutEngine
+
+        env_id, env_kwargs = resolve_env(env)
+        cfg = self._config(env_id, env_kwargs, {})
+        model_dir = self.model_dir
+        if model_dir is None:  # untrained tiny model
+            from agentgym.models import build_tiny_model
+
+            out = Path(cfg.output_dir or "runs/tiny_untrained") / "base_model"
+            model_dir = str(build_tiny_model(out, seed=cfg.seed))
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        backend = await asyncio.to_thread(make_backend, self.backend, model_dir,
+                                          **cfg.backend_kwargs)
+        engine = RolloutEngine(backend, tok, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+                               max_total_tokens=cfg.max_total_tokens, progress=False,
+                               system_prompt=cfg.system_prompt, seed=cfg.seed)
+        if tasks is None:
+            tasks = 32
+        horizon = max_turns or cfg.eval_max_turns
+        if horizon is None and self.trainer is not None:
+            horizon = self.trainer.schedule.stages[-1].max_turns
+        horizon = horizon or cfg.max_turns
+        kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
+        try:
+            batch = await engine.collect(tasks, env_id, env_kwargs=kwargs, max_turns=horizon,
+                                         n_samples=n_samples, temperature=temperature,
+                                         **rollout)
+        finally:
+            engine.close()
+            await backend.close()
+        return InferenceResult(batch.trajectories, float(batch.metrics.get("success_rate", 0.0)),
+                               dict(batch.metrics))
+
+    def infer(self, env: Any, tasks: int | list | None = None, **kwargs: Any) -> InferenceResult:
+        """Play ``tasks`` (a count or a list of task ids/texts; default 32) of ``env`` with the
+        current policy (greedy by default) and return the trajectories and success rate."""
+        from agentgym.engine.loop import run
+
+        return run(self.ainfer(env, tasks, **kwargs))

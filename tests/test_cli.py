@@ -1,0 +1,59 @@
+"""The agentgym-rl command line: list, play, make-tiny-model, serve-env argument wiring."""
+
+import subprocess
+import sys
+
+import agentgym
+from agentgym.cli import build_parser, main, play
+
+
+def test_list_prints_every_env(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for env_id in agentgym.list_envs():
+        assert env_id in out
+
+
+def test_play_maze_with_oracle_moves_reaches_goal():
+    env = agentgym.make("maze")
+    env.reset(seed=0, options={"task": 3})
+    moves = []
+    while True:
+        a = env.unwrapped.oracle_action()
+        moves.append(a)
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    typed = iter(moves)
+    lines = []
+    total = play("maze", task=3, seed=0, input_fn=lambda _: next(typed), print_fn=lines.append)
+    assert total == 1.0
+    assert any("episode over (terminated)" in line for line in lines)
+
+
+def test_play_accepts_action_numbers_and_quits():
+    lines = []
+    answers = iter(["0", "q"])
+    total = play("wordle", task=1, input_fn=lambda _: next(answers), print_fn=lines.append)
+    assert total == 0.0
+    assert any(line.startswith("actions: [0]") for line in lines)
+    assert any(line.startswith("reward") for line in lines)
+
+
+def test_parser_knows_every_subcommand():
+    parser = build_parser()
+    for argv in (["train", "--help"], ["eval", "--help"], ["serve-env", "--help"],
+                 ["play", "--help"], ["make-tiny-model", "--help"]):
+        try:
+            parser.parse_args(argv)
+        except SystemExit as e:
+            assert e.code == 0
+
+
+def test_console_script_make_tiny_model(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "agentgym.cli", "make-tiny-model", str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "m" / "config.json").exists() and "tiny model written" in out.stdout
