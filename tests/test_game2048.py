@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import play_to_end
 
 import agentgym
-
-
-def play(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
-    """Play every slot to the end; returns total reward per slot."""
-    alive = list(range(len(pool)))
-    total = np.zeros(len(pool))
-    while alive:
-        if policy == "oracle":
-            actions = pool.oracle_actions(alive)
-        else:
-            actions = [rng.choice(pool.valid_actions(i)) for i in alive]
-        _, rewards, terminated, truncated = pool.step(alive, actions)
-        total[alive] += rewards
-        alive = [i for i, t, u in zip(alive, terminated, truncated, strict=True) if not (t or u)]
-    return total
 
 
 def test_board_text():
@@ -42,9 +27,9 @@ def test_oracle_reaches_target_and_random_rarely_does():
     rng = random.Random(0)
     pool = agentgym.EnvPool("game2048", 64, seed=2)
     pool.reset()
-    assert play(pool, "oracle", rng).mean() >= 0.95
+    assert play_to_end(pool, "oracle", rng).mean() >= 0.95
     pool.reset()
-    assert play(pool, "random", rng).mean() < 0.3
+    assert play_to_end(pool, "random", rng).mean() < 0.3
 
 
 def test_deterministic_in_task_and_seed():

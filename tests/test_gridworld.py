@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import play_to_end
 
 import agentgym
-
-
-def play(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
-    """Play every slot to the end; returns total reward per slot."""
-    alive = list(range(len(pool)))
-    total = np.zeros(len(pool))
-    while alive:
-        if policy == "oracle":
-            actions = pool.oracle_actions(alive)
-        else:
-            actions = [rng.choice(pool.valid_actions(i)) for i in alive]
-        _, rewards, terminated, truncated = pool.step(alive, actions)
-        total[alive] += rewards
-        alive = [i for i, t, u in zip(alive, terminated, truncated, strict=True) if not (t or u)]
-    return total
 
 
 def test_listed_and_first_observation():
@@ -42,10 +27,10 @@ def test_oracle_solves_and_random_rarely_does(difficulty):
     rng = random.Random(0)
     pool = agentgym.EnvPool("gridworld", 256, seed=1, max_turns=200, difficulty=difficulty)
     pool.reset()
-    assert play(pool, "oracle", rng).mean() == 1.0
+    assert play_to_end(pool, "oracle", rng).mean() == 1.0
     pool = agentgym.EnvPool("gridworld", 256, seed=1, max_turns=15, difficulty=difficulty)
     pool.reset()
-    assert play(pool, "random", rng).mean() < 0.2
+    assert play_to_end(pool, "random", rng).mean() < 0.2
 
 
 def test_pool_and_make_are_deterministic():

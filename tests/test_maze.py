@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import play_to_end
 
 import agentgym
 
@@ -26,19 +27,6 @@ KWARGS = [
 EXTRA_ACTIONS = ["dance", "move up", " GO N.", "W", "move", "", "Move  South", "ｎorth"]
 
 
-def rollout(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
-    """Play every slot to the end; returns total reward per slot."""
-    alive = list(range(len(pool)))
-    total = np.zeros(len(pool))
-    while alive:
-        if policy == "oracle":
-            actions = pool.oracle_actions(alive)
-        else:
-            actions = [rng.choice(pool.valid_actions(i)) for i in alive]
-        _, rewards, terminated, truncated = pool.step(alive, actions)
-        total[alive] += rewards
-        alive = [i for i, t, u in zip(alive, terminated, truncated, strict=True) if not (t or u)]
-    return total
 
 
 def test_listed_with_instructions():
@@ -123,11 +111,11 @@ def test_oracle_solves_random_walk_rarely_does(difficulty, horizon):
     rng = random.Random(0)
     solver = agentgym.EnvPool("maze", 256, seed=1, difficulty=difficulty)
     solver.reset()
-    oracle = rollout(solver, "oracle", rng)
+    oracle = play_to_end(solver, "oracle", rng)
     assert oracle.mean() == 1.0
     walk = agentgym.EnvPool("maze", 256, seed=1, max_turns=horizon, difficulty=difficulty)
     walk.reset()
-    assert rollout(walk, "random", rng).mean() < 0.25
+    assert play_to_end(walk, "random", rng).mean() < 0.25
 
 
 def test_spec_task_and_bad_input():

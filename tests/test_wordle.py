@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import play_to_end
 
 import agentgym
 
@@ -24,19 +25,6 @@ KWARGS = [
 EXTRA_ACTIONS = ["dance", "xyzzq", "Guess: CRATE.", "guess", "crâne", "GUESS  slate", "", "crane"]
 
 
-def play(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:
-    """Play every slot to the end; returns total reward per slot."""
-    alive = list(range(len(pool)))
-    total = np.zeros(len(pool))
-    while alive:
-        if policy == "oracle":
-            actions = pool.oracle_actions(alive)
-        else:
-            actions = [rng.choice(pool.valid_actions(i)) for i in alive]
-        _, rewards, terminated, truncated = pool.step(alive, actions)
-        total[alive] += rewards
-        alive = [i for i, t, u in zip(alive, terminated, truncated, strict=True) if not (t or u)]
-    return total
 
 
 @pytest.mark.parametrize(
@@ -123,9 +111,9 @@ def test_oracle_solves_nearly_all_and_random_rarely():
     n = agentgym.EnvPool("wordle", 1).num_tasks
     pool = agentgym.EnvPool("wordle", 512)
     pool.reset(tasks=list(range(0, n, 4))[:512])
-    assert play(pool, "oracle", rng).mean() >= 0.98
+    assert play_to_end(pool, "oracle", rng).mean() >= 0.98
     pool.reset()
-    assert play(pool, "random", rng).mean() < 0.05
+    assert play_to_end(pool, "random", rng).mean() < 0.05
 
 
 def test_bad_input_is_a_named_error():
