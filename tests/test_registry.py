@@ -123,3 +123,20 @@ def test_native_make_is_deterministic_and_matches_pool(env_id):
     assert (obs, rew) == (pool_out, float(pool_rew[0]))
     with pytest.raises(TypeError):
         env.step(b"bytes")
+
+
+@pytest.mark.parametrize("name,env_id", [
+    ("TextCraftEnv", "textcraft"), ("MazeEnv", "maze"), ("WordleEnv", "wordle"),
+    ("WebShopEnv", "webshop"), ("SearchEnv", "search"), ("GridWorldEnv", "gridworld"),
+    ("Game2048Env", "game2048"), ("BabyAIEnv", None), ("SciWorldEnv", None),
+    ("ECommerceServiceEnv", None), ("CodeDebugEnv", None), ("OfficeEnv", None),
+])
+def test_every_suite_is_importable_as_a_class(name, env_id):
+    import agentgym.envs as envs
+
+    cls = getattr(envs, name)
+    assert name in envs.__all__
+    if env_id is not None:  # native classes construct cheaply; check they are that env
+        env = cls()
+        obs, _ = env.reset(seed=0)
+        assert env.env_id == env_id and isinstance(obs, str) and obs

@@ -158,7 +158,11 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
                         "the run's env, env kwargs, system prompt and eval horizon are reused)")
-    p.add_argument("--env", default=None, help="environment id (default: the run's, or maze)")
+    p.add_argument("--env", default=None,
+                   help="environment id, or several separated by commas (default: the run's, "
+                        "or maze)")
+    p.add_argument("--output", "-o", default=None,
+                   help="folder for eval.json and eval.md (default: runs/eval-<time>)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[])
     p.add_argument("--backend", default="transformers",
                    choices=["transformers", "vllm", "openai"])
@@ -188,31 +192,52 @@ def _model_folder(path: str) -> tuple[str, dict[str, Any]]:
     return str(ckpt / "model"), dict(state.get("config") or {})
 
 
+def _eval_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| env | episodes | success rate | reward/mean | num_turns/mean | max_turns |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['env']} | {r['episodes']} | {r['success_rate']:.3f} | "
+                     f"{r['reward/mean']:.3f} | {r['num_turns/mean']:.2f} | {r['max_turns']} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_eval(args: argparse.Namespace) -> int:
-    """Run ``agentgym-rl eval``: success rate of a model on ``--tasks`` tasks."""
+    """Run ``agentgym-rl eval``: success rate and mean reward of a model per env (task
+    family), printed and written as ``eval.json`` and ``eval.md`` into ``--output``."""
     from agentgym.agents import LLMAgent
 
     model, run = _model_folder(args.model)
-    env = args.env or run.get("env", "maze")
-    env_kwargs: dict[str, Any] = {}
-    if env == run.get("env"):  # held-out split of the run's env
-        env_kwargs = {**run.get("env_kwargs", {}), **(run.get("eval_env_kwargs") or {})}
-    env_kwargs.update(_kv(args.env_kwarg))
-    horizon = args.max_turns or (run.get("eval_max_turns") if env == run.get("env") else None) \
-        or (max(run["horizon"]) if run.get("horizon") else None) or 8
-    agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
-                     max_new_tokens=args.max_new_tokens, system_prompt=run.get("system_prompt"))
-    tasks = list(range(args.task_offset, args.task_offset + args.tasks))
-    res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
-                      temperature=args.temperature)
-    m = {"success_rate": res.success_rate, **{k: v for k, v in res.metrics.items()
-                                              if k != "success_rate"}}
+    envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
+    rows = []
+    for env in envs:
+        env_kwargs: dict[str, Any] = {}
+        if env == run.get("env"):  # held-out split of the run's env
+            env_kwargs = {**run.get("env_kwargs", {}), **(run.get("eval_env_kwargs") or {})}
+        env_kwargs.update(_kv(args.env_kwarg))
+        horizon = args.max_turns or (run.get("eval_max_turns") if env == run.get("env")
+                                     else None) \
+            or (max(run["horizon"]) if run.get("horizon") else None) or 8
+        agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
+                         max_new_tokens=args.max_new_tokens,
+                         system_prompt=run.get("system_prompt"))
+        tasks = list(range(args.task_offset, args.task_offset + args.tasks))
+        res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
+                          temperature=args.temperature)
+        m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
+        rows.append({"env": env, "episodes": len(res.trajectories), "max_turns": horizon,
+                     "success_rate": res.success_rate,
+                     "reward/mean": m.get("reward/mean", 0.0),
+                     "num_turns/mean": m.get("num_turns/mean", 0.0), "metrics": m})
+    out = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"model": str(args.model), "backend": args.backend, "results": rows}
+    (out / "eval.json").write_text(json.dumps(report, indent=2))
+    (out / "eval.md").write_text(_eval_table(rows))
     if args.json:
-        print(json.dumps(m))
+        print(json.dumps(report))
     else:
-        print(f"{env} (max_turns {horizon}): {len(res.trajectories)} episodes, success rate "
-              f"{res.success_rate:.3f}, reward/mean {m.get('reward/mean', 0):.3f}, "
-              f"num_turns/mean {m.get('num_turns/mean', 0):.2f}")
+        print(_eval_table(rows), end="")
+        print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
 
 

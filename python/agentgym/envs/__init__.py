@@ -30,6 +30,34 @@ class WordleEnv(NativeEnv):
         super().__init__("wordle", max_turns=max_turns, **kwargs)
 
 
+class WebShopEnv(NativeEnv):
+    """WebShop-style shopping site: search, open products, pick options, buy."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("webshop", max_turns=max_turns, **kwargs)
+
+
+class SearchEnv(NativeEnv):
+    """Deep search: answer multi-hop questions by searching and reading a local corpus."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("search", max_turns=max_turns, **kwargs)
+
+
+class GridWorldEnv(NativeEnv):
+    """BabyAI-style text grid world (native, for throughput)."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("gridworld", max_turns=max_turns, **kwargs)
+
+
+class Game2048Env(NativeEnv):
+    """2048 as text: slide and merge tiles; random spawns."""
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__("game2048", max_turns=max_turns, **kwargs)
+
+
 #: Env classes of the Python-written suites, imported on first access.
 _LAZY = {
     "CodeDebugEnv": "agentgym.envs.code_debug",
@@ -57,14 +85,18 @@ __all__ = [
     "BaseEnvAdapter",
     "CodeDebugEnv",
     "ECommerceServiceEnv",
+    "Game2048Env",
+    "GridWorldEnv",
     "OfficeEnv",
     "ProjectPlanningEnv",
     "RemoteEnv",
     "SciWorldEnv",
+    "SearchEnv",
     "MazeEnv",
     "NativeEnv",
     "TextCraftEnv",
     "TextSpace",
+    "WebShopEnv",
     "WordleEnv",
     "list_envs",
     "make",
