@@ -332,6 +332,15 @@ class RolloutEngine:
         self._keys = itertools.count()
         self._drivers: dict[tuple, tuple[object, asyncio.Lock]] = {}
 
+    def reseed(self, group_start: int, key_start: int | None = None,
+               run_id: str | None = None) -> None:
+        """Restart the group-id (hence episode-seed) and episode-key counters, so that a
+        resumed training run replays the rollouts of an uninterrupted one."""
+        self._groups = itertools.count(group_start)
+        self._keys = itertools.count(group_start * 1024 if key_start is None else key_start)
+        if run_id is not None:
+            self.run_id = run_id
+
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
         key = (env_id, cfg.max_concurrency, cfg.env_workers, repr(sorted(env_kwargs.items())))
         if key not in self._drivers:

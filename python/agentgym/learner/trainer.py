@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 import logging
 import random
 import sys
@@ -256,9 +255,7 @@ class Trainer:
     def _seed_rollout(self, step: int, group_base: int) -> None:
         """Deterministic group ids (hence episode seeds), request ids and backend sampling
         per step, so a resumed run replays the rollouts of an uninterrupted one."""
-        self.engine._groups = itertools.count(group_base)
-        self.engine._keys = itertools.count(group_base * 1024)
-        self.engine.run_id = f"s{self.cfg.seed}"
+        self.engine.reseed(group_base, group_base * 1024, run_id=f"s{self.cfg.seed}")
         gen = getattr(self.backend, "_generator", None)
         if isinstance(gen, torch.Generator):
             gen.manual_seed(self.cfg.seed * 1_000_003 + step)
