@@ -268,7 +268,7 @@ async def _check_abort(backend, running):
         for p in prompts(8)
     ]
     long = asyncio.create_task(backend.generate(PROMPT, LONG, request_id="to-abort"))
-    await _wait_until(lambda: running(1))
+    await _wait_until(lambda: running(1), timeout_s=120)
     await asyncio.sleep(0.3)
     await backend.abort("to-abort")
     res = await asyncio.wait_for(long, 60)
@@ -276,11 +276,12 @@ async def _check_abort(backend, running):
     assert len(res.logprobs) == len(res.token_ids)
     assert all(len(r.token_ids) <= 8 for r in await asyncio.gather(*short))
     cancelled = asyncio.create_task(backend.generate(PROMPT, LONG, request_id="to-cancel"))
-    await _wait_until(lambda: running(1))
+    await _wait_until(lambda: running(1), timeout_s=120)
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    await _wait_until(lambda: running(0, exact=True))
+    # Generous: on a loaded machine the engine may take a while to drop its requests.
+    await _wait_until(lambda: running(0, exact=True), timeout_s=180)
 
 
 @pytest_asyncio.fixture(scope="class", loop_scope="module")
