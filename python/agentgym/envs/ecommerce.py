@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
-from agentgym.errors import EpisodeFinishedError, InvalidTaskError
+from agentgym.envs.tasks import TaskSplits
+from agentgym.errors import EpisodeFinishedError
 
 CATEGORIES = ("refund", "exchange", "damaged", "shipping", "warranty", "cancellation")
 SPLITS = {"train": (0, 800), "test": (800, 1000)}
@@ -296,25 +297,14 @@ class ECommerceServiceEnv(BaseEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, split: str = "train"):
-        if split not in SPLITS and split != "all":
-            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
-        self.split = split
-        self._lo, hi = SPLITS[split] if split != "all" else (0, SPLITS["test"][1])
-        self.num_tasks = hi - self._lo
+        self._tasks = TaskSplits("ecommerce_service", SPLITS, split)
+        self.split, self.num_tasks = split, self._tasks.num_tasks
         self.sc: Scenario | None = None
         self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        if task is None:
-            task = random.Random(seed).randrange(self.num_tasks)
-        try:
-            index = int(task)
-        except (TypeError, ValueError):
-            raise InvalidTaskError(f"ecommerce_service: bad task {task!r}") from None
-        if not 0 <= index < self.num_tasks:
-            raise InvalidTaskError(f"ecommerce_service[{self.split}]: task {index} not in "
-                                   f"[0, {self.num_tasks})")
-        self.sc = generate(self._lo + index)
+        index = self._tasks.resolve(task, seed)
+        self.sc = generate(index)
         self.sc.message = render_message(self.sc, seed)
         self.done = False
         self.classified: str | None = None

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
-from agentgym.errors import EpisodeFinishedError, InvalidTaskError
+from agentgym.envs.tasks import TaskSplits
+from agentgym.errors import EpisodeFinishedError
 
 SPLITS = {"train": (0, 800), "test": (800, 1000)}
 MAX_ITEMS = 20
@@ -213,26 +214,15 @@ class OfficeEnv(BaseEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, split: str = "train"):
-        if split not in SPLITS and split != "all":
-            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
-        self.split = split
-        self._lo, hi = SPLITS[split] if split != "all" else (0, SPLITS["test"][1])
-        self.num_tasks = hi - self._lo
+        self._tasks = TaskSplits("office", SPLITS, split)
+        self.split, self.num_tasks = split, self._tasks.num_tasks
         self.meeting: Meeting | None = None
         self.todos: list[Todo] = []
         self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        if task is None:
-            task = random.Random(seed).randrange(self.num_tasks)
-        try:
-            index = int(task)
-        except (TypeError, ValueError):
-            raise InvalidTaskError(f"office: bad task {task!r}") from None
-        if not 0 <= index < self.num_tasks:
-            raise InvalidTaskError(f"office[{self.split}]: task {index} not in "
-                                   f"[0, {self.num_tasks})")
-        self.meeting = generate(self._lo + index)
+        index = self._tasks.resolve(task, seed)
+        self.meeting = generate(index)
         self.todos = []
         self.done = False
         return self.meeting.notes
@@ -376,26 +366,15 @@ class ProjectPlanningEnv(BaseEnv):
     instructions = PLAN_INSTRUCTIONS
 
     def __init__(self, split: str = "train"):
-        if split not in SPLITS and split != "all":
-            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
-        self.split = split
-        self._lo, hi = SPLITS[split] if split != "all" else (0, SPLITS["test"][1])
-        self.num_tasks = hi - self._lo
+        self._tasks = TaskSplits("project_planning", SPLITS, split)
+        self.split, self.num_tasks = split, self._tasks.num_tasks
         self.project: Project | None = None
         self.plan: dict[str, dt.date] = {}
         self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        if task is None:
-            task = random.Random(seed).randrange(self.num_tasks)
-        try:
-            index = int(task)
-        except (TypeError, ValueError):
-            raise InvalidTaskError(f"project_planning: bad task {task!r}") from None
-        if not 0 <= index < self.num_tasks:
-            raise InvalidTaskError(f"project_planning[{self.split}]: task {index} not in "
-                                   f"[0, {self.num_tasks})")
-        self.project = generate_project(self._lo + index)
+        index = self._tasks.resolve(task, seed)
+        self.project = generate_project(index)
         self.plan = {}
         self.done = False
         return self.project.describe()
