@@ -3,7 +3,7 @@
 import json
 import random
 
-import numpy as np
+import helpers
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -12,18 +12,9 @@ import agentgym
 pytestmark = pytest.mark.timeout(120)
 
 
+
 def run_policy(pool, choose, max_steps=20):
-    trace = [pool.reset()]
-    live = list(range(pool.num_envs))
-    rewards = np.zeros(pool.num_envs, dtype=np.float32)
-    for _ in range(max_steps):
-        obs, rew, term, trunc = pool.step(live, choose(pool, live))
-        trace.append((obs, rew.tolist(), term.tolist()))
-        rewards[live] += rew
-        live = [i for i, done in zip(live, term | trunc, strict=True) if not done]
-        if not live:
-            break
-    return rewards, trace, pool.turns.copy()
+    return helpers.run_policy(pool, choose, max_steps)
 
 
 def oracle(pool, live):

@@ -2,7 +2,7 @@
 
 import random
 
-import numpy as np
+import helpers
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -11,19 +11,9 @@ import agentgym
 pytestmark = pytest.mark.timeout(120)
 
 
+
 def run_policy(pool, choose, max_steps=40):
-    """Play every slot of ``pool`` to the end with ``choose(pool, live) -> actions``."""
-    trace = [pool.reset()]
-    live = list(range(pool.num_envs))
-    rewards = np.zeros(pool.num_envs, dtype=np.float32)
-    for _ in range(max_steps):
-        obs, rew, term, trunc = pool.step(live, choose(pool, live))
-        trace.append((obs, rew.tolist(), term.tolist()))
-        rewards[live] += rew
-        live = [i for i, done in zip(live, term | trunc, strict=True) if not done]
-        if not live:
-            break
-    return rewards, trace
+    return helpers.run_policy(pool, choose, max_steps)
 
 
 def oracle(pool, live):
@@ -31,8 +21,8 @@ def oracle(pool, live):
 
 
 def test_oracle_succeeds_and_replays_identically():
-    a, trace_a = run_policy(agentgym.EnvPool("webshop", 64, seed=5, split="test"), oracle)
-    b, trace_b = run_policy(agentgym.EnvPool("webshop", 64, seed=5, split="test"), oracle)
+    a, trace_a, _ = run_policy(agentgym.EnvPool("webshop", 64, seed=5, split="test"), oracle)
+    b, trace_b, _ = run_policy(agentgym.EnvPool("webshop", 64, seed=5, split="test"), oracle)
     assert trace_a == trace_b
     assert (a == 1.0).mean() >= 0.95
     assert ((0.0 <= a) & (a <= 1.0)).all()
@@ -44,7 +34,7 @@ def test_random_policy_rarely_succeeds():
     def rand(pool, live):
         return [rng.choice(pool.valid_actions(i)) for i in live]
 
-    rewards, _ = run_policy(agentgym.EnvPool("webshop", 200, seed=1), rand, max_steps=30)
+    rewards, _, _ = run_policy(agentgym.EnvPool("webshop", 200, seed=1), rand, max_steps=30)
     assert (rewards == 1.0).mean() < 0.15
 
 

@@ -17,6 +17,7 @@ from collections import deque
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
+from agentgym.envs.tasks import parse_task
 from agentgym.errors import EnvError, InvalidTaskError
 
 #: AgentGym's 40 levels in its order (task index i -> level i % 40, level seed i // 40).
@@ -117,21 +118,9 @@ class BabyAIEnv(BaseEnv):
     # ---------------------------------------------------------------- tasks
     def task_of(self, task: int | str | None, seed: int | None = None) -> tuple[str, int]:
         """(minigrid level id, minigrid seed) for a task index or "Level:seed" text."""
-        if task is None:
-            task = int(seed or 0) % self.num_tasks
-        if not isinstance(task, (int, str, float)) and hasattr(task, "__index__"):
-            task = task.__index__()  # numpy integers
-        if isinstance(task, str):
-            text = task.strip()
-            if text.isdigit():
-                task = int(text)
-            else:
-                name, sep, s = text.rpartition(":")
-                if not sep or not s.strip().isdigit():
-                    raise InvalidTaskError(
-                        f"BabyAI task {task!r}: expected an index or 'Level:seed'"
-                    )
-                return level_id(name.strip()), int(s)
+        task = parse_task(task, seed, self.num_tasks, "BabyAI", "Level:seed")
+        if isinstance(task, tuple):
+            return level_id(task[0]), task[1]
         if isinstance(task, bool) or not isinstance(task, int) or task < 0:
             raise InvalidTaskError(f"BabyAI task must be a non-negative index, got {task!r}")
         return self.levels[task % len(self.levels)], task // len(self.levels)

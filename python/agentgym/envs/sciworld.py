@@ -19,6 +19,7 @@ import weakref
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
+from agentgym.envs.tasks import parse_task
 from agentgym.errors import EnvError, InvalidTaskError
 
 #: (task id, task name, variations, train variations, dev variations) as ScienceWorld 1.2
@@ -140,24 +141,13 @@ class SciWorldEnv(BaseEnv):
     # ---------------------------------------------------------------- tasks
     def task_of(self, task: int | str | None, seed: int | None = None) -> tuple[str, int]:
         """(task name, variation) for a task index or "name-or-id:variation" text."""
-        if task is None:
-            task = int(seed or 0) % self.num_tasks
-        if not isinstance(task, (int, str, float)) and hasattr(task, "__index__"):
-            task = task.__index__()  # numpy integers
-        if isinstance(task, str):
-            text = task.strip()
-            if text.isdigit():
-                task = int(text)
-            else:
-                name, sep, var = text.rpartition(":")
-                if not sep or not var.strip().isdigit():
-                    raise InvalidTaskError(
-                        f"ScienceWorld task {task!r}: expected an index or 'task:variation'"
-                    )
-                (tid, tname, n, _, _) = _select([name.strip()])[0]
-                if int(var) >= n:
-                    raise InvalidTaskError(f"{tname} has {n} variations, got {var}")
-                return tname, int(var)
+        task = parse_task(task, seed, self.num_tasks, "ScienceWorld", "task:variation")
+        if isinstance(task, tuple):
+            name, var = task
+            (tid, tname, n, _, _) = _select([name])[0]
+            if var >= n:
+                raise InvalidTaskError(f"{tname} has {n} variations, got {var}")
+            return tname, var
         if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < self.num_tasks:
             raise InvalidTaskError(
                 f"ScienceWorld task index must be in [0, {self.num_tasks}), got {task!r}"

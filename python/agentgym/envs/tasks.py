@@ -33,3 +33,25 @@ class TaskSplits:
             raise InvalidTaskError(f"{self.env_name}[{self.split}]: task {index} not in "
                                    f"[0, {self.num_tasks})")
         return self.lo + index
+
+
+def parse_task(task, seed: int | None, num_tasks: int, what: str, form: str):
+    """Normalise a task given as an index, a digit string or ``"name:number"`` text.
+
+    Returns an ``int`` index (``seed % num_tasks`` when ``task`` is None; numpy integers
+    accepted) or a ``(name, number)`` pair for the text form; ``InvalidTaskError`` names
+    ``what`` and the expected ``form`` otherwise. Range checks are the caller's.
+    """
+    if task is None:
+        task = int(seed or 0) % num_tasks
+    if not isinstance(task, (int, str, float)) and hasattr(task, "__index__"):
+        task = task.__index__()  # numpy integers
+    if isinstance(task, str):
+        text = task.strip()
+        if text.isdigit():
+            return int(text)
+        name, sep, number = text.rpartition(":")
+        if not sep or not number.strip().isdigit():
+            raise InvalidTaskError(f"{what} task {task!r}: expected an index or {form!r}")
+        return name.strip(), int(number)
+    return task
