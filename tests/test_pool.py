@@ -145,3 +145,12 @@ def test_hundred_thousand_episodes_reset_and_step(env_id):
     out, rew, term, trunc = pool.step(np.arange(n), [first] * n)
     assert len(out) == n and rew.shape == (n,) and term.shape == (n,)
     assert pool.turns.sum() == n
+
+
+def test_stop_reasons_of_selected_slots():
+    pool = agentgym.EnvPool("_test_panic", 4, max_turns=1)
+    pool.reset()
+    pool.step([0, 2], ["stop", "noop"])
+    assert pool.stop_reasons([2, 0, 1]) == ["horizon", "done", None]
+    with pytest.raises(IndexError):
+        pool.stop_reasons([4])

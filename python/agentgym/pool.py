@@ -131,8 +131,9 @@ class EnvPool:
         """Turns taken by each slot's current episode (uint32[num_envs])."""
         return self._pool.turns()
 
-    def stop_reasons(self) -> list[str | None]:
-        return self._pool.stop_reasons()
+    def stop_reasons(self, ids: Sequence[int] | None = None) -> list[str | None]:
+        """Stop reason of every slot, or of slots ``ids`` (None while running)."""
+        return self._pool.stop_reasons(None if ids is None else _as_id_list(ids))
 
     def set_max_turns(self, i: int, max_turns: int | None) -> None:
         self._pool.set_max_turns(i, max_turns)

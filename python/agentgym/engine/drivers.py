@@ -64,13 +64,13 @@ class NativeDriver:
         if live:
             _, slots, actions = zip(*live)
             obs, rew, term, trunc = self.pool.step(list(slots), list(actions))
-            reasons = None
-            if trunc.any() or term.any():
-                reasons = self.pool.stop_reasons()
+            ended = (term | trunc).nonzero()[0].tolist()
+            reasons = {}
+            if ended:  # only the slots that just ended, one call for all of them
+                reasons = dict(zip(ended, self.pool.stop_reasons([slots[k] for k in ended])))
             for k, (i, slot, _) in enumerate(live):
-                reason = None
-                if term[k] or trunc[k]:
-                    reason = reasons[slot]
+                reason = reasons.get(k)
+                if k in reasons:
                     self._running.discard(slot)
                 out[i] = StepOutcome(obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]), reason,
                                      obs[k] if reason == "env_error" else None)

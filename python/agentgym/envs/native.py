@@ -55,7 +55,7 @@ class NativeEnv(gym.Env):
             raise TypeError(f"action must be a str, got {type(action).__name__}")
         (obs,), rewards, terminated, truncated = self._pool.step([0], [action])
         info = {"turns": int(self._pool.turns()[0])}
-        reason = self._pool.stop_reasons()[0]
+        (reason,) = self._pool.stop_reasons([0])
         if reason is not None:
             info["stop_reason"] = reason
         return obs, float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info

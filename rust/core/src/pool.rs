@@ -321,6 +321,13 @@ impl EpisodePool {
             .collect()
     }
 
+    /// Stop reasons of the given slots only (the engine asks for the ones that just ended).
+    pub fn stop_reasons_of(&mut self, ids: &[usize]) -> Result<Vec<Option<StopReason>>> {
+        ids.iter()
+            .map(|&slot| self.with_slot(slot, |s| s.episode.stop_reason()))
+            .collect()
+    }
+
     /// Change the horizon of a running episode (ScalingInter-RL may tighten or widen it).
     pub fn set_max_turns(&mut self, slot: usize, max_turns: Option<u32>) -> Result<()> {
         self.with_slot(slot, |s| s.episode.max_turns = max_turns)
@@ -402,6 +409,11 @@ mod tests {
         assert_eq!(b.truncated, vec![true, false]);
         assert_eq!(b.terminated, vec![false, true]);
         pool.finish(&[2], StopReason::Timeout).unwrap();
+        assert_eq!(
+            pool.stop_reasons_of(&[2, 0]).unwrap(),
+            vec![Some(StopReason::Timeout), Some(StopReason::Horizon)]
+        );
+        assert!(pool.stop_reasons_of(&[3]).is_err());
         let reasons = pool.stop_reasons();
         assert_eq!(
             reasons,

@@ -140,13 +140,17 @@ impl PyEnvPool {
         self.inner.turns().into_pyarray(py)
     }
 
-    /// Stop reason of every slot (None while running or never reset).
-    fn stop_reasons(&mut self) -> Vec<Option<&'static str>> {
-        self.inner
-            .stop_reasons()
+    /// Stop reason of every slot, or of slots `ids` (None while running or never reset).
+    #[pyo3(signature = (ids = None))]
+    fn stop_reasons(&mut self, ids: Option<Vec<usize>>) -> PyResult<Vec<Option<&'static str>>> {
+        let reasons = match ids {
+            None => self.inner.stop_reasons(),
+            Some(ids) => self.inner.stop_reasons_of(&ids).map_err(to_py)?,
+        };
+        Ok(reasons
             .into_iter()
             .map(|r| r.map(StopReason::as_str))
-            .collect()
+            .collect())
     }
 
     #[pyo3(signature = (slot, max_turns))]
