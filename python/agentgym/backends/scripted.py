@@ -35,7 +35,8 @@ class ScriptedBackend:
         self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
         self.policy_version = 0
         self.requests = 0
-        self._cache: dict[str, list[int]] = {}
+        #: action -> (token ids, logprobs), shared by all results of that action.
+        self._cache: dict[str, tuple[list[int], list[float]]] = {}
         fast = getattr(tokenizer, "backend_tokenizer", None)
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
@@ -43,12 +44,12 @@ class ScriptedBackend:
     async def _choose(self, driver, slot: int, request_id: str | None) -> str:
         if self.policy == "oracle":
             action = driver.oracle_action(slot)
-            if inspect.isawaitable(action):  # envs in worker processes answer asynchronously
-                action = await action
+            if not isinstance(action, str) and inspect.isawaitable(action):
+                action = await action  # envs in worker processes answer asynchronously
             if action is not None:
                 return action
         valid = driver.valid_actions(slot)
-        if inspect.isawaitable(valid):
+        if not isinstance(valid, list) and inspect.isawaitable(valid):
             valid = await valid
         if not valid:
             return ""
@@ -61,15 +62,22 @@ class ScriptedBackend:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1
         driver, slot = context
-        text = self.template.format(action=await self._choose(driver, slot, request_id))
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self._cache[text] = self._encode(text) + [self.end_of_turn_id]
-        finish = "stop"
+        action = await self._choose(driver, slot, request_id)
+        hit = self._cache.get(action)
+        if hit is None:
+            ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]
+            if len(self._cache) > 65536:
+                self._cache.clear()
+            hit = self._cache[action] = (ids, [0.0] * len(ids))
+        ids, logprobs = hit
         if len(ids) > sampling.max_new_tokens:
-            ids, finish = ids[: sampling.max_new_tokens], "length"
-        return GenerateResult(token_ids=list(ids), logprobs=[0.0] * len(ids),
-                              finish_reason=finish, policy_version=self.policy_version)
+            n = sampling.max_new_tokens
+            return GenerateResult(token_ids=ids[:n], logprobs=logprobs[:n], finish_reason="length",
+                                  policy_version=self.policy_version)
+        # The lists are shared between results of the same action: treat them as read-only
+        # (the engine does).
+        return GenerateResult(token_ids=ids, logprobs=logprobs, finish_reason="stop",
+                              policy_version=self.policy_version)
 
     async def abort(self, request_id: str) -> None:
         return None

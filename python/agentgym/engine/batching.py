@@ -4,6 +4,7 @@ iteration and process it in one call (one FFI crossing per tick, not per episode
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -19,6 +20,10 @@ class TickBatcher(Generic[T, R]):
     form naturally without a timer. ``process`` may be sync (runs inline: right for
     microsecond-scale native work) or async (runs as a task). A failing ``process`` fails
     every future of its batch; a cancelled waiter's result is dropped.
+
+    The event loop is looked up once and cached while it runs on the same thread:
+    ``asyncio.get_running_loop()`` makes a ``getpid()`` system call on every call (CPython's
+    fork check), which costs microseconds in sandboxed kernels, on every submit.
     """
 
     def __init__(
@@ -33,11 +38,20 @@ class TickBatcher(Generic[T, R]):
         self._futures: list[asyncio.Future] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
         self.batches = 0
         self.items = 0
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None or not loop.is_running() or self._thread != threading.get_ident():
+            loop = self._loop = asyncio.get_running_loop()
+            self._thread = threading.get_ident()
+        return loop
+
     def submit(self, item: T) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         fut = loop.create_future()
         self._items.append(item)
         self._futures.append(fut)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentgym import _core
+
 _OBS = "\x00OBSERVATION\x00"
 _PROBE = "\x00MODEL\x00"
 
@@ -40,8 +42,26 @@ class ChatFormatter:
         self.obs_prefix, self.obs_suffix = self._observation_wrapper()
         self._obs_cache: dict[str, list[int]] = {}
         self._head_cache: dict[str, list[int] | None] = {}
+        self._codecs: dict[str, _core.TurnCodec] = {}
         self.cache_size = 65536
         self.cache_max_chars = 2048
+
+    def codec(self, action_format: str = "auto") -> _core.TurnCodec | None:
+        """The Rust :class:`agentgym._core.TurnCodec` of this tokenizer and template (one per
+        action format), or None when the tokenizer has no fast (``tokenizers``) backend.
+
+        It decodes replies, parses actions, and tokenizes templated observations with the
+        same ``tokenizer.json`` (so its ids equal :meth:`encode`'s), in parallel and
+        without the GIL; the engine's native path does a whole turn in it.
+        """
+        if self.fast is None:
+            return None
+        codec = self._codecs.get(action_format)
+        if codec is None:
+            codec = _core.TurnCodec(self.fast.to_str(), self.obs_prefix, self.obs_suffix,
+                                    self.end_of_turn_id, action_format)
+            self._codecs[action_format] = codec
+        return codec
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
@@ -129,8 +149,12 @@ class ChatFormatter:
 
         Observations repeat a lot across episodes (the same feedback line, the same cell of
         a maze), so token ids are memoised in a bounded cache; only misses are tokenized,
-        in one batch call. Cached lists are shared: callers must not mutate them.
+        in one batch call (in Rust when the tokenizer is fast). Cached lists may be shared:
+        callers must not mutate them.
         """
+        codec = self.codec()
+        if codec is not None:
+            return codec.observation_ids(list(observations))
         cache = self._obs_cache
         out: list[list[int] | None] = [cache.get(o) for o in observations]
         misses = [i for i, ids in enumerate(out) if ids is None]

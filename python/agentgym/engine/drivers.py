@@ -48,6 +48,8 @@ class NativeDriver:
         self._running: set[int] = set()
         self._resets = TickBatcher(self._reset_batch)
         self._steps = TickBatcher(self.step_batch)
+        # Called once per turn by scripted policies: straight to Rust.
+        self.oracle_action = self.pool._pool.oracle_action
 
     def _reset_batch(self, items):
         slots, tasks, seeds, horizons = zip(*items)
@@ -82,6 +84,15 @@ class NativeDriver:
     async def reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
         return await self._resets.submit((slot, task, seed, max_turns))
 
+    @property
+    def core_pool(self) -> _core.EnvPool:
+        """The Rust pool, for engine calls that step it together with other work."""
+        return self.pool._pool
+
+    def ended(self, slots: list[int]) -> None:
+        """Slots whose pool episode ended in a step made outside ``step_batch``."""
+        self._running.difference_update(slots)
+
     async def step(self, slot: int, action: str) -> StepOutcome:
         return await self._steps.submit((slot, action))
 
@@ -89,9 +100,6 @@ class NativeDriver:
         if slot in self._running:
             self._running.discard(slot)
             self.pool.finish([slot], reason)
-
-    def oracle_action(self, slot: int) -> str | None:
-        return self.pool.oracle_action(slot)
 
     def valid_actions(self, slot: int) -> list[str]:
         return self.pool.valid_actions(slot)

@@ -39,6 +39,7 @@ from agentgym.parse import parse_actions
 from agentgym.pool import episode_seeds
 
 log = logging.getLogger(__name__)
+_LENGTH = STOP_REASONS.index("length")
 
 
 @dataclass(slots=True, eq=False)
@@ -114,9 +115,16 @@ class _Run:
         self.store = _core.TrajectoryStore()
         self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
         self.native = isinstance(driver, NativeDriver)
-        self.turn_batcher = TickBatcher(
-            self._turn_batch if self.native else self._turn_batch_async, is_async=not self.native
-        )
+        self.needs_context = bool(getattr(engine.backend, "needs_context", False))
+        #: Rust decode/parse/tokenize (None without a fast tokenizer).
+        self.codec = self.fmt.codec(cfg.action_format)
+        if self.native and self.codec is not None:
+            # The whole turn (decode, parse, step, observation tokens, store) in one call.
+            self.turn_batcher = TickBatcher(self._turn_batch_native)
+        elif self.native:
+            self.turn_batcher = TickBatcher(self._turn_batch)
+        else:
+            self.turn_batcher = TickBatcher(self._turn_batch_async, is_async=True)
         self.close_batcher = TickBatcher(self._close_batch)
         self.sampling = SamplingParams(
             max_new_tokens=cfg.max_new_tokens,
@@ -140,6 +148,8 @@ class _Run:
         self.store.append_batch(keys, _flat(seqs, np.uint32, n), offsets, model, lp)
 
     def _actions(self, turns: list[_Turn]) -> list[str]:
+        if self.codec is not None:
+            return self.codec.actions([t.tokens for t in turns])
         texts = self.fmt.decode_batch([t.tokens for t in turns])
         return [a or "" for a in parse_actions(texts, self.cfg.action_format)]
 
@@ -176,6 +186,32 @@ class _Run:
             for e, ids in fits:
                 e.ids.extend(ids)
 
+    def _turn_batch_native(self, turns: list[_Turn]) -> list[bool]:
+        """One Rust call for the tick's turns of a native env: decode and parse each reply,
+        step the envs, append reply, reward and templated observation to the store. Each
+        episode's context gets exactly the tokens that were stored."""
+        live = [t for t in turns if not t.ep.closed]
+        if live:
+            eps = [t.ep for t in live]
+            _, stop, errors, appended = self.codec.step_turns(
+                self.driver.core_pool, self.store, [e.key for e in eps], [e.slot for e in eps],
+                [t.tokens for t in live], [t.ended for t in live], self.cfg.max_total_tokens,
+                [t.logprobs for t in live],
+            )
+            ended = []  # slots whose pool episode ended (not ``length``: the engine's own cap)
+            for e, tail, code in zip(eps, appended, stop.tolist()):
+                e.ids += tail
+                e.turns += 1
+                if code >= 0:
+                    e.stop_reason = STOP_REASONS[code]
+                    if code != _LENGTH:
+                        ended.append(e.slot)
+            for i, message in errors:
+                eps[i].error = message
+            if ended:
+                self.driver.ended(ended)
+        return [not t.ep.closed for t in turns]
+
     def _turn_batch(self, turns: list[_Turn]) -> list[StepOutcome | None]:
         live = [t for t in turns if not t.ep.closed]
         outcomes: dict[int, StepOutcome] = {}
@@ -207,49 +243,60 @@ class _Run:
     def _close_batch(self, eps: list[_Episode]) -> list[Trajectory]:
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
-        packed = self.store.drain()
-        row = {int(k): i for i, k in enumerate(packed["keys"])}
-        return [self._trajectory(e, packed, row[e.key]) for e in eps]
-
-    def _trajectory(self, e: _Episode, p, i: int) -> Trajectory:
-        a, b = int(p["offsets"][i]), int(p["offsets"][i + 1])
-        ta, tb = int(p["turn_offsets"][i]), int(p["turn_offsets"][i + 1])
-        return Trajectory(
-            task_id=e.task,
-            env_id=self.driver.env_id,
-            group_id=e.group_id,
-            sample_index=e.sample_index,
-            token_ids=p["token_ids"][a:b].tolist(),
-            loss_mask=p["loss_mask"][a:b].tolist(),
-            logprobs=p["logprobs"][a:b].tolist(),
-            prompt_len=e.prompt_len,
-            turn_rewards=p["turn_rewards"][ta:tb].tolist(),
-            reward=float(p["rewards"][i]),
-            num_turns=int(p["num_turns"][i]),
-            stop_reason=STOP_REASONS[int(p["stop_reason"][i])],
-            policy_version=e.policy_version,
-            timings={"total_s": time.perf_counter() - e.t0, "gen_s": e.gen_s},
-            seed=e.seed,
-            error=e.error,
-        )
+        p = self.store.drain()
+        # Whole columns to Python once, then list slices per trajectory.
+        row = {k: i for i, k in enumerate(p["keys"].tolist())}
+        offsets, turn_offsets = p["offsets"].tolist(), p["turn_offsets"].tolist()
+        mask, logprobs = p["loss_mask"].tolist(), _core.float_list(p["logprobs"])
+        turn_rewards, rewards = p["turn_rewards"].tolist(), p["rewards"].tolist()
+        num_turns, stop = p["num_turns"].tolist(), p["stop_reason"].tolist()
+        env_id, now = self.driver.env_id, time.perf_counter()
+        out = []
+        for e in eps:
+            i = row[e.key]
+            a, b = offsets[i], offsets[i + 1]
+            ta, tb = turn_offsets[i], turn_offsets[i + 1]
+            out.append(Trajectory(
+                task_id=e.task,
+                env_id=env_id,
+                group_id=e.group_id,
+                sample_index=e.sample_index,
+                token_ids=e.ids,  # equal to the stored tokens (the engine appends to both)
+                loss_mask=mask[a:b],
+                logprobs=logprobs[a:b],
+                prompt_len=e.prompt_len,
+                turn_rewards=turn_rewards[ta:tb],
+                reward=rewards[i],
+                num_turns=num_turns[i],
+                stop_reason=STOP_REASONS[stop[i]],
+                policy_version=e.policy_version,
+                timings={"total_s": now - e.t0, "gen_s": e.gen_s},
+                seed=e.seed,
+                error=e.error,
+            ))
+        return out
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams):
         backend = self.engine.backend
-        extra = {"context": (self.driver, ep.slot)} if getattr(backend, "needs_context", False) \
-            else {}
+        cfg = self.cfg
         last: Exception | None = None
-        for attempt in range(self.cfg.backend_retries + 1):
+        for attempt in range(cfg.backend_retries + 1):
+            if attempt:
+                await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
             rid = f"{self.engine.run_id}-{ep.key}-{ep.turns}-{attempt}"
             try:
-                coro = backend.generate(ep.ids, sampling, request_id=rid, **extra)
-                if self.cfg.turn_timeout_s is not None:
-                    return await asyncio.wait_for(coro, self.cfg.turn_timeout_s)
+                if self.needs_context:
+                    coro = backend.generate(ep.ids, sampling, request_id=rid,
+                                            context=(self.driver, ep.slot))
+                else:
+                    coro = backend.generate(ep.ids, sampling, request_id=rid)
+                if cfg.turn_timeout_s is not None:
+                    return await asyncio.wait_for(coro, cfg.turn_timeout_s)
                 return await coro
             except BackendError as e:
                 last = e
                 log.debug("backend error on %s (attempt %d): %s", rid, attempt, e)
-                await asyncio.sleep(self.cfg.retry_backoff_s * (2**attempt))
         raise last  # type: ignore[misc]
 
     async def _play(self, ep: _Episode) -> None:
@@ -257,30 +304,32 @@ class _Run:
         obs = await self.driver.reset(ep.slot, ep.task, ep.seed, cfg.max_turns)
         ep.ids = self.fmt.initial_prompt(self.system, obs)
         ep.prompt_len = len(ep.ids)
-        self._segments([ep], [ep.ids], False)
+        self.store.append(ep.key, np.array(ep.ids, np.uint32), False)
         ep.policy_version = int(getattr(self.engine.backend, "policy_version", 0))
+        # Hot loop (once per turn): attribute lookups hoisted.
+        cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id
+        generate, submit, clock = self._generate, self.turn_batcher.submit, time.perf_counter
         while ep.stop_reason is None:
-            budget = cfg.max_total_tokens - len(ep.ids)
+            budget = cap - len(ep.ids)
             if budget <= 0:
                 ep.stop_reason = "length"
                 break
-            sampling = self.sampling
+            sampling = sampling0
             if budget < sampling.max_new_tokens:
                 sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
-            t0 = time.perf_counter()
-            res = await self._generate(ep, sampling)
-            ep.gen_s += time.perf_counter() - t0
-            toks = list(res.token_ids)
-            ended = bool(toks) and toks[-1] == self.fmt.end_of_turn_id
+            t0 = clock()
+            res = await generate(ep, sampling)
+            ep.gen_s += clock() - t0
+            toks = res.token_ids  # never mutated: stored and appended to the context as is
+            ended = bool(toks) and toks[-1] == eot
             if res.finish_reason == "length" and not ended:
                 # The turn hit max_new_tokens (or the context cap): keep the tokens, end.
-                self._segments([ep], [toks], True, [list(res.logprobs)])
+                self._segments([ep], [toks], True, [res.logprobs])
                 ep.ids.extend(toks)
                 ep.stop_reason = "length"
                 break
-            outcome = await self.turn_batcher.submit(_Turn(ep, toks, list(res.logprobs), ended))
-            if outcome is None:  # closed meanwhile (timeout/abort)
-                break
+            if not await submit(_Turn(ep, toks, res.logprobs, ended)):
+                break  # closed meanwhile (timeout/abort)
 
     async def run_episode(self, ep: _Episode) -> Trajectory:
         ep.t0 = time.perf_counter()
@@ -366,10 +415,10 @@ class RolloutEngine:
         each is played ``n_samples`` times with the same seed and a shared ``group_id``.
         """
         cfg = msgspec.structs.replace(self.config, **overrides)
-        episodes = self._episodes(tasks, cfg)
-        capacity = max(1, min(cfg.max_concurrency, len(episodes)))
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
+            episodes = self._episodes(tasks, cfg)
+            capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)
             queue = iter(episodes)
             done: asyncio.Queue = asyncio.Queue()
@@ -405,10 +454,13 @@ class RolloutEngine:
                       env_kwargs: dict | None = None, **overrides) -> RolloutBatch:
         """All trajectories of ``tasks`` x ``n_samples``, ordered by (group, sample)."""
         t0 = time.perf_counter()
-        trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs, **overrides)]
-        trajs.sort(key=lambda t: (t.group_id, t.sample_index))
-        wall = time.perf_counter() - t0
-        return RolloutBatch(trajs, batch_metrics(trajs, wall))
+        gen0 = overrides.get("gc_threshold", self.config.gc_threshold)
+        async with _gc_tuned(gen0):  # also while the batch is assembled (many new objects)
+            trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs,
+                                                  **overrides)]
+            trajs.sort(key=lambda t: (t.group_id, t.sample_index))
+            wall = time.perf_counter() - t0
+            return RolloutBatch(trajs, batch_metrics(trajs, wall))
 
     def collect_sync(self, tasks, env_id: str, **kwargs) -> RolloutBatch:
         """``collect`` for synchronous callers (runs its own event loop, uvloop if present)."""

@@ -5,6 +5,8 @@
 //! - [`pool`]: [`pool::EpisodePool`], batched parallel reset/step over many episodes.
 //! - [`trajectory`]: per-episode token segments and packed export of completed ones.
 //! - [`parse`]: extraction of the action from model text.
+//! - [`turn`]: one rollout turn of many episodes in one call (decode, parse, step,
+//!   template and tokenize the observation, append to the trajectory).
 //! - [`registry`]: native environment ids and their constructors.
 //! - native environments: [`textcraft`], [`maze`], [`wordle`], [`gridworld`], [`game2048`],
 //!   [`webshop`], [`search`] (one module each, tests beside them); [`splitmix`] is their
@@ -25,6 +27,7 @@ pub mod splitmix;
 pub mod testenv;
 pub mod textcraft;
 pub mod trajectory;
+pub mod turn;
 pub mod webshop;
 pub mod wordle;
 

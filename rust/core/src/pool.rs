@@ -328,6 +328,19 @@ impl EpisodePool {
             .collect()
     }
 
+    /// Whether each of the given slots holds a running episode (after the range and
+    /// uniqueness check of a batch).
+    pub fn running_of(
+        &mut self,
+        ids: impl IntoIterator<Item = usize> + Clone,
+    ) -> Result<Vec<bool>> {
+        self.check_ids(ids.clone())?;
+        Ok(ids
+            .into_iter()
+            .map(|slot| self.slots[slot].get_mut().episode.status == EpisodeStatus::Running)
+            .collect())
+    }
+
     /// Change the horizon of a running episode (ScalingInter-RL may tighten or widen it).
     pub fn set_max_turns(&mut self, slot: usize, max_turns: Option<u32>) -> Result<()> {
         self.with_slot(slot, |s| s.episode.max_turns = max_turns)

@@ -288,6 +288,60 @@ impl TrajectoryStore {
         Ok(())
     }
 
+    /// One whole turn of a live episode, with one lookup: the model's reply (mask 1, one
+    /// behaviour logprob per token or none for all 0.0), then `close` as a prompt token
+    /// (mask 0) when the reply was cut before its end-of-turn token, the turn's reward, and
+    /// the next `observation` (mask 0) if the context stays below `max_tokens` with it.
+    /// Returns whether the observation was appended. Nothing changes on error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_turn(
+        &mut self,
+        key: u64,
+        reply: &[u32],
+        logprobs: &[f32],
+        close: Option<u32>,
+        reward: f32,
+        observation: Option<&[u32]>,
+        max_tokens: usize,
+    ) -> Result<bool> {
+        if !logprobs.is_empty() && logprobs.len() != reply.len() {
+            return err(format!(
+                "append_turn got {} logprobs for {} tokens; pass one per token or none",
+                logprobs.len(),
+                reply.len()
+            ));
+        }
+        let Some(rec) = self.live.get_mut(&key) else {
+            return Err(self.missing(key));
+        };
+        if rec.first_model.is_none() && !reply.is_empty() {
+            rec.first_model = Some(rec.tokens.len() as u32);
+        }
+        rec.tokens.extend_from_slice(reply);
+        rec.mask.resize(rec.mask.len() + reply.len(), 1);
+        if logprobs.is_empty() {
+            rec.logprobs.resize(rec.logprobs.len() + reply.len(), 0.0);
+        } else {
+            rec.logprobs.extend_from_slice(logprobs);
+        }
+        if let Some(t) = close {
+            rec.tokens.push(t);
+            rec.mask.push(0);
+            rec.logprobs.push(0.0);
+        }
+        rec.turn_rewards.push(reward);
+        let Some(obs) = observation else {
+            return Ok(false);
+        };
+        if rec.tokens.len() + obs.len() >= max_tokens {
+            return Ok(false);
+        }
+        rec.tokens.extend_from_slice(obs);
+        rec.mask.resize(rec.mask.len() + obs.len(), 0);
+        rec.logprobs.resize(rec.logprobs.len() + obs.len(), 0.0);
+        Ok(true)
+    }
+
     /// Close the current turn of `key` with its reward.
     pub fn add_turn(&mut self, key: u64, reward: f32) -> Result<()> {
         self.add_turns(&[key], &[reward])

@@ -9,6 +9,7 @@ mod errors;
 mod parse;
 mod pool;
 mod trajectory;
+mod turn;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -17,5 +18,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pool::register(m)?;
     trajectory::register(m)?;
     parse::register(m)?;
+    turn::register(m)?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 /// Texts longer than this are parsed with the GIL released.
 const DETACH_MIN_BYTES: usize = 1 << 16;
 
-fn parser(format: &str, max_chars: usize) -> PyResult<ActionParser> {
+pub(crate) fn parser(format: &str, max_chars: usize) -> PyResult<ActionParser> {
     let format: ParseFormat = format
         .parse()
         .map_err(|e: agentgym_core::parse::UnknownFormat| PyValueError::new_err(e.to_string()))?;

@@ -45,7 +45,7 @@ fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
 
 #[pyclass(name = "EnvPool", module = "agentgym._core")]
 pub struct PyEnvPool {
-    inner: EpisodePool,
+    pub(crate) inner: EpisodePool,
 }
 
 #[pymethods]

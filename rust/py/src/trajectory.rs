@@ -36,7 +36,7 @@ enum ReasonsArg {
 
 #[pyclass(name = "TrajectoryStore", module = "agentgym._core")]
 pub struct PyTrajectoryStore {
-    inner: TrajectoryStore,
+    pub(crate) inner: TrajectoryStore,
 }
 
 #[pymethods]
@@ -261,7 +261,31 @@ impl PyTrajectoryStore {
     }
 }
 
+/// `values` as a list of floats in which every 0.0 is one shared object: a trajectory's
+/// logprobs are 0.0 on all prompt and observation tokens, so this allocates only the model
+/// tokens' floats (and the cyclic GC visits one hot object for the rest).
+#[pyfunction]
+fn float_list<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
+    let items: Vec<Bound<'py, PyAny>> = values
+        .as_array()
+        .iter()
+        .map(|&v| {
+            if v == 0.0 && v.is_sign_positive() {
+                zero.clone()
+            } else {
+                pyo3::types::PyFloat::new(py, f64::from(v)).into_any()
+            }
+        })
+        .collect();
+    pyo3::types::PyList::new(py, items)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(float_list, m)?)?;
     m.add_class::<PyTrajectoryStore>()?;
     let names: Vec<&str> = StopReason::ALL.iter().map(|r| r.as_str()).collect();
     m.add("STOP_REASONS", pyo3::types::PyTuple::new(m.py(), names)?)?;

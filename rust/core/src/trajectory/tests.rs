@@ -262,3 +262,46 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn append_turn_is_reply_close_reward_and_observation_in_one_call() {
+    let mut a = TrajectoryStore::new();
+    let mut b = TrajectoryStore::new();
+    for s in [&mut a, &mut b] {
+        s.begin(1, meta(1)).unwrap();
+        s.append(1, &[9, 9], false, None).unwrap();
+    }
+    // The same turn through the segment API ...
+    a.append(1, &[4, 5], true, Some(&[-0.5, -0.25])).unwrap();
+    a.append(1, &[0], false, None).unwrap();
+    a.add_turn(1, 0.5).unwrap();
+    a.append(1, &[6, 7], false, None).unwrap();
+    // ... and in one call.
+    let fits = b
+        .append_turn(1, &[4, 5], &[-0.5, -0.25], Some(0), 0.5, Some(&[6, 7]), 100)
+        .unwrap();
+    assert!(fits);
+    // An observation that would reach the cap is not appended; the reply still is.
+    assert!(!b
+        .append_turn(1, &[8], &[], None, 1.0, Some(&[1, 2, 3]), 10)
+        .unwrap());
+    a.append(1, &[8], true, None).unwrap();
+    a.add_turn(1, 1.0).unwrap();
+    assert_eq!(a.num_tokens(1).unwrap(), 8);
+    is_traj_err(
+        b.append_turn(1, &[8], &[0.0, 0.0], None, 0.0, None, 10),
+        "logprobs",
+    );
+    is_traj_err(
+        b.append_turn(2, &[8], &[], None, 0.0, None, 10),
+        "unknown episode",
+    );
+    a.finish(1, StopReason::Done, None).unwrap();
+    b.finish(1, StopReason::Done, None).unwrap();
+    let (pa, pb) = (a.drain(None), b.drain(None));
+    assert_eq!(pa.token_ids, pb.token_ids);
+    assert_eq!(pa.loss_mask, pb.loss_mask);
+    assert_eq!(pa.logprobs, pb.logprobs);
+    assert_eq!(pa.turn_rewards, pb.turn_rewards);
+    assert_eq!(pa.prompt_len, pb.prompt_len);
+}

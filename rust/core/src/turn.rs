@@ -1,0 +1,312 @@
+//! One rollout turn for many episodes in one call: the per-turn text work of the engine.
+//!
+//! For each episode that just received a model reply, [`TurnCodec::step_turns`]:
+//! 1. decodes the reply's token ids (special tokens dropped) and parses the action;
+//! 2. steps the native env (one [`EpisodePool::step`] batch);
+//! 3. appends the reply to the trajectory (model tokens, mask 1, behaviour logprobs), plus
+//!    an end-of-turn token as a prompt token when the reply was cut before it, and the turn
+//!    reward;
+//! 4. for episodes that go on, wraps the observation in the chat template's user-turn markers
+//!    (prefix/suffix computed once from the template by the Python side), tokenizes it with
+//!    the same `tokenizer.json` the Python side uses, and appends it as prompt tokens, unless
+//!    the context would reach `max_total_tokens` (stop reason `length`).
+//!
+//! Decoding, parsing and tokenizing run in parallel (rayon); observation token ids are
+//! memoised (observations repeat a lot across episodes). The caller gets, per episode, the
+//! tokens appended to its context this turn, so its copy of the context stays equal to the
+//! stored trajectory.
+
+use crate::episode::StopReason;
+use crate::error::{CoreError, Result};
+use crate::parse::ActionParser;
+use crate::pool::EpisodePool;
+use crate::trajectory::TrajectoryStore;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokenizers::Tokenizer;
+
+/// Below this many items the batch runs on the calling thread.
+const PAR_MIN_LEN: usize = 64;
+
+/// One episode's model reply for this turn.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnInput<'a> {
+    /// Trajectory-store key of the episode.
+    pub key: u64,
+    /// Its slot in the episode pool.
+    pub slot: usize,
+    /// The generated token ids, exactly as the backend returned them.
+    pub tokens: &'a [u32],
+    /// One behaviour logprob per generated token (empty: all 0.0).
+    pub logprobs: &'a [f32],
+    /// Whether the reply ends with the end-of-turn token (the model stopped on its own).
+    pub ended: bool,
+}
+
+/// What happened to each episode of a [`TurnCodec::step_turns`] batch (input order).
+#[derive(Debug, Default)]
+pub struct TurnOutput {
+    pub rewards: Vec<f32>,
+    /// `None` while the episode goes on; else `done`, `horizon`, `env_error`, `length`
+    /// (context full) or `aborted` (its slot was no longer running).
+    pub stop: Vec<Option<StopReason>>,
+    /// The env's error message for `env_error` episodes.
+    pub errors: Vec<Option<String>>,
+    /// The tokens appended to each episode's context this turn: the reply, the end-of-turn
+    /// token if it was missing, and the templated observation when the episode goes on.
+    pub appended: Vec<Vec<u32>>,
+    /// Observation-cache misses tokenized in this call.
+    pub tokenized: usize,
+}
+
+/// Tokenizer, template markers, action parser and observation-token cache of one engine.
+pub struct TurnCodec {
+    tokenizer: Tokenizer,
+    obs_prefix: String,
+    obs_suffix: String,
+    end_of_turn: u32,
+    parser: ActionParser,
+    cache: HashMap<String, Arc<[u32]>>,
+    cache_capacity: usize,
+    cache_max_chars: usize,
+}
+
+impl std::fmt::Debug for TurnCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnCodec")
+            .field("obs_prefix", &self.obs_prefix)
+            .field("obs_suffix", &self.obs_suffix)
+            .field("end_of_turn", &self.end_of_turn)
+            .field("parser", &self.parser)
+            .field("cached", &self.cache.len())
+            .finish()
+    }
+}
+
+fn tok_err(e: impl std::fmt::Display) -> CoreError {
+    CoreError::InvalidArgument(format!("tokenizer: {e}"))
+}
+
+impl TurnCodec {
+    /// `tokenizer_json`: the content of a Hugging Face `tokenizer.json`.
+    pub fn new(
+        tokenizer_json: &str,
+        obs_prefix: &str,
+        obs_suffix: &str,
+        end_of_turn: u32,
+        parser: ActionParser,
+    ) -> Result<Self> {
+        let mut tokenizer: Tokenizer = tokenizer_json.parse().map_err(tok_err)?;
+        // A serialized Hugging Face tokenizer may carry the truncation/padding of its last
+        // call; an observation must never be cut or padded.
+        tokenizer.with_truncation(None).map_err(tok_err)?;
+        tokenizer.with_padding(None);
+        if tokenizer.id_to_token(end_of_turn).is_none() {
+            return Err(CoreError::InvalidArgument(format!(
+                "end-of-turn id {end_of_turn} is not in the tokenizer's vocabulary"
+            )));
+        }
+        Ok(Self {
+            tokenizer,
+            obs_prefix: obs_prefix.to_string(),
+            obs_suffix: obs_suffix.to_string(),
+            end_of_turn,
+            parser,
+            cache: HashMap::new(),
+            cache_capacity: 65_536,
+            cache_max_chars: 2_048,
+        })
+    }
+
+    pub fn end_of_turn(&self) -> u32 {
+        self.end_of_turn
+    }
+
+    pub fn parser(&self) -> ActionParser {
+        self.parser
+    }
+
+    pub fn set_parser(&mut self, parser: ActionParser) {
+        self.parser = parser;
+    }
+
+    /// Observations cached (their token ids).
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Tokenize `text` (special-token markers in it are recognised, none are added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.tokenizer.encode_fast(text, false).map_err(tok_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Model text for action parsing (special tokens dropped).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer.decode(ids, true).map_err(tok_err)
+    }
+
+    /// Actions parsed from many replies ("" where none parses), in parallel.
+    pub fn actions(&self, replies: &[&[u32]]) -> Result<Vec<String>> {
+        let one = |ids: &&[u32]| -> Result<String> {
+            let text = self.decode(ids)?;
+            Ok(self.parser.parse(&text).unwrap_or_default())
+        };
+        if replies.len() >= PAR_MIN_LEN {
+            replies.par_iter().with_min_len(16).map(one).collect()
+        } else {
+            replies.iter().map(one).collect()
+        }
+    }
+
+    /// Each observation as a user turn plus the next assistant header, tokenized once per
+    /// distinct text (memoised; misses are tokenized in parallel). Returns the ids and the
+    /// number of misses.
+    pub fn observation_ids(&mut self, observations: &[&str]) -> Result<(Vec<Arc<[u32]>>, usize)> {
+        let mut out: Vec<Option<Arc<[u32]>>> = observations
+            .iter()
+            .map(|o| self.cache.get(*o).cloned())
+            .collect();
+        let mut misses: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
+        // The same new observation may appear several times in one batch: tokenize it once.
+        misses.sort_by_key(|&i| observations[i]);
+        misses.dedup_by_key(|i| observations[*i]);
+        let encode = |&i: &usize| -> Result<Arc<[u32]>> {
+            let text = format!("{}{}{}", self.obs_prefix, observations[i], self.obs_suffix);
+            Ok(Arc::from(self.encode(&text)?))
+        };
+        let encoded: Vec<Arc<[u32]>> = if misses.len() >= PAR_MIN_LEN / 4 {
+            misses.par_iter().map(encode).collect::<Result<_>>()?
+        } else {
+            misses.iter().map(encode).collect::<Result<_>>()?
+        };
+        if self.cache.len() + misses.len() > self.cache_capacity {
+            self.cache.clear();
+        }
+        for (&i, ids) in misses.iter().zip(&encoded) {
+            if observations[i].len() <= self.cache_max_chars {
+                self.cache.insert(observations[i].to_string(), ids.clone());
+            }
+        }
+        let fresh: HashMap<&str, &Arc<[u32]>> = misses
+            .iter()
+            .zip(&encoded)
+            .map(|(&i, ids)| (observations[i], ids))
+            .collect();
+        let ids = observations
+            .iter()
+            .zip(out.iter_mut())
+            .map(|(o, slot)| slot.take().unwrap_or_else(|| fresh[o].clone()))
+            .collect();
+        Ok((ids, misses.len()))
+    }
+
+    /// Process one turn of many episodes; see the module docs. Validation happens before
+    /// anything changes: unknown keys, out-of-range slots, a slot twice, or logprobs of the
+    /// wrong length fail the whole call. A slot whose episode is no longer running is not
+    /// stepped: its reply is recorded and it ends with `aborted`.
+    pub fn step_turns(
+        &mut self,
+        pool: &mut EpisodePool,
+        store: &mut TrajectoryStore,
+        turns: &[TurnInput<'_>],
+        max_total_tokens: usize,
+    ) -> Result<TurnOutput> {
+        let n = turns.len();
+        // Range and uniqueness of the slots, and which of them still run.
+        let running = pool.running_of(turns.iter().map(|t| t.slot))?;
+        for t in turns {
+            if !store.is_live(t.key) {
+                return Err(CoreError::Trajectory(format!(
+                    "episode {} is not live in the trajectory store",
+                    t.key
+                )));
+            }
+            if !t.logprobs.is_empty() && t.logprobs.len() != t.tokens.len() {
+                return Err(CoreError::InvalidArgument(format!(
+                    "episode {}: {} logprobs for {} tokens",
+                    t.key,
+                    t.logprobs.len(),
+                    t.tokens.len()
+                )));
+            }
+        }
+        let replies: Vec<&[u32]> = turns.iter().map(|t| t.tokens).collect();
+        let actions = self.actions(&replies)?;
+
+        let mut out = TurnOutput {
+            rewards: vec![0.0; n],
+            stop: vec![None; n],
+            errors: vec![None; n],
+            appended: Vec::with_capacity(n),
+            tokenized: 0,
+        };
+        let live: Vec<usize> = (0..n).filter(|&i| running[i]).collect();
+        for i in (0..n).filter(|&i| !running[i]) {
+            out.stop[i] = Some(StopReason::Aborted);
+        }
+        let slots: Vec<usize> = live.iter().map(|&i| turns[i].slot).collect();
+        let acts: Vec<&str> = live.iter().map(|&i| actions[i].as_str()).collect();
+        let batch = pool.step(&slots, &acts)?;
+        let ended: Vec<usize> = (0..live.len())
+            .filter(|&k| batch.terminated[k] || batch.truncated[k])
+            .collect();
+        let reasons = pool.stop_reasons_of(&ended.iter().map(|&k| slots[k]).collect::<Vec<_>>())?;
+        for (&k, reason) in ended.iter().zip(reasons) {
+            let i = live[k];
+            out.stop[i] = Some(reason.unwrap_or(StopReason::Done));
+            if reason == Some(StopReason::EnvError) {
+                out.errors[i] = Some(batch.observations[k].clone());
+            }
+        }
+        for (k, &i) in live.iter().enumerate() {
+            out.rewards[i] = batch.rewards[k];
+        }
+        let going: Vec<usize> = (0..live.len())
+            .filter(|&k| out.stop[live[k]].is_none())
+            .collect();
+        let texts: Vec<&str> = going
+            .iter()
+            .map(|&k| batch.observations[k].as_str())
+            .collect();
+        let (obs_ids, misses) = self.observation_ids(&texts)?;
+        out.tokenized = misses;
+        let mut observation: Vec<Option<Arc<[u32]>>> = vec![None; n];
+        for (&k, ids) in going.iter().zip(obs_ids) {
+            observation[live[k]] = Some(ids);
+        }
+
+        for (i, t) in turns.iter().enumerate() {
+            let close = (!t.ended).then_some(self.end_of_turn);
+            let obs = observation[i].take();
+            let fits = store.append_turn(
+                t.key,
+                t.tokens,
+                t.logprobs,
+                close,
+                out.rewards[i],
+                obs.as_deref(),
+                max_total_tokens,
+            )?;
+            // Cut before its end-of-turn token, the reply is closed with one as a prompt
+            // token (mask 0): the conversation stays well-formed, the token is not trained on.
+            let mut tail =
+                Vec::with_capacity(t.tokens.len() + 1 + obs.as_ref().map_or(0, |o| o.len()));
+            tail.extend_from_slice(t.tokens);
+            tail.extend(close);
+            match obs {
+                Some(ids) if fits => tail.extend_from_slice(&ids),
+                // No room for the observation and a reply: the context is full.
+                Some(_) => out.stop[i] = Some(StopReason::Length),
+                None => {}
+            }
+            out.appended.push(tail);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[path = "turn_tests.rs"]
+mod tests;

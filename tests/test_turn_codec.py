@@ -1,0 +1,161 @@
+"""``_core.TurnCodec``: the engine's per-turn Rust call (decode, parse, env step, templated
+observation tokens, trajectory appends). Its tokenization must equal the Python tokenizer's,
+and the engine's native path must produce the same trajectories as the Python path."""
+
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentgym
+from agentgym import _core
+from agentgym.backends.scripted import ScriptedBackend
+from agentgym.engine import RolloutEngine
+from agentgym.engine.chat import ChatFormatter
+from agentgym.errors import TrajectoryError
+
+
+@pytest.fixture(scope="module")
+def fmt(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return ChatFormatter(AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def codec(fmt):
+    return fmt.codec("react")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=200))
+def test_tokenization_equals_the_python_tokenizer(fmt, codec, text):
+    ids = fmt.fast.encode(text, add_special_tokens=False).ids
+    assert codec.encode(text) == ids
+    assert codec.decode(ids) == fmt.fast.decode(ids, skip_special_tokens=True)
+    wrapped = fmt.fast.encode(fmt.obs_prefix + text + fmt.obs_suffix,
+                              add_special_tokens=False).ids
+    assert codec.observation_ids([text]) == [wrapped]
+
+
+def test_actions_are_decoded_and_parsed(fmt, codec):
+    replies = [fmt.encode("Thought: go\nAction: move north") + [fmt.end_of_turn_id],
+               fmt.encode("no action here"), []]
+    assert codec.actions(replies) == ["move north", "", ""]
+    assert codec.action_format == "react"
+    with pytest.raises(ValueError, match="format"):
+        _core.TurnCodec(fmt.fast.to_str(), "", "", fmt.end_of_turn_id, "nonsense")
+    with pytest.raises(ValueError, match="vocabulary"):
+        _core.TurnCodec(fmt.fast.to_str(), "", "", 10**9)
+
+
+def _setup(fmt, n, env_id="maze", **kw):
+    pool = agentgym.EnvPool(env_id, n, max_turns=3, **kw)
+    obs = pool.reset()
+    store = _core.TrajectoryStore()
+    for k in range(n):
+        store.begin(100 + k)
+        store.append(100 + k, np.array(fmt.encode("hi"), np.uint32), False)
+    return pool, store, obs
+
+
+def test_step_turns_appends_exactly_what_it_returns(fmt, codec):
+    pool, store, _ = _setup(fmt, 4)
+    acts = [a or "" for a in pool.oracle_actions(range(4))]
+    replies = [fmt.encode(f"Action: {a}") + [fmt.end_of_turn_id] for a in acts]
+    replies[1] = replies[1][:-1]  # cut before its end-of-turn token
+    lps = [[-0.5] * len(r) for r in replies]
+    twin = agentgym.EnvPool("maze", 4, max_turns=3)
+    twin.reset()
+    obs, rew, term, trunc = twin.step(range(4), acts)
+    rewards, stop, errors, appended = codec.step_turns(
+        pool._pool, store, [100, 101, 102, 103], [0, 1, 2, 3], replies, [True, False, True, True],
+        10_000, lps)
+    assert rewards.tolist() == rew.tolist() and errors == []
+    for k in range(4):
+        expect = list(replies[k]) + ([] if k != 1 else [fmt.end_of_turn_id])
+        if stop[k] < 0:
+            expect += fmt.observation_ids([obs[k]])[0]
+        else:
+            assert (term | trunc)[k]
+        assert appended[k] == expect
+    # Equal token ids share one int object (contexts hold pointers, not new ints).
+    assert appended[0][0] is appended[2][0]
+    store.finish_batch(np.array([100, 101, 102, 103], np.uint64), "done")
+    p = store.drain()
+    for k in range(4):
+        a, b = p["offsets"][k], p["offsets"][k + 1]
+        ids, mask = p["token_ids"][a:b].tolist(), p["loss_mask"][a:b].tolist()
+        head = len(fmt.encode("hi"))
+        assert ids == fmt.encode("hi") + appended[k]
+        n = len(replies[k])
+        assert mask[head:head + n] == [1] * n and not any(mask[head + n:])
+        assert p["logprobs"][a + head:a + head + n].tolist() == [-0.5] * n
+
+
+def test_step_turns_errors_are_named_and_change_nothing(fmt, codec):
+    pool, store, _ = _setup(fmt, 2)
+    r = fmt.encode("Action: move north")
+    before = store.num_tokens(100)
+    with pytest.raises(ValueError, match="lengths must match"):
+        codec.step_turns(pool._pool, store, [100], [0, 1], [r], [True], 100)
+    with pytest.raises(IndexError):
+        codec.step_turns(pool._pool, store, [100], [7], [r], [True], 100)
+    with pytest.raises(ValueError, match="more than once"):
+        codec.step_turns(pool._pool, store, [100, 101], [0, 0], [r, r], [True, True], 100)
+    with pytest.raises(TrajectoryError):
+        codec.step_turns(pool._pool, store, [999], [0], [r], [True], 100)
+    with pytest.raises(ValueError, match="logprobs"):
+        codec.step_turns(pool._pool, store, [100], [0], [r], [True], 100, [[0.0]])
+    with pytest.raises(TypeError):
+        codec.step_turns(pool._pool, store, [100], [0], ["Action: x"], [True], 100)
+    assert store.num_tokens(100) == before
+    assert pool.turns.tolist() == [0, 0]
+
+
+def test_panicking_env_and_full_context_end_only_their_episode(fmt, codec):
+    pool, store, _ = _setup(fmt, 3, env_id="_test_panic")
+    replies = [fmt.encode(f"Action: {a}") for a in ("noop", "panic", "noop")]
+    _, stop, errors, appended = codec.step_turns(
+        pool._pool, store, [100, 101, 102], [0, 1, 2], replies, [False] * 3, 10_000, None)
+    reasons = [None if s < 0 else _core.STOP_REASONS[s] for s in stop.tolist()]
+    assert reasons == [None, "env_error", None]
+    assert errors[0][0] == 1 and "asked to panic" in errors[0][1]
+    # A context cap that leaves no room for the observation ends with "length".
+    cap = store.num_tokens(102) + len(replies[2]) + 2
+    _, stop, _, appended = codec.step_turns(pool._pool, store, [102], [2], [replies[2]],
+                                            [False], cap)
+    assert _core.STOP_REASONS[stop[0]] == "length"
+    assert appended[0] == replies[2] + [fmt.end_of_turn_id]
+
+
+def test_float_list_shares_zero():
+    values = np.array([0.0, -1.25, 0.0, -0.0, 3.0], np.float32)
+    out = _core.float_list(values)
+    assert out == [0.0, -1.25, 0.0, -0.0, 3.0]
+    assert out[0] is out[2] and str(out[3]) == "-0.0"
+
+
+@pytest.mark.parametrize("env_id", ["maze", "textcraft"])
+def test_native_turn_path_equals_python_path(fmt, env_id, monkeypatch):
+    tok = fmt.tokenizer
+
+    def run():
+        eng = RolloutEngine(ScriptedBackend(tok, policy="random", seed=3), tok, max_turns=6,
+                            max_total_tokens=900, max_concurrency=5)
+        eng.reseed(0, run_id="same")  # the random policy is seeded by request id
+        return eng.collect_sync(8, env_id)
+
+    fast = run()
+    # Without a fast tokenizer the engine decodes, parses and tokenizes in Python.
+    monkeypatch.setattr(ChatFormatter, "codec", lambda self, action_format="auto": None)
+    slow = run()
+    assert [t.stop_reason for t in fast] == [t.stop_reason for t in slow]
+    assert {t.stop_reason for t in fast} >= {"horizon"}
+    for a, b in zip(fast, slow):
+        assert a.token_ids == b.token_ids
+        assert a.loss_mask == b.loss_mask and a.logprobs == b.logprobs
+        assert a.turn_rewards == b.turn_rewards and a.num_turns == b.num_turns
+    gc.collect()
