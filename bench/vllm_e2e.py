@@ -27,7 +27,11 @@ end-of-turn token as a prompt token and the episode goes on. Phases:
   same with turn k of task t generating ``turn_length(t, k)`` in 1..``--tokens`` tokens
   (identical in both runs, as replies of varying length are in real rollouts):
   ``barrier_vt_trajectories_per_s``, ``engine_vt_trajectories_per_s``,
-  ``engine_over_barrier_varied_tokens``.
+  ``engine_over_barrier_varied_tokens``; then varied tokens with long-tailed horizons
+  (geometric, capped at ``--tail-max-turns``: most episodes end within a few turns, a few
+  run to the cap, so each barrier batch ends with a handful of stragglers):
+  ``barrier_lt_trajectories_per_s``, ``engine_lt_trajectories_per_s``,
+  ``engine_over_barrier_long_tail``.
 
 ``raw_tokens_per_s_by_concurrency`` shows how vLLM's throughput here depends on the number
 of requests in flight, which is what the barrier gives away as its batches drain.
@@ -41,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import sys
@@ -79,9 +84,17 @@ class FixedLengthTurns:
         return res
 
 
-def horizon_of(task: int, k: int) -> int:
-    """The bench's per-task horizon, uniform-ish in 1..k (deterministic)."""
-    return 1 + zlib.crc32(f"h{task}".encode()) % k
+def horizon_of(task: int, k: int, dist: str = "uniform") -> int:
+    """The bench's per-task horizon in 1..k (deterministic): ``uniform``, or ``long_tail``
+    (geometric, P(h > j) = 0.75**j, capped at k: most episodes end within a few turns and
+    a few run to the cap, as when a policy solves most tasks early)."""
+    u = zlib.crc32(f"h{task}".encode())
+    if dist == "uniform":
+        return 1 + u % k
+    if dist == "long_tail":
+        x = (u + 0.5) / 2**32
+        return min(k, 1 + int(math.log(x) / math.log(0.75)))
+    raise ValueError(f"unknown horizon distribution {dist!r}")
 
 
 def turn_length(task: int, turn: int, n: int) -> int:
@@ -94,14 +107,15 @@ class MazeHorizon(BaseEnv):
 
     num_tasks = 10**6
 
-    def __init__(self, max_h: int = 8):
+    def __init__(self, max_h: int = 8, dist: str = "uniform"):
         self.pool = agentgym.EnvPool("maze", 1, seed=0)
         self.instructions = self.pool.instructions
         self.max_h = max_h
+        self.dist = dist
 
     def reset(self, task=None, seed=None):
         task = int(task or 0)
-        self.h, self.t = horizon_of(task, self.max_h), 0
+        self.h, self.t = horizon_of(task, self.max_h, self.dist), 0
         return self.pool.reset([0], tasks=[task], seeds=[int(seed or 0)])[0]
 
     def step(self, action):
@@ -169,10 +183,11 @@ async def raw_replay(llm, trajs, tag: str) -> tuple[int, float]:
     return generated, time.perf_counter() - t0
 
 
-async def barrier_rollout(llm, fmt, tasks, batch: int, length, max_h: int, tag: str):
+async def barrier_rollout(llm, fmt, tasks, batch: int, length, max_h: int, tag: str,
+                          dist: str = "uniform"):
     """AgentGym-RL's synchronous rollout: per turn one batched generate, then step all envs.
     Turn ``k`` of task ``t`` generates ``length(t, k)`` tokens."""
-    envs = [agentgym.make("bench/maze_horizon", max_h=max_h) for _ in range(batch)]
+    envs = [agentgym.make("bench/maze_horizon", max_h=max_h, dist=dist) for _ in range(batch)]
     system = envs[0].unwrapped.instructions
     done_eps, generated, rnd = 0, 0, 0
     t0 = time.perf_counter()
@@ -299,11 +314,15 @@ async def run(args) -> dict:
         # --tokens tokens, then turns of turn_length(task, turn) tokens
         tasks = list(range(args.vary_episodes))
         vary = {}
-        for name, fn in [("fixed", lambda t, k: args.tokens),
-                         ("varied", lambda t, k: turn_length(t, k, args.tokens))]:
+        varied = lambda t, k: turn_length(t, k, args.tokens)  # noqa: E731
+        for name, fn, dist, max_h in [
+            ("fixed", lambda t, k: args.tokens, "uniform", args.vary_max_turns),
+            ("varied", varied, "uniform", args.vary_max_turns),
+            ("long_tail", varied, "long_tail", args.tail_max_turns),
+        ]:
             c0 = time.process_time()
             b_eps, b_tokens, b_wall = await barrier_rollout(
-                llm, eng.formatter, tasks, args.concurrency, fn, args.vary_max_turns, name)
+                llm, eng.formatter, tasks, args.concurrency, fn, max_h, name, dist)
             c1 = time.process_time()
             # A fresh engine: episode keys count from 0, so key == task index here.
             veng = RolloutEngine(FixedLengthTurns(vllm, args.tokens, fn), tok,
@@ -311,9 +330,8 @@ async def run(args) -> dict:
                                  max_concurrency=args.concurrency, progress=False)
             c2 = time.process_time()
             with _profiled(args.profile):
-                vb = await veng.collect(tasks, "bench/maze_horizon",
-                                        max_turns=args.vary_max_turns,
-                                        env_kwargs={"max_h": args.vary_max_turns})
+                vb = await veng.collect(tasks, "bench/maze_horizon", max_turns=max_h,
+                                        env_kwargs={"max_h": max_h, "dist": dist})
             c3 = time.process_time()
             veng.close()
             v_wall = vb.metrics["timing_s/gen"]
@@ -325,6 +343,7 @@ async def run(args) -> dict:
                 "barrier_wall_s": b_wall, "engine_wall_s": v_wall,
                 "barrier_client_cpu_s": c1 - c0, "engine_client_cpu_s": c3 - c2,
                 "num_turns_mean": vb.metrics["num_turns/mean"],
+                "horizons": dist, "max_turns": max_h,
                 "stop_reasons": {k.split("/", 1)[1]: v for k, v in vb.metrics.items()
                                  if k.startswith("stop_reason/")},
             }
@@ -342,6 +361,9 @@ async def run(args) -> dict:
         "barrier_vt_trajectories_per_s": vary["varied"]["barrier_trajectories_per_s"],
         "engine_vt_trajectories_per_s": vary["varied"]["engine_trajectories_per_s"],
         "engine_over_barrier_varied_tokens": vary["varied"]["engine_over_barrier"],
+        "barrier_lt_trajectories_per_s": vary["long_tail"]["barrier_trajectories_per_s"],
+        "engine_lt_trajectories_per_s": vary["long_tail"]["engine_trajectories_per_s"],
+        "engine_over_barrier_long_tail": vary["long_tail"]["engine_over_barrier"],
         "vary_runs": vary,
         "raw_tokens_per_s_by_concurrency": sweep,
         "fixed_runs": fixed,
@@ -350,6 +372,7 @@ async def run(args) -> dict:
         "settings": {"concurrency": args.concurrency, "episodes": args.episodes,
                      "turns": args.turns, "tokens_per_turn": args.tokens,
                      "vary_episodes": args.vary_episodes, "vary_max_turns": args.vary_max_turns,
+                     "tail_max_turns": args.tail_max_turns,
                      "repeats": args.repeats, "env": "maze", "vary_env": "bench/maze_horizon",
                      "model": "tiny Qwen2 (2 layers, hidden 128) float32, enforce_eager",
                      "vllm_startup_s": startup_s},
@@ -369,6 +392,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--vary-episodes", type=int, default=1024)
     ap.add_argument("--vary-max-turns", type=int, default=8)
+    ap.add_argument("--tail-max-turns", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kv-cache-gib", type=int, default=2)
     ap.add_argument("--model-dir", default=None, help="model folder (default: build tiny)")

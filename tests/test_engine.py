@@ -2,6 +2,7 @@
 trajectories, group sampling, horizon, length, and failures recorded as data."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -229,3 +230,36 @@ def test_gc_threshold_is_raised_during_a_run_and_restored(tokenizer):
     engine(tokenizer, backend=Probe(tokenizer), gc_threshold=12345).collect_sync(2, "maze")
     assert seen and set(seen) == {max(12345, before[0])}
     assert gc.get_threshold() == before
+
+
+class ThreadProbeEnv(BaseEnv):
+    """Records the thread of every step; ends after three turns."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+    threads: set = set()
+
+    def reset(self, task=None, seed=None):
+        self.t = 0
+        return "start"
+
+    def step(self, action):
+        ThreadProbeEnv.threads.add(threading.get_ident())
+        self.t += 1
+        return f"turn {self.t}", 0.0, self.t >= 3, {}
+
+
+@pytest.mark.parametrize("budget", [0.0, 1.0])
+def test_fast_python_envs_step_inline_only_within_the_budget(tokenizer, budget):
+    agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
+    ThreadProbeEnv.threads = set()
+    eng = engine(tokenizer, policy="random", max_concurrency=4, inline_env_budget_s=budget)
+    batch = eng.collect_sync(12, "test/thread_probe")
+    assert [t.num_turns for t in batch] == [3] * 12
+    driver, _ = next(iter(eng._drivers.values()))
+    assert driver.step_cost is not None and driver.step_cost < 0.25
+    on_loop = threading.get_ident() in ThreadProbeEnv.threads
+    # The first tick is measured on the pool; later ones run inline when the budget allows.
+    assert on_loop == (budget > 0)
+    assert len(ThreadProbeEnv.threads) >= 2 if budget > 0 else not on_loop
+    eng.close()

@@ -138,3 +138,49 @@ def parse_action(text: str, format: str = "auto", max_chars: int = 4096) -> str 
 def parse_actions(
     texts: Sequence[str], format: str = "auto", max_chars: int = 4096
 ) -> list[str | None]: ...
+
+def float_list(values: npt.NDArray[np.float32]) -> list[float]:
+    """``values`` as a list of floats; every 0.0 is one shared object."""
+
+class TurnCodec:
+    """One rollout turn of many episodes in one call (see ``rust/core/src/turn.rs``): decode
+    each reply (special tokens dropped), parse its action, step the native env, append reply,
+    reward and the templated observation tokens to the trajectory store. Tokenization uses the
+    same ``tokenizer.json`` as the Python side (``backend_tokenizer.to_str()``)."""
+
+    def __init__(
+        self,
+        tokenizer_json: str,
+        obs_prefix: str,
+        obs_suffix: str,
+        end_of_turn: int,
+        action_format: str = "auto",
+        max_action_chars: int = 4096,
+    ) -> None: ...
+    @property
+    def end_of_turn(self) -> int: ...
+    @property
+    def action_format(self) -> str: ...
+    @property
+    def cached(self) -> int:
+        """Observations whose token ids are memoised."""
+    def set_action_format(self, action_format: str, max_action_chars: int = 4096) -> None: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def actions(self, replies: list[list[int]]) -> list[str]: ...
+    def observation_ids(self, observations: list[str]) -> list[list[int]]: ...
+    def step_turns(
+        self,
+        pool: EnvPool,
+        store: TrajectoryStore,
+        keys: list[int],
+        slots: list[int],
+        tokens: list[list[int]],
+        ended: list[bool],
+        max_total_tokens: int,
+        logprobs: list[list[float]] | None = None,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int8], list[tuple[int, str]],
+               list[list[int]]]:
+        """``(rewards, stop, errors, appended)``: ``stop[i]`` is -1 while episode i goes on,
+        else an index into ``STOP_REASONS``; ``errors`` are ``(i, message)`` of env errors;
+        ``appended[i]`` the tokens added to episode i's context this turn."""

@@ -34,5 +34,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: Python envs and simulators: 0 = a thread pool in this process, N > 0 = N worker
     #: processes (``ProcessEnvPool``). Native envs always step in the Rust pool.
     env_workers: int = 0
+    #: Python envs on the thread pool: a tick's resets/steps run inline on the event loop
+    #: when their measured cost is below this many seconds in total (0 = always the pool).
+    inline_env_budget_s: float = 0.002
     #: Generation-0 threshold of Python's cyclic GC while rollouts run (0 = leave it alone).
     gc_threshold: int = 20000

@@ -15,6 +15,7 @@ exception ends only its own episode with ``env_error``.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -109,7 +110,18 @@ class NativeDriver:
 
 
 class PythonDriver:
-    """One Gymnasium env per slot, stepped on a thread pool (``max_workers`` threads)."""
+    """One Gymnasium env per slot, stepped on a thread pool (``max_workers`` threads).
+
+    Fast envs skip the pool: the driver measures the wall time of a reset and of a step
+    (an uncontended single-thread job every ``probe_every`` ticks, and every inline call)
+    and runs a tick's work inline on the event loop when it is expected to take less than
+    ``inline_budget_s`` in total. A thread hand-off costs tens of microseconds and GIL
+    switches; a pure-Python env steps in a few. Slow envs (simulators, HTTP) stay on the
+    pool. ``inline_budget_s = 0`` always uses the pool. Envs that may hang belong in worker
+    processes (``env_workers``), where they can be killed.
+    """
+
+    probe_every = 64
 
     def __init__(self, env_id: str, capacity: int, max_workers: int = 8, **env_kwargs):
         import agentgym
@@ -127,6 +139,30 @@ class PythonDriver:
         self._max_workers = max_workers
         self._executor = ThreadPoolExecutor(max_workers=max_workers,
                                             thread_name_prefix=f"env-{env_id}")
+        self.inline_budget_s = 0.002
+        #: Measured wall seconds per step / per reset (moving averages; None until known).
+        self.step_cost: float | None = None
+        self.reset_cost: float | None = None
+        self._ticks = 0
+
+    @staticmethod
+    def _average(old: float | None, new: float) -> float:
+        return new if old is None else 0.8 * old + 0.2 * new
+
+    def _inline(self, cost: float | None, n: int) -> bool:
+        return cost is not None and cost * n <= self.inline_budget_s
+
+    def _timed_steps(self, items: list[tuple[int, str]]) -> list:
+        t0 = time.perf_counter()
+        out = self._step_chunk(items)
+        self.step_cost = self._average(self.step_cost, (time.perf_counter() - t0) / len(items))
+        return out
+
+    def _timed_reset(self, env, seed, options):
+        t0 = time.perf_counter()
+        out = env.reset(seed=seed, options=options)
+        self.reset_cost = self._average(self.reset_cost, time.perf_counter() - t0)
+        return out
 
     def _env(self, slot: int):
         if self._envs[slot] is None:
@@ -137,9 +173,12 @@ class PythonDriver:
         loop = asyncio.get_running_loop()
         env = self._env(slot)
         options = {"task": task} if task is not None else {}
-        obs, _ = await loop.run_in_executor(
-            self._executor, lambda: env.reset(seed=seed, options=options)
-        )
+        if self._inline(self.reset_cost, 1):
+            obs, _ = self._timed_reset(env, seed, options)
+        else:
+            obs, _ = await loop.run_in_executor(
+                self._executor, self._timed_reset, env, seed, options
+            )
         self._turns[slot] = 0
         self._horizon[slot] = max_turns
         self._running.add(slot)
@@ -169,13 +208,22 @@ class PythonDriver:
                 out[i] = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
         if live:
             loop = asyncio.get_running_loop()
-            n = max(1, min(self._max_workers, len(live)))
-            chunks = [live[k::n] for k in range(n)]
-            results = await asyncio.gather(*(
-                loop.run_in_executor(self._executor, self._step_chunk,
-                                     [(slot, action) for _, slot, action in chunk])
-                for chunk in chunks
-            ))
+            self._ticks += 1
+            pairs = [(slot, action) for _, slot, action in live]
+            if self._inline(self.step_cost, len(live)):
+                chunks, results = [live], [self._timed_steps(pairs)]
+            elif self.step_cost is None or self._ticks % self.probe_every == 0:
+                # One job: its wall time is the envs' own (no sibling jobs on the GIL).
+                chunks = [live]
+                results = [await loop.run_in_executor(self._executor, self._timed_steps, pairs)]
+            else:
+                n = max(1, min(self._max_workers, len(live)))
+                chunks = [live[k::n] for k in range(n)]
+                results = await asyncio.gather(*(
+                    loop.run_in_executor(self._executor, self._step_chunk,
+                                         [(slot, action) for _, slot, action in chunk])
+                    for chunk in chunks
+                ))
             for chunk, res in zip(chunks, results):
                 for (i, slot, _), r in zip(chunk, res):
                     out[i] = self._outcome(slot, r)

@@ -417,6 +417,8 @@ class RolloutEngine:
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
+            if hasattr(driver, "inline_budget_s"):
+                driver.inline_budget_s = cfg.inline_env_budget_s
             episodes = self._episodes(tasks, cfg)
             capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)
@@ -494,7 +496,7 @@ async def _gc_tuned(gen0: int):
         return
     if _gc_users == 0:
         _gc_saved = gc.get_threshold()
-        gc.set_threshold(max(gen0, _gc_saved[0]), _gc_saved[1], _gc_saved[2])
+        gc.set_threshold(max(gen0, _gc_saved[0]), max(100, _gc_saved[1]), _gc_saved[2])
     _gc_users += 1
     try:
         yield
