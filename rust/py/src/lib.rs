@@ -5,6 +5,9 @@
 
 use pyo3::prelude::*;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod errors;
 mod parse;
 mod pool;
