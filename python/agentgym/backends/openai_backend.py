@@ -72,6 +72,8 @@ class OpenAIBackend:
             ),
         )
         self._inflight: dict[str, asyncio.Task] = {}
+        #: Seconds a cancelled ``generate`` waits for its HTTP request to close.
+        self.cancel_grace_s = 5.0
 
     def _body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
         body = {
@@ -107,7 +109,11 @@ class OpenAIBackend:
         try:
             await asyncio.wait([task])  # unlike `await task`, leaves the task to us on cancel
         except asyncio.CancelledError:
+            # Let the request task unwind before we do: that is when httpx closes the
+            # connection, which is what makes the server abort the request. Left to run
+            # later, the connection stayed open and the server generated to the end.
             task.cancel()
+            await asyncio.wait([task], timeout=self.cancel_grace_s)
             raise
         finally:
             self._inflight.pop(rid, None)
