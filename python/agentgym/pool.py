@@ -111,7 +111,7 @@ class EnvPool:
         truncated: bool[n])``. An env that fails inside a step ends only its own episode
         (``stop_reason == "env_error"``, reported as truncated).
         """
-        return self._pool.step(_as_id_list(ids), actions)
+        return self._pool.step(ids, actions)
 
     def finish(self, ids: Sequence[int], reason: str) -> None:
         """End running episodes from outside (``timeout``, ``aborted``, ``backend_error``, ...)."""

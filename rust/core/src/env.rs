@@ -38,9 +38,24 @@ impl Step {
 pub trait Env: Send {
     /// Start an episode of `task`; `seed` drives every random choice (distractors, layout).
     fn reset(&mut self, task: &Task, seed: u64) -> Result<String>;
+    /// [`reset`](Env::reset) that appends the observation to `obs` (see [`Env::step_into`]);
+    /// on error `obs` may hold partial text, which the caller discards.
+    fn reset_into(&mut self, task: &Task, seed: u64, obs: &mut String) -> Result<()> {
+        obs.push_str(&self.reset(task, seed)?);
+        Ok(())
+    }
     /// Apply one action (already extracted from model text). Invalid actions are not
     /// errors: they return a message as observation and reward 0.
     fn step(&mut self, action: &str) -> Step;
+    /// [`step`](Env::step) that appends the observation to `obs` instead of returning a new
+    /// `String`; returns `(reward, terminated)`. The pool calls this one, with `obs` pointing
+    /// into a batch-wide buffer, so an env that overrides it steps without allocating. The
+    /// default forwards to `step`; an override must observe exactly what `step` does.
+    fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
+        let step = self.step(action);
+        obs.push_str(&step.observation);
+        (step.reward, step.terminated)
+    }
     /// The actions that are currently meaningful (for random/scripted policies and `play`).
     fn valid_actions(&self) -> Vec<String>;
     /// An action from the env's reference solver for the current state, if it has one.

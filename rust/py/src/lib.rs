@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 
+mod batch;
 mod errors;
 mod parse;
 mod pool;
