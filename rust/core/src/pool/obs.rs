@@ -166,7 +166,7 @@ mod tests {
             vec![chunk(&["a", ""]), chunk(&["héllo", "x"]), chunk(&["last"])],
         );
         assert_eq!(obs.len(), 5);
-        assert_eq!(obs.text_len(), 13);
+        assert_eq!(obs.text_len(), 12);
         assert_eq!(obs.to_vec(), vec!["a", "", "héllo", "x", "last"]);
         assert_eq!(obs.iter().len(), 5);
         assert_eq!(&obs[2], "héllo");
