@@ -67,3 +67,31 @@ pub trait Env: Send {
     /// Instructions for the agent (what it sees, the action format); used as system prompt.
     fn instructions(&self) -> String;
 }
+
+/// Appends the decimal form of `v` (for observations built in [`Env::step_into`], without
+/// `format!`'s machinery).
+pub fn push_decimal(s: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ascii digits"));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn push_decimal_writes_like_display() {
+        for v in [0, 7, 10, 99, 12_345, u64::MAX] {
+            let mut s = String::from("n=");
+            super::push_decimal(&mut s, v);
+            assert_eq!(s, format!("n={v}"));
+        }
+    }
+}

@@ -14,7 +14,7 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
-use crate::env::{Env, Step, Task};
+use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::Result;
 use crate::registry::{Kwargs, KwargsReader};
 use book::{Book, Recipe};
@@ -138,21 +138,6 @@ fn partial_shuffle(rng: &mut SplitMix64, arr: &mut [u32], k: usize) {
     }
 }
 
-/// Appends the decimal form of `v` (without `format!`'s machinery).
-fn push_u64(s: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    s.push_str(std::str::from_utf8(&buf[i..]).expect("ascii digits"));
-}
-
 /// Writes a failure message (the concatenation of `parts`): reward 0, not terminated.
 fn fail(obs: &mut String, parts: &[&str]) -> (f32, bool) {
     for p in parts {
@@ -271,7 +256,7 @@ impl TextCraft {
             Some(name) if self.book.name(name).gettable() => {
                 self.add(name, count);
                 obs.push_str("Got ");
-                push_u64(obs, count);
+                push_decimal(obs, count);
                 obs.push(' ');
                 obs.push_str(text);
                 outcome(name == self.goal)
@@ -291,7 +276,7 @@ impl TextCraft {
             s.push('[');
             s.push_str(&self.book.name(name).display);
             s.push_str("] (");
-            push_u64(s, count);
+            push_decimal(s, count);
             s.push_str(") ");
         }
     }
