@@ -82,10 +82,10 @@ class EnvPool:
         id_arr = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
         if id_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
-        if id_arr.size and (id_arr.min() < 0 or id_arr.max() >= self.num_envs):
-            bad = int(id_arr[(id_arr < 0) | (id_arr >= self.num_envs)][0])
-            raise IndexError(f"slot {bad} out of range for a pool of {self.num_envs} episodes")
-        counters = self._counters[id_arr]
+        # The core checks the ids (IndexError, duplicates) before it resets anything; until
+        # then a bad id only reads a clipped, unused counter.
+        if tasks is None or seeds is None:
+            counters = self._counters.take(id_arr, mode="clip")
         if tasks is None:
             task_list = (id_arr.astype(np.uint64) + counters * np.uint64(self.num_envs)).tolist()
         else:
@@ -100,8 +100,11 @@ class EnvPool:
             horizon = [None if max_turns is None else int(max_turns)] * len(id_arr)
         else:
             horizon = [None if m is None else int(m) for m in max_turns]
-        obs = self._pool.reset(id_arr.tolist(), task_list, seed_list, horizon)
-        self._counters[id_arr] += np.uint64(1)
+        obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
+        if id_arr.size == 1:  # scalar update: a fancy-index add costs microseconds
+            self._counters[id_arr[0]] += np.uint64(1)
+        else:
+            self._counters[id_arr] += np.uint64(1)
         return obs
 
     def step(self, ids: Sequence[int] | np.ndarray, actions: Sequence[str]):

@@ -21,8 +21,10 @@ use parking_lot::Mutex;
 use rayon::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Batches smaller than this run on the calling thread (rayon's fork cost dominates).
-const PAR_MIN_LEN: usize = 64;
+/// Batches smaller than this run on the calling thread: waking rayon's workers (futex
+/// wake-ups and context switches, 10-20 us on a busy 2-core machine) costs more than
+/// stepping a few hundred episodes of a fast env.
+const PAR_MIN_LEN: usize = 256;
 /// Most rows in one chunk of a parallel batch (keeps each text buffer small).
 const MAX_CHUNK_ROWS: usize = 256;
 
@@ -51,14 +53,14 @@ pub struct ResetSpec {
 }
 
 /// Rows per chunk for a batch of `n`: all of it below [`PAR_MIN_LEN`], else about four
-/// chunks per worker thread (load balance), within `PAR_MIN_LEN / 2 ..= MAX_CHUNK_ROWS`.
+/// chunks per worker thread (load balance), within `PAR_MIN_LEN / 4 ..= MAX_CHUNK_ROWS`.
 fn chunk_rows(n: usize) -> usize {
     if n < PAR_MIN_LEN {
         return n.max(1);
     }
     let threads = rayon::current_num_threads().max(1);
     n.div_ceil(threads * 4)
-        .clamp(PAR_MIN_LEN / 2, MAX_CHUNK_ROWS)
+        .clamp(PAR_MIN_LEN / 4, MAX_CHUNK_ROWS)
 }
 
 /// Runs `f` over `jobs`, in parallel when there is more than one.

@@ -351,13 +351,9 @@ impl TextCraft {
         })
     }
 
-    /// One action under AgentGym's server rules: only the first line counts; `craft A using
-    /// B` (split at the last " using "), `get N item`, `inventory...`.
-    fn apply(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
-        let line = match action.bytes().position(|b| b == b'\n') {
-            Some(p) => &action[..p],
-            None => action,
-        };
+    /// One action under AgentGym's server rules: only the first `line` of `action` counts;
+    /// `craft A using B` (split at the last " using "), `get N item`, `inventory...`.
+    fn apply(&mut self, line: &str, action: &str, obs: &mut String) -> (f32, bool) {
         if let Some(rest) = line.strip_prefix("craft ") {
             // the last " using " (the regex's greedy first group)
             if let Some(p) = rfind_using(rest) {
@@ -471,10 +467,16 @@ impl Env for TextCraft {
 
     fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
         if !self.sanitize {
-            return self.apply(action, obs);
+            let line = match action.bytes().position(|b| b == b'\n') {
+                Some(p) => &action[..p],
+                None => action,
+            };
+            return self.apply(line, action, obs);
         }
         let mut buf = std::mem::take(&mut self.clean);
-        let out = self.apply(spec::sanitize(action, &mut buf), obs);
+        // A sanitized action is one line (only letters, digits, ',' and ' ' are left).
+        let clean = spec::sanitize(action, &mut buf);
+        let out = self.apply(clean, clean, obs);
         self.clean = buf;
         out
     }

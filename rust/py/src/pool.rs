@@ -63,11 +63,12 @@ impl PyEnvPool {
     fn reset<'py>(
         &mut self,
         py: Python<'py>,
-        ids: Vec<usize>,
+        ids: &Bound<'py, PyAny>,
         tasks: Vec<TaskArg>,
         seeds: Vec<u64>,
         max_turns: Vec<Option<u32>>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let ids = batch::slot_ids(ids)?;
         let n = ids.len();
         if tasks.len() != n || seeds.len() != n || max_turns.len() != n {
             return Err(PyValueError::new_err(format!(
