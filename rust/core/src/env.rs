@@ -56,6 +56,10 @@ pub trait Env: Send {
         obs.push_str(&step.observation);
         (step.reward, step.terminated)
     }
+    /// A hint from the pool that this env steps next: start loading the state a step reads
+    /// first (e.g. with [`crate::pool::prefetch`] on heap buffers). Must not change anything
+    /// observable; the default does nothing.
+    fn prefetch(&self) {}
     /// The actions that are currently meaningful (for random/scripted policies and `play`).
     fn valid_actions(&self) -> Vec<String>;
     /// An action from the env's reference solver for the current state, if it has one.

@@ -481,6 +481,10 @@ impl Env for TextCraft {
         out
     }
 
+    fn prefetch(&self) {
+        crate::pool::prefetch(self.inventory.as_ptr());
+    }
+
     fn valid_actions(&self) -> Vec<String> {
         solver::valid_actions(&self.book, &self.listed, &self.inventory)
     }

@@ -92,12 +92,23 @@ impl Actions {
     pub fn extract(actions: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut out = Actions::default();
         if let Ok(list) = actions.cast::<PyList>() {
-            out.ends.reserve(list.len());
-            out.text.reserve(list.len() * 24);
+            // Two passes: the first only collects item pointers and starts loading each str
+            // (thousands of them lie scattered over the heap), the second reads them. No
+            // Python code runs in between, so the borrowed items stay valid.
+            let mut items = Vec::with_capacity(list.len());
             let mut i = 0;
             while i < list.len() {
-                out.push(list_item(list, i)?)?;
+                let item = list_item(list, i)?;
+                // The header and, for a short ASCII str, its text (which follows the header).
+                agentgym_core::pool::prefetch(item.as_ptr());
+                agentgym_core::pool::prefetch(item.as_ptr().cast::<u8>().wrapping_add(64));
+                items.push(item);
                 i += 1;
+            }
+            out.ends.reserve(items.len());
+            out.text.reserve(items.len() * 24);
+            for item in items {
+                out.push(item)?;
             }
             return Ok(out);
         }
