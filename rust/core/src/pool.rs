@@ -100,18 +100,18 @@ pub fn prefetch<T: ?Sized>(p: *const T) {
 /// heap state of row `k + 1`. Thousands of episodes do not fit in the core's caches, and
 /// without this each step waits for these loads one after another.
 #[inline(always)]
-fn prefetch_ahead(slots: &[Mutex<Slot>], ids: &[usize], k: usize) {
+fn prefetch_ahead(slots: &[Mutex<Slot>], k: usize, id_at: impl Fn(usize) -> Option<usize>) {
     // SAFETY (both `env` reads): only the `env` field is read, without the lock. The pool
     // is borrowed mutably for the batch and every id occurs once, so these slots belong to
     // this chunk alone: no other thread writes them while this one reads.
     let env_of = |slot: usize| unsafe { (*slots[slot].data_ptr()).env.as_deref() };
-    if let Some(&far) = ids.get(k + 8) {
+    if let Some(far) = id_at(k + 8) {
         prefetch(&slots[far]);
     }
-    if let Some(env) = ids.get(k + 4).and_then(|&s| env_of(s)) {
+    if let Some(env) = id_at(k + 4).and_then(env_of) {
         prefetch(env);
     }
-    if let Some(env) = ids.get(k + 1).and_then(|&s| env_of(s)) {
+    if let Some(env) = id_at(k + 1).and_then(env_of) {
         env.prefetch();
     }
 }
@@ -291,7 +291,8 @@ impl EpisodePool {
         let run = |specs: &[ResetSpec]| -> (TextChunk, Option<CoreError>) {
             let mut text = TextChunk::with_capacity(specs.len(), bytes);
             let mut first_err = None;
-            for spec in specs {
+            for (k, spec) in specs.iter().enumerate() {
+                prefetch_ahead(slots, k, |i| specs.get(i).map(|s| s.slot));
                 if let Err(e) =
                     reset_slot(&mut slots[spec.slot].lock(), spec, make, kwargs, &mut text)
                 {
@@ -367,7 +368,7 @@ impl EpisodePool {
         let slots = &self.slots;
         let chunks = run_chunks(jobs, |mut job: StepChunk<'_>| {
             for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
-                prefetch_ahead(slots, job.ids, k);
+                prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
                 let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
                 job.text.end_row();
                 (job.rewards[k], job.terminated[k], job.truncated[k]) = (r, te, tr);
