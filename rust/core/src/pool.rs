@@ -1,6 +1,7 @@
 //! [`EpisodePool`]: many live episodes of one native env, reset and stepped in batches.
 //!
-//! Batches run on rayon's pool in chunks of consecutive rows. Each slot sits behind its own
+//! Batches run in chunks of consecutive rows on the calling thread, with rayon's workers
+//! joining in when they get a core ([`share`]). Each slot sits behind its own
 //! (uncontended) mutex, which gives safe disjoint mutable access from worker threads; the
 //! pool methods take `&mut self`, so validation happens up front without locking and a bad
 //! batch has no side effects. Envs write observations straight into one text buffer per
@@ -10,6 +11,7 @@
 //! is untouched.
 
 mod obs;
+mod share;
 
 use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
@@ -61,15 +63,6 @@ fn chunk_rows(n: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     n.div_ceil(threads * 4)
         .clamp(PAR_MIN_LEN / 4, MAX_CHUNK_ROWS)
-}
-
-/// Runs `f` over `jobs`, in parallel when there is more than one.
-fn run_chunks<J: Send, R: Send>(jobs: Vec<J>, f: impl Fn(J) -> R + Sync + Send) -> Vec<R> {
-    if jobs.len() <= 1 {
-        jobs.into_iter().map(f).collect()
-    } else {
-        jobs.into_par_iter().map(f).collect()
-    }
 }
 
 /// One chunk of a step batch: its rows' inputs and output slices.
@@ -302,7 +295,7 @@ impl EpisodePool {
             }
             (text, first_err)
         };
-        let results = run_chunks(specs.chunks(rows).collect(), run);
+        let results = share::run_shared(specs.chunks(rows).collect(), run);
         let mut chunks = Vec::with_capacity(results.len());
         let mut first_err = None;
         for (text, err) in results {
@@ -366,7 +359,7 @@ impl EpisodePool {
             });
         }
         let slots = &self.slots;
-        let chunks = run_chunks(jobs, |mut job: StepChunk<'_>| {
+        let chunks = share::run_shared(jobs, |mut job: StepChunk<'_>| {
             for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
                 prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
                 let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
