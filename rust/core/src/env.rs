@@ -75,6 +75,10 @@ pub trait Env: Send {
 /// Appends the decimal form of `v` (for observations built in [`Env::step_into`], without
 /// `format!`'s machinery).
 pub fn push_decimal(s: &mut String, mut v: u64) {
+    if v < 10 {
+        s.push(char::from(b'0' + v as u8));
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {

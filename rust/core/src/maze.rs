@@ -490,6 +490,13 @@ impl Env for MazeEnv {
         (self.cfg.shaping * delta, false)
     }
 
+    fn prefetch(&self) {
+        // The cells around the current position that a step reads (walls, distances).
+        crate::pool::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
+        crate::pool::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
+        crate::pool::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
+    }
+
     fn valid_actions(&self) -> Vec<String> {
         if self.done || !self.started {
             return Vec::new();

@@ -89,14 +89,14 @@ pub fn write_feedback(out: &mut String, guess: &Word, code: Code) {
         digits[i] = c % 3;
         c /= 3;
     }
+    // `g=M ` five times, built as bytes and appended once (the last space dropped).
+    let mut text = [b' '; 20];
     for i in 0..5 {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push(guess[i] as char);
-        out.push('=');
-        out.push(['B', 'Y', 'G'][digits[i] as usize]);
+        text[4 * i] = guess[i];
+        text[4 * i + 1] = b'=';
+        text[4 * i + 2] = [b'B', b'Y', b'G'][digits[i] as usize];
     }
+    out.push_str(std::str::from_utf8(&text[..19]).expect("ascii letters"));
 }
 
 /// What an action asks for.
@@ -335,6 +335,10 @@ impl Env for WordleEnv {
         }
         left(out, self.left());
         (0.0, false)
+    }
+
+    fn prefetch(&self) {
+        crate::pool::prefetch(self.history.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {
