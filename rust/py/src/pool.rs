@@ -106,14 +106,13 @@ impl PyEnvPool {
         let ids = batch::slot_ids(ids)?;
         let actions = Actions::extract(actions)?;
         let inner = &mut self.inner;
-        let out = py
-            .detach(|| inner.step(&ids, &actions.as_strs()))
-            .map_err(to_py)?;
+        let actions = actions.as_strs();
+        let out = py.detach(|| inner.step(&ids, &actions)).map_err(to_py)?;
         Ok((
             batch::str_list(py, &out.observations)?,
-            out.rewards.into_pyarray(py),
-            out.terminated.into_pyarray(py),
-            out.truncated.into_pyarray(py),
+            PyArray1::from_slice(py, &out.rewards),
+            PyArray1::from_slice(py, &out.terminated),
+            PyArray1::from_slice(py, &out.truncated),
         ))
     }
 
