@@ -93,13 +93,17 @@ class EnvPool:
         if seeds is None:
             seed_list = episode_seeds(self.seed, id_arr, counters).tolist()
         else:
-            seed_list = [int(s) for s in seeds]
+            # The core applies int() to each item of a list itself.
+            seed_list = seeds if type(seeds) is list else [int(s) for s in seeds]
         if max_turns is ...:
             max_turns = self.max_turns
         if max_turns is None or isinstance(max_turns, (int, np.integer)):
             horizon = [None if max_turns is None else int(max_turns)] * len(id_arr)
         else:
-            horizon = [None if m is None else int(m) for m in max_turns]
+            horizon = (
+                max_turns if type(max_turns) is list
+                else [None if m is None else int(m) for m in max_turns]
+            )
         obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
         if id_arr.size == 1:  # scalar update: a fancy-index add costs microseconds
             self._counters[id_arr[0]] += np.uint64(1)

@@ -5,7 +5,7 @@ use agentgym_core::pool::Observations;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyInt, PyList, PyString};
 use pyo3::{ffi, Borrowed};
 
 /// Item `i` of `list`, borrowed: no reference-count traffic (under the stable ABI each
@@ -77,6 +77,36 @@ pub fn slot_ids(ids: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
 fn to_slot<T: TryInto<usize> + Copy + std::fmt::Display>(v: T) -> PyResult<usize> {
     v.try_into()
         .map_err(|_| PyIndexError::new_err(format!("slot {v} out of range")))
+}
+
+/// Python's `int(x)` of each item of a list (`None` kept when `none_ok`), then converted to
+/// `T` (OverflowError when out of range): what `[int(x) for x in items]` gives, without a
+/// Python-level loop. Exact ints are read directly.
+pub fn python_ints<'py, T: for<'a> FromPyObject<'a, 'py>>(
+    list: &Bound<'py, PyList>,
+    none_ok: bool,
+) -> PyResult<Vec<Option<T>>> {
+    let py = list.py();
+    let mut out = Vec::with_capacity(list.len());
+    let mut i = 0;
+    while i < list.len() {
+        let item = list_item(list, i)?;
+        out.push(if none_ok && item.is_none() {
+            None
+        } else if item.is_exact_instance_of::<PyInt>() {
+            Some(item.extract::<T>().map_err(Into::into)?)
+        } else {
+            // `int(x)`: may run Python code, so the item is owned first.
+            let item = item.to_owned();
+            // SAFETY: `item` is a valid object; `PyNumber_Long` returns a new reference or
+            // NULL with an error set, which `from_owned_ptr_or_err` turns into the `Err`.
+            let int =
+                unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(item.as_ptr())) }?;
+            Some(int.extract::<T>().map_err(Into::into)?)
+        });
+        i += 1;
+    }
+    Ok(out)
 }
 
 /// The actions of a batch, copied into one text buffer (so no Python object has to stay

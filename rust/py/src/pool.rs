@@ -65,10 +65,22 @@ impl PyEnvPool {
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
         tasks: Vec<TaskArg>,
-        seeds: Vec<u64>,
-        max_turns: Vec<Option<u32>>,
+        seeds: &Bound<'py, PyAny>,
+        max_turns: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let ids = batch::slot_ids(ids)?;
+        // Lists of ints (or anything `int()` takes) for seeds, of ints or None for horizons.
+        let seeds: Vec<u64> = match seeds.cast::<PyList>() {
+            Ok(list) => batch::python_ints(list, false)?
+                .into_iter()
+                .flatten()
+                .collect(),
+            Err(_) => seeds.extract()?,
+        };
+        let max_turns: Vec<Option<u32>> = match max_turns.cast::<PyList>() {
+            Ok(list) => batch::python_ints(list, true)?,
+            Err(_) => max_turns.extract()?,
+        };
         let n = ids.len();
         if tasks.len() != n || seeds.len() != n || max_turns.len() != n {
             return Err(PyValueError::new_err(format!(
