@@ -101,7 +101,8 @@ class EnvPool:
             horizon = [None if max_turns is None else int(max_turns)] * len(id_arr)
         else:
             horizon = (
-                max_turns if type(max_turns) is list
+                max_turns
+                if type(max_turns) is list
                 else [None if m is None else int(m) for m in max_turns]
             )
         obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
