@@ -46,7 +46,7 @@ fn slot_id(item: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
 }
 
 /// Slot ids from a list of ints, a 1-D numpy integer array (read in place, no Python call
-/// per element), or any other sequence of ints.
+/// per element), or any other iterable of ints.
 pub fn slot_ids(ids: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     if let Ok(list) = ids.cast::<PyList>() {
         let mut out = Vec::with_capacity(list.len());
@@ -71,7 +71,10 @@ pub fn slot_ids(ids: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
             "slot ids must be a sequence of ints, not a str",
         ));
     }
-    ids.extract::<Vec<usize>>()
+    // Any other iterable of ints (tuple, range, generator, ...).
+    ids.try_iter()?
+        .map(|item| item?.extract::<usize>())
+        .collect()
 }
 
 fn to_slot<T: TryInto<usize> + Copy + std::fmt::Display>(v: T) -> PyResult<usize> {
