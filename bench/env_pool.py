@@ -11,7 +11,8 @@ length) so the work done with the strings is the same, and the totals are compar
 episode, measured in a fresh subprocess per (path, env, N) after the shared data (recipe
 book, word lists) loaded; for N=1 it is mostly page granularity (0 or a few KiB).
 
-Usage: ``python bench/env_pool.py --env textcraft --num-envs 1 64 1024 4096 [--json]``.
+Usage: ``python bench/env_pool.py --env textcraft [maze ...|all] --num-envs 1 64 1024 4096
+[--json]``.
 Prints one JSON object on stdout (and, without ``--json``, a table on stderr).
 """
 
@@ -219,7 +220,8 @@ def bench_env(env_id: str, sizes: list[int], steps: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--env", default="textcraft", choices=[*ENVS, "all"])
+    ap.add_argument("--env", nargs="+", default=["textcraft"], choices=[*ENVS, "all"],
+                    help="one or more env ids, or all")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
     ap.add_argument("--steps", type=int, default=300_000, help="env steps per pool size")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args._mem:
         _memory_child(args._mem[0], args._mem[1], int(args._mem[2]))
         return {}
-    envs = ENVS if args.env == "all" else (args.env,)
+    envs = ENVS if "all" in args.env else tuple(dict.fromkeys(args.env))
     report = {
         "benchmark": "env_pool",
         "cpus": os.cpu_count(),

@@ -154,3 +154,24 @@ def test_stop_reasons_of_selected_slots():
     assert pool.stop_reasons([2, 0, 1]) == ["horizon", "done", None]
     with pytest.raises(IndexError):
         pool.stop_reasons([4])
+
+
+def test_step_and_reset_take_lists_arrays_and_iterables():
+    pool = agentgym.EnvPool("_test_panic", 6)
+    pool.reset()
+    obs, *_ = pool.step(np.array([0, 1], dtype=np.uint8), ["noop", "noop"])
+    assert obs == ["step 1 noop"] * 2
+    assert pool.step((i for i in (2, 3)), ("noop", "noop"))[0] == ["step 1 noop"] * 2
+    assert pool.step(range(4, 6), ["noop", "stop"])[0] == ["step 1 noop", "step 1 stop"]
+    with pytest.raises(IndexError, match="out of range"):
+        pool.step(np.array([-1]), ["noop"])
+    with pytest.raises(TypeError):
+        pool.step([0.5], ["noop"])
+    # List seeds and horizons go through int() in the core, as the Python loop did.
+    pool.reset([0, 1], tasks=[0, 1], seeds=[7.9, "8"], max_turns=[None, 3.0])
+    assert (pool.episode(0)["seed"], pool.episode(1)["seed"]) == (7, 8)
+    assert (pool.episode(0)["max_turns"], pool.episode(1)["max_turns"]) == (None, 3)
+    with pytest.raises(OverflowError):
+        pool.reset([0], tasks=[0], seeds=[-1])
+    with pytest.raises(ValueError):
+        pool.reset([0], tasks=[0], seeds=[1], max_turns=["x"])

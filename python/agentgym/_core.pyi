@@ -42,13 +42,13 @@ class EnvPool:
     def __init__(self, env_id: str, num_envs: int, kwargs_json: str = "{}") -> None: ...
     def reset(
         self,
-        ids: Sequence[int],
+        ids: Sequence[int] | npt.NDArray[np.integer],
         tasks: Sequence[int | str],
         seeds: Sequence[int],
         max_turns: Sequence[int | None],
     ) -> list[str]: ...
     def step(
-        self, ids: Sequence[int], actions: Sequence[str]
+        self, ids: Sequence[int] | npt.NDArray[np.integer], actions: Sequence[str]
     ) -> tuple[
         list[str],
         npt.NDArray[np.float32],

@@ -82,10 +82,10 @@ class EnvPool:
         id_arr = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
         if id_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
-        if id_arr.size and (id_arr.min() < 0 or id_arr.max() >= self.num_envs):
-            bad = int(id_arr[(id_arr < 0) | (id_arr >= self.num_envs)][0])
-            raise IndexError(f"slot {bad} out of range for a pool of {self.num_envs} episodes")
-        counters = self._counters[id_arr]
+        # The core checks the ids (IndexError, duplicates) before it resets anything; until
+        # then a bad id only reads a clipped, unused counter.
+        if tasks is None or seeds is None:
+            counters = self._counters.take(id_arr, mode="clip")
         if tasks is None:
             task_list = (id_arr.astype(np.uint64) + counters * np.uint64(self.num_envs)).tolist()
         else:
@@ -93,15 +93,23 @@ class EnvPool:
         if seeds is None:
             seed_list = episode_seeds(self.seed, id_arr, counters).tolist()
         else:
-            seed_list = [int(s) for s in seeds]
+            # The core applies int() to each item of a list itself.
+            seed_list = seeds if type(seeds) is list else [int(s) for s in seeds]
         if max_turns is ...:
             max_turns = self.max_turns
         if max_turns is None or isinstance(max_turns, (int, np.integer)):
             horizon = [None if max_turns is None else int(max_turns)] * len(id_arr)
         else:
-            horizon = [None if m is None else int(m) for m in max_turns]
-        obs = self._pool.reset(id_arr.tolist(), task_list, seed_list, horizon)
-        self._counters[id_arr] += np.uint64(1)
+            horizon = (
+                max_turns
+                if type(max_turns) is list
+                else [None if m is None else int(m) for m in max_turns]
+            )
+        obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
+        if id_arr.size == 1:  # scalar update: a fancy-index add costs microseconds
+            self._counters[id_arr[0]] += np.uint64(1)
+        else:
+            self._counters[id_arr] += np.uint64(1)
         return obs
 
     def step(self, ids: Sequence[int] | np.ndarray, actions: Sequence[str]):
@@ -111,7 +119,7 @@ class EnvPool:
         truncated: bool[n])``. An env that fails inside a step ends only its own episode
         (``stop_reason == "env_error"``, reported as truncated).
         """
-        return self._pool.step(_as_id_list(ids), actions)
+        return self._pool.step(ids, actions)
 
     def finish(self, ids: Sequence[int], reason: str) -> None:
         """End running episodes from outside (``timeout``, ``aborted``, ``backend_error``, ...)."""

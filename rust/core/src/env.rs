@@ -38,9 +38,28 @@ impl Step {
 pub trait Env: Send {
     /// Start an episode of `task`; `seed` drives every random choice (distractors, layout).
     fn reset(&mut self, task: &Task, seed: u64) -> Result<String>;
+    /// [`reset`](Env::reset) that appends the observation to `obs` (see [`Env::step_into`]);
+    /// on error `obs` may hold partial text, which the caller discards.
+    fn reset_into(&mut self, task: &Task, seed: u64, obs: &mut String) -> Result<()> {
+        obs.push_str(&self.reset(task, seed)?);
+        Ok(())
+    }
     /// Apply one action (already extracted from model text). Invalid actions are not
     /// errors: they return a message as observation and reward 0.
     fn step(&mut self, action: &str) -> Step;
+    /// [`step`](Env::step) that appends the observation to `obs` instead of returning a new
+    /// `String`; returns `(reward, terminated)`. The pool calls this one, with `obs` pointing
+    /// into a batch-wide buffer, so an env that overrides it steps without allocating. The
+    /// default forwards to `step`; an override must observe exactly what `step` does.
+    fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
+        let step = self.step(action);
+        obs.push_str(&step.observation);
+        (step.reward, step.terminated)
+    }
+    /// A hint from the pool that this env steps next: start loading the state a step reads
+    /// first (e.g. with [`crate::pool::prefetch`] on heap buffers). Must not change anything
+    /// observable; the default does nothing.
+    fn prefetch(&self) {}
     /// The actions that are currently meaningful (for random/scripted policies and `play`).
     fn valid_actions(&self) -> Vec<String>;
     /// An action from the env's reference solver for the current state, if it has one.
@@ -51,4 +70,36 @@ pub trait Env: Send {
     fn num_tasks(&self) -> u64;
     /// Instructions for the agent (what it sees, the action format); used as system prompt.
     fn instructions(&self) -> String;
+}
+
+/// Appends the decimal form of `v` (for observations built in [`Env::step_into`], without
+/// `format!`'s machinery).
+pub fn push_decimal(s: &mut String, mut v: u64) {
+    if v < 10 {
+        s.push(char::from(b'0' + v as u8));
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ascii digits"));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn push_decimal_writes_like_display() {
+        for v in [0, 7, 10, 99, 12_345, u64::MAX] {
+            let mut s = String::from("n=");
+            super::push_decimal(&mut s, v);
+            assert_eq!(s, format!("n={v}"));
+        }
+    }
 }

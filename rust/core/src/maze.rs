@@ -7,7 +7,7 @@
 //! size and the split only; the episode seed is unused, so every member of a GRPO group that
 //! plays task `i` sees the same maze. `bench/baselines/maze_py.py` reproduces it bit for bit.
 
-use crate::env::{Env, Step, Task};
+use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::splitmix::{derive, SplitMix64};
@@ -374,12 +374,11 @@ impl MazeEnv {
     fn describe(&self, out: &mut String) {
         let l = &self.layout;
         if self.cfg.show_position {
-            let _ = write!(
-                out,
-                " Position: row {}, column {}.",
-                self.pos / l.width + 1,
-                self.pos % l.width + 1
-            );
+            out.push_str(" Position: row ");
+            push_decimal(out, (self.pos / l.width + 1) as u64);
+            out.push_str(", column ");
+            push_decimal(out, (self.pos % l.width + 1) as u64);
+            out.push('.');
         }
         for (d, title) in TITLES.iter().enumerate() {
             let what = if l.open[self.pos] & (1 << d) == 0 {
@@ -454,31 +453,48 @@ impl Env for MazeEnv {
     }
 
     fn step(&mut self, action: &str) -> Step {
-        if self.done || !self.started {
-            return Step::new("The episode is over.", 0.0, true);
-        }
         let mut out = String::with_capacity(128);
+        let (reward, terminated) = self.step_into(action, &mut out);
+        Step::new(out, reward, terminated)
+    }
+
+    fn step_into(&mut self, action: &str, out: &mut String) -> (f32, bool) {
+        if self.done || !self.started {
+            out.push_str("The episode is over.");
+            return (0.0, true);
+        }
         let Some(d) = parse_direction(action) else {
             out.push_str("Invalid action. Use move north, move south, move east or move west.");
-            self.describe(&mut out);
-            return Step::new(out, 0.0, false);
+            self.describe(out);
+            return (0.0, false);
         };
         if self.layout.open[self.pos] & (1 << d) == 0 {
-            let _ = write!(out, "Blocked: wall to the {}.", DIRS[d]);
-            self.describe(&mut out);
-            return Step::new(out, 0.0, false);
+            out.push_str("Blocked: wall to the ");
+            out.push_str(DIRS[d]);
+            out.push('.');
+            self.describe(out);
+            return (0.0, false);
         }
         let before = self.to_goal[self.pos];
         self.pos = self.layout.step_to(self.pos, d);
+        out.push_str("Moved ");
+        out.push_str(DIRS[d]);
         if self.pos == self.layout.goal {
             self.done = true;
-            let _ = write!(out, "Moved {}. You reached the goal!", DIRS[d]);
-            return Step::new(out, 1.0, true);
+            out.push_str(". You reached the goal!");
+            return (1.0, true);
         }
         let delta = before as f32 - self.to_goal[self.pos] as f32;
-        let _ = write!(out, "Moved {}.", DIRS[d]);
-        self.describe(&mut out);
-        Step::new(out, self.cfg.shaping * delta, false)
+        out.push('.');
+        self.describe(out);
+        (self.cfg.shaping * delta, false)
+    }
+
+    fn prefetch(&self) {
+        // The cells around the current position that a step reads (walls, distances).
+        crate::pool::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
+        crate::pool::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
+        crate::pool::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
     }
 
     fn valid_actions(&self) -> Vec<String> {

@@ -1,22 +1,34 @@
 //! [`EpisodePool`]: many live episodes of one native env, reset and stepped in batches.
 //!
-//! Batches run on rayon's pool. Each slot sits behind its own (uncontended) mutex, which
-//! gives safe disjoint mutable access from worker threads; the pool methods take `&mut self`,
-//! so validation happens up front without locking and a bad batch has no side effects.
+//! Batches run in chunks of consecutive rows on the calling thread, with rayon's workers
+//! joining in when they get a core ([`share`]). Each slot sits behind its own
+//! (uncontended) mutex, which gives safe disjoint mutable access from worker threads; the
+//! pool methods take `&mut self`, so validation happens up front without locking and a bad
+//! batch has no side effects. Envs write observations straight into one text buffer per
+//! chunk ([`Env::step_into`], [`Observations`]), so a step allocates nothing per row.
 //! A panic inside an env is caught at the episode boundary: that episode ends with stop
 //! reason `env_error`, its env is dropped (rebuilt on the next reset), the rest of the batch
 //! is untouched.
+
+mod obs;
+mod share;
 
 use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
 use crate::error::{CoreError, Result};
 use crate::registry::{self, Kwargs, MakeFn};
+use obs::TextChunk;
+pub use obs::{Iter as ObservationsIter, Observations};
 use parking_lot::Mutex;
 use rayon::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Batches smaller than this run on the calling thread (rayon's fork cost dominates).
-const PAR_MIN_LEN: usize = 64;
+/// Batches smaller than this run on the calling thread: waking rayon's workers (futex
+/// wake-ups and context switches, 10-20 us on a busy 2-core machine) costs more than
+/// stepping a few hundred episodes of a fast env.
+const PAR_MIN_LEN: usize = 256;
+/// Most rows in one chunk of a parallel batch (keeps each text buffer small).
+const MAX_CHUNK_ROWS: usize = 256;
 
 #[derive(Default)]
 struct Slot {
@@ -27,7 +39,7 @@ struct Slot {
 /// Results of a batched step, in the order of the slot ids given.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct StepBatch {
-    pub observations: Vec<String>,
+    pub observations: Observations,
     pub rewards: Vec<f32>,
     pub terminated: Vec<bool>,
     pub truncated: Vec<bool>,
@@ -42,6 +54,84 @@ pub struct ResetSpec {
     pub max_turns: Option<u32>,
 }
 
+/// Rows per chunk for a batch of `n`: all of it below [`PAR_MIN_LEN`], else about four
+/// chunks per worker thread (load balance), within `PAR_MIN_LEN / 4 ..= MAX_CHUNK_ROWS`.
+fn chunk_rows(n: usize) -> usize {
+    if n < PAR_MIN_LEN {
+        return n.max(1);
+    }
+    let threads = rayon::current_num_threads().max(1);
+    n.div_ceil(threads * 4)
+        .clamp(PAR_MIN_LEN / 4, MAX_CHUNK_ROWS)
+}
+
+/// One chunk of a step batch: its rows' inputs and output slices.
+struct StepChunk<'a> {
+    ids: &'a [usize],
+    actions: &'a [&'a str],
+    rewards: &'a mut [f32],
+    terminated: &'a mut [bool],
+    truncated: &'a mut [bool],
+    text: TextChunk,
+}
+
+/// Hints the CPU to start loading the cache line at `p`. Only an address is used: nothing
+/// is read in the language's sense, so any pointer value is fine. A no-op off x86_64.
+#[inline(always)]
+pub fn prefetch<T: ?Sized>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` (SSE, part of the x86_64 baseline) never faults, whatever `p`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// While row `k` of a batch runs, starts loading what later rows touch first: the slot of
+/// row `k + 8`, the env object of row `k + 4` and, through [`Env::prefetch`], the env's own
+/// heap state of row `k + 1`. Thousands of episodes do not fit in the core's caches, and
+/// without this each step waits for these loads one after another.
+#[inline(always)]
+fn prefetch_ahead(slots: &[Mutex<Slot>], k: usize, id_at: impl Fn(usize) -> Option<usize>) {
+    // SAFETY (both `env` reads): only the `env` field is read, without the lock. The pool
+    // is borrowed mutably for the batch and every id occurs once, so these slots belong to
+    // this chunk alone: no other thread writes them while this one reads.
+    let env_of = |slot: usize| unsafe { (*slots[slot].data_ptr()).env.as_deref() };
+    if let Some(far) = id_at(k + 8) {
+        prefetch(&slots[far]);
+    }
+    if let Some(env) = id_at(k + 4).and_then(env_of) {
+        prefetch(env);
+    }
+    if let Some(env) = id_at(k + 1).and_then(env_of) {
+        env.prefetch();
+    }
+}
+
+/// Steps one slot, appending its observation to `text` (a panic's message instead of
+/// whatever the env wrote before panicking); returns `(reward, terminated, truncated)`.
+fn step_slot(s: &mut Slot, action: &str, text: &mut TextChunk) -> (f32, bool, bool) {
+    let env = s.env.as_mut().expect("running episode has an env");
+    let out = &mut text.text;
+    match catch_unwind(AssertUnwindSafe(|| env.step_into(action, out))) {
+        Ok((reward, terminated)) => {
+            let truncated = s.episode.record_step(reward, terminated);
+            (reward, terminated, truncated)
+        }
+        Err(payload) => {
+            let start = text.row_start();
+            text.text.truncate(start);
+            s.env = None;
+            s.episode.turns += 1;
+            s.episode.finish(StopReason::EnvError);
+            text.text.push_str("Environment error: ");
+            text.text.push_str(&panic_message(payload));
+            (0.0, false, true)
+        }
+    }
+}
+
 pub struct EpisodePool {
     env_id: String,
     kwargs: Kwargs,
@@ -49,6 +139,10 @@ pub struct EpisodePool {
     slots: Vec<Mutex<Slot>>,
     instructions: String,
     num_tasks: u64,
+    /// Observation bytes per row of the last step, to size the next batch's buffers.
+    step_bytes_hint: usize,
+    /// The same for resets.
+    reset_bytes_hint: usize,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -58,6 +152,47 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "panic with a non-string payload".to_string()
+    }
+}
+
+/// Resets one slot (building its env first if it has none), appending the observation to
+/// `text`; an error leaves the episode finished with `env_error` and the row empty.
+fn reset_slot(
+    slot: &mut Slot,
+    spec: &ResetSpec,
+    make: MakeFn,
+    kwargs: &Kwargs,
+    text: &mut TextChunk,
+) -> Result<()> {
+    slot.episode
+        .start(spec.task.clone(), spec.seed, spec.max_turns);
+    if slot.env.is_none() {
+        match make(kwargs) {
+            Ok(env) => slot.env = Some(env),
+            Err(e) => {
+                slot.episode.finish(StopReason::EnvError);
+                return Err(e);
+            }
+        }
+    }
+    let env = slot.env.as_mut().expect("env just built");
+    let out = &mut text.text;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        env.reset_into(&spec.task, spec.seed, out)
+    }));
+    if !matches!(result, Ok(Ok(()))) {
+        let start = text.row_start();
+        text.text.truncate(start);
+        slot.episode.finish(StopReason::EnvError);
+    }
+    match result {
+        Ok(r) => r,
+        Err(payload) => {
+            slot.env = None;
+            text.text.push_str("Environment error: ");
+            text.text.push_str(&panic_message(payload));
+            Ok(())
+        }
     }
 }
 
@@ -87,6 +222,8 @@ impl EpisodePool {
             slots,
             instructions,
             num_tasks,
+            step_bytes_hint: 64,
+            reset_bytes_hint: 256,
         })
     }
 
@@ -137,49 +274,42 @@ impl EpisodePool {
     /// Reset the given slots. An env that rejects its task returns `InvalidTask` (after the
     /// whole batch ran; the rejecting slots are left finished with `env_error`). A panicking
     /// env ends its episode with `env_error` and its observation says so.
-    pub fn reset(&mut self, specs: &[ResetSpec]) -> Result<Vec<String>> {
+    pub fn reset(&mut self, specs: &[ResetSpec]) -> Result<Observations> {
         self.check_ids(specs.iter().map(|s| s.slot))?;
         let make = self.make;
         let kwargs = &self.kwargs;
         let slots = &self.slots;
-        let run = |spec: &ResetSpec| -> Result<String> {
-            let mut guard = slots[spec.slot].lock();
-            let slot = &mut *guard;
-            slot.episode
-                .start(spec.task.clone(), spec.seed, spec.max_turns);
-            if slot.env.is_none() {
-                match make(kwargs) {
-                    Ok(env) => slot.env = Some(env),
-                    Err(e) => {
-                        slot.episode.finish(StopReason::EnvError);
-                        return Err(e);
-                    }
+        let rows = chunk_rows(specs.len());
+        let bytes = rows * self.reset_bytes_hint;
+        let run = |specs: &[ResetSpec]| -> (TextChunk, Option<CoreError>) {
+            let mut text = TextChunk::with_capacity(specs.len(), bytes);
+            let mut first_err = None;
+            for (k, spec) in specs.iter().enumerate() {
+                prefetch_ahead(slots, k, |i| specs.get(i).map(|s| s.slot));
+                if let Err(e) =
+                    reset_slot(&mut slots[spec.slot].lock(), spec, make, kwargs, &mut text)
+                {
+                    first_err.get_or_insert(e);
                 }
+                text.end_row();
             }
-            let env = slot.env.as_mut().expect("env just built");
-            match catch_unwind(AssertUnwindSafe(|| env.reset(&spec.task, spec.seed))) {
-                Ok(Ok(obs)) => Ok(obs),
-                Ok(Err(e)) => {
-                    slot.episode.finish(StopReason::EnvError);
-                    Err(e)
-                }
-                Err(payload) => {
-                    slot.env = None;
-                    slot.episode.finish(StopReason::EnvError);
-                    Ok(format!("Environment error: {}", panic_message(payload)))
-                }
+            (text, first_err)
+        };
+        let results = share::run_shared(specs.chunks(rows).collect(), run);
+        let mut chunks = Vec::with_capacity(results.len());
+        let mut first_err = None;
+        for (text, err) in results {
+            chunks.push(text);
+            if let (None, Some(e)) = (&first_err, err) {
+                first_err = Some(e);
             }
-        };
-        let results: Vec<Result<String>> = if specs.len() < PAR_MIN_LEN {
-            specs.iter().map(run).collect()
-        } else {
-            specs
-                .par_iter()
-                .with_min_len(PAR_MIN_LEN / 2)
-                .map(run)
-                .collect()
-        };
-        results.into_iter().collect()
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let obs = Observations::from_chunks(rows, chunks);
+        self.reset_bytes_hint = obs.text_len() / obs.len().max(1) + 16;
+        Ok(obs)
     }
 
     /// Step the given slots with one action each. Errors (out of range, duplicate id, a slot
@@ -206,47 +336,46 @@ impl EpisodePool {
                 }
             }
         }
-        let slots = &self.slots;
-        let run = |(&slot, &action): (&usize, &&str)| -> (String, f32, bool, bool) {
-            let mut guard = slots[slot].lock();
-            let s = &mut *guard;
-            let env = s.env.as_mut().expect("running episode has an env");
-            match catch_unwind(AssertUnwindSafe(|| env.step(action))) {
-                Ok(step) => {
-                    let truncated = s.episode.record_step(step.reward, step.terminated);
-                    (step.observation, step.reward, step.terminated, truncated)
-                }
-                Err(payload) => {
-                    s.env = None;
-                    s.episode.turns += 1;
-                    s.episode.finish(StopReason::EnvError);
-                    let msg = format!("Environment error: {}", panic_message(payload));
-                    (msg, 0.0, false, true)
-                }
-            }
-        };
-        let rows: Vec<(String, f32, bool, bool)> = if ids.len() < PAR_MIN_LEN {
-            ids.iter().zip(actions.iter()).map(run).collect()
-        } else {
-            ids.par_iter()
-                .zip(actions.par_iter())
-                .with_min_len(PAR_MIN_LEN / 2)
-                .map(run)
-                .collect()
-        };
-        let mut out = StepBatch {
-            observations: Vec::with_capacity(rows.len()),
-            rewards: Vec::with_capacity(rows.len()),
-            terminated: Vec::with_capacity(rows.len()),
-            truncated: Vec::with_capacity(rows.len()),
-        };
-        for (o, r, te, tr) in rows {
-            out.observations.push(o);
-            out.rewards.push(r);
-            out.terminated.push(te);
-            out.truncated.push(tr);
+        let n = ids.len();
+        let (mut rewards, mut terminated, mut truncated) =
+            (vec![0.0; n], vec![false; n], vec![false; n]);
+        let rows = chunk_rows(n);
+        let bytes = rows * self.step_bytes_hint;
+        let mut jobs = Vec::with_capacity(n.div_ceil(rows));
+        let (mut rw, mut te, mut tr) = (&mut rewards[..], &mut terminated[..], &mut truncated[..]);
+        for (ids, actions) in ids.chunks(rows).zip(actions.chunks(rows)) {
+            let m = ids.len();
+            let (r, rest_r) = rw.split_at_mut(m);
+            let (e, rest_e) = te.split_at_mut(m);
+            let (t, rest_t) = tr.split_at_mut(m);
+            (rw, te, tr) = (rest_r, rest_e, rest_t);
+            jobs.push(StepChunk {
+                ids,
+                actions,
+                rewards: r,
+                terminated: e,
+                truncated: t,
+                text: TextChunk::with_capacity(m, bytes),
+            });
         }
-        Ok(out)
+        let slots = &self.slots;
+        let chunks = share::run_shared(jobs, |mut job: StepChunk<'_>| {
+            for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
+                prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
+                let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
+                job.text.end_row();
+                (job.rewards[k], job.terminated[k], job.truncated[k]) = (r, te, tr);
+            }
+            job.text
+        });
+        let observations = Observations::from_chunks(rows, chunks);
+        self.step_bytes_hint = observations.text_len() / n.max(1) + 8;
+        Ok(StepBatch {
+            observations,
+            rewards,
+            terminated,
+            truncated,
+        })
     }
 
     /// End running episodes from outside (backend error, timeout, abort, context length).
@@ -401,13 +530,13 @@ mod tests {
         assert!(out.truncated[17] && !out.terminated[17]);
         assert_eq!(pool.stop_reasons()[17], Some(StopReason::EnvError));
         for i in (0..n).filter(|&i| i != 17) {
-            assert_eq!(out.observations[i], "step 1 noop");
+            assert_eq!(&out.observations[i], "step 1 noop");
             assert_eq!(out.rewards[i], 1.0);
         }
         // The broken slot is rebuilt on reset and works again.
         pool.reset(&specs([17], None)).unwrap();
         assert_eq!(
-            pool.step(&[17], &["noop"]).unwrap().observations[0],
+            &pool.step(&[17], &["noop"]).unwrap().observations[0],
             "step 1 noop"
         );
     }

@@ -14,7 +14,7 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
-use crate::env::{Env, Step, Task};
+use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::Result;
 use crate::registry::{Kwargs, KwargsReader};
 use book::{Book, Recipe};
@@ -102,6 +102,34 @@ fn sample_sparse(
     }
 }
 
+/// Byte offset of the last ` using ` in `text` (a plain backwards scan: for action-sized
+/// text it beats setting up a substring searcher).
+fn rfind_using(text: &str) -> Option<usize> {
+    const PAT: &[u8; 7] = b" using ";
+    let b = text.as_bytes();
+    (0..=b.len().checked_sub(PAT.len())?)
+        .rev()
+        .find(|&p| b[p] == b' ' && &b[p..p + PAT.len()] == PAT)
+}
+
+/// `text.split(',')` with a plain byte scan (',' is ASCII, so every cut is a char boundary).
+fn split_commas(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        match t.bytes().position(|b| b == b',') {
+            Some(p) => {
+                rest = Some(&t[p + 1..]);
+                Some(&t[..p])
+            }
+            None => {
+                rest = None;
+                Some(t)
+            }
+        }
+    })
+}
+
 /// Moves the first `k` of a partial Fisher-Yates shuffle to the front of `arr`.
 fn partial_shuffle(rng: &mut SplitMix64, arr: &mut [u32], k: usize) {
     for i in 0..k {
@@ -110,23 +138,17 @@ fn partial_shuffle(rng: &mut SplitMix64, arr: &mut [u32], k: usize) {
     }
 }
 
-/// Appends the decimal form of `v` (without `format!`'s machinery).
-fn push_u64(s: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+/// Writes a failure message (the concatenation of `parts`): reward 0, not terminated.
+fn fail(obs: &mut String, parts: &[&str]) -> (f32, bool) {
+    for p in parts {
+        obs.push_str(p);
     }
-    s.push_str(std::str::from_utf8(&buf[i..]).expect("ascii digits"));
+    (0.0, false)
 }
 
-fn fail(msg: String) -> Step {
-    Step::new(msg, 0.0, false)
+/// Reward and `terminated` of an action that did (or did not) produce the goal.
+fn outcome(done: bool) -> (f32, bool) {
+    (f32::from(u8::from(done)), done)
 }
 
 impl TextCraft {
@@ -208,10 +230,10 @@ impl TextCraft {
         }
     }
 
-    fn observation(&self, commands: Option<&str>) -> String {
+    fn observation(&self, commands: Option<&str>, obs: &mut String) {
         let book = &*self.book;
         let goal = &book.name(self.goal).display;
-        let mut obs = String::with_capacity(64 + self.listed.len() * 48);
+        obs.reserve(64 + self.listed.len() * 48);
         obs.push_str("Crafting commands:\n");
         match commands {
             Some(text) => obs.push_str(text),
@@ -227,51 +249,48 @@ impl TextCraft {
         obs.push_str("\n\nGoal: craft ");
         obs.push_str(goal);
         obs.push('.');
-        obs
     }
 
-    fn get(&mut self, count: u64, text: &str) -> Step {
+    fn get(&mut self, count: u64, text: &str, obs: &mut String) -> (f32, bool) {
         match self.lookup(text) {
             Some(name) if self.book.name(name).gettable() => {
                 self.add(name, count);
-                let done = name == self.goal;
-                let mut obs = String::with_capacity(6 + 20 + text.len());
                 obs.push_str("Got ");
-                push_u64(&mut obs, count);
+                push_decimal(obs, count);
                 obs.push(' ');
                 obs.push_str(text);
-                Step::new(obs, f32::from(u8::from(done)), done)
+                outcome(name == self.goal)
             }
-            _ => fail(["Could not find ", text].concat()),
+            _ => fail(obs, &["Could not find ", text]),
         }
     }
 
-    fn inventory_text(&self) -> String {
+    fn inventory_text(&self, s: &mut String) {
         if self.inventory.is_empty() {
-            return "Inventory: You are not carrying anything.".to_string();
+            s.push_str("Inventory: You are not carrying anything.");
+            return;
         }
-        let mut s = String::with_capacity(12 + self.inventory.len() * 24);
+        s.reserve(12 + self.inventory.len() * 24);
         s.push_str("Inventory: ");
         for &(name, count) in &self.inventory {
             s.push('[');
             s.push_str(&self.book.name(name).display);
             s.push_str("] (");
-            push_u64(&mut s, count);
+            push_decimal(s, count);
             s.push_str(") ");
         }
-        s
     }
 
-    fn craft(&mut self, out_text: &str, ins_text: &str) -> Step {
+    fn craft(&mut self, out_text: &str, ins_text: &str, obs: &mut String) -> (f32, bool) {
         let (out_count, out_text) = split_count(out_text).unwrap_or((1, out_text));
         let out = self.lookup(out_text);
         let out_is_tag = out.is_some_and(|o| self.book.name(o).is_tag);
         PARTS.with_borrow_mut(|parts| {
             parts.clear();
-            for piece in ins_text.split(',') {
+            for piece in split_commas(ins_text) {
                 let piece = spec::py_strip(piece);
                 let Some((count, text)) = split_count(piece) else {
-                    return fail(["Wrong item format: ", piece].concat());
+                    return fail(obs, &["Wrong item format: ", piece]);
                 };
                 let name = self.lookup(text);
                 let is_tag = name.is_some_and(|n| self.book.name(n).is_tag);
@@ -283,14 +302,14 @@ impl TextCraft {
             }
             if !self.has_parts(parts) {
                 const MSG: &str = "Could not find enough items to craft ";
-                return fail(match (out, out_is_tag) {
-                    (_, true) => [MSG, "None"].concat(),
-                    (Some(o), false) => [MSG, &self.book.name(o).id].concat(),
+                return match (out, out_is_tag) {
+                    (_, true) => fail(obs, &[MSG, "None"]),
+                    (Some(o), false) => fail(obs, &[MSG, &self.book.name(o).id]),
                     (None, false) => {
                         push_id(&mut self.key, out_text);
-                        [MSG, &self.key].concat()
+                        fail(obs, &[MSG, &self.key])
                     }
-                });
+                };
             }
             let recipe = match out {
                 Some(o) if !out_is_tag => self.find_recipe(o, parts),
@@ -304,10 +323,13 @@ impl TextCraft {
                 } else {
                     format!("ItemTag(tag=None, item_id={id})")
                 };
-                return fail(format!(
+                use std::fmt::Write;
+                let _ = write!(
+                    obs,
                     "Could not find a valid recipe for ItemTagWithCount(item_tag={tag}, \
                      count={out_count})"
-                ));
+                );
+                return (0.0, false);
             };
             for p in parts.iter() {
                 let name = p.name.expect("checked by has_parts");
@@ -323,32 +345,31 @@ impl TextCraft {
             }
             let recipe: &Recipe = self.book.recipe(r);
             let (output, count) = (recipe.output, recipe.count);
-            let obs = String::from(&*recipe.crafted);
+            obs.push_str(&recipe.crafted);
             self.add(output, count);
-            let done = output == self.goal;
-            Step::new(obs, f32::from(u8::from(done)), done)
+            outcome(output == self.goal)
         })
     }
 
-    /// One action under AgentGym's server rules: only the first line counts; `craft A using
-    /// B` (split at the last " using "), `get N item`, `inventory...`.
-    fn apply(&mut self, action: &str) -> Step {
-        let line = action.find('\n').map_or(action, |p| &action[..p]);
+    /// One action under AgentGym's server rules: only the first `line` of `action` counts;
+    /// `craft A using B` (split at the last " using "), `get N item`, `inventory...`.
+    fn apply(&mut self, line: &str, action: &str, obs: &mut String) -> (f32, bool) {
         if let Some(rest) = line.strip_prefix("craft ") {
             // the last " using " (the regex's greedy first group)
-            if let Some(p) = rest.as_bytes().windows(7).rposition(|w| w == b" using ") {
-                return self.craft(&rest[..p], &rest[p + 7..]);
+            if let Some(p) = rfind_using(rest) {
+                return self.craft(&rest[..p], &rest[p + 7..], obs);
             }
         }
         if let Some(rest) = line.strip_prefix("get ") {
             if let Some((count, item)) = split_count(rest) {
-                return self.get(count, item);
+                return self.get(count, item, obs);
             }
         }
         if line.starts_with("inventory") {
-            return Step::new(self.inventory_text(), 0.0, false);
+            self.inventory_text(obs);
+            return (0.0, false);
         }
-        fail(["Could not execute ", action].concat())
+        fail(obs, &["Could not execute ", action])
     }
 
     /// AgentGym's `has_items` (every part a held item with enough count), plus a check that
@@ -406,6 +427,12 @@ impl TextCraft {
 
 impl Env for TextCraft {
     fn reset(&mut self, task: &Task, seed: u64) -> Result<String> {
+        let mut obs = String::new();
+        self.reset_into(task, seed, &mut obs)?;
+        Ok(obs)
+    }
+
+    fn reset_into(&mut self, task: &Task, seed: u64, obs: &mut String) -> Result<()> {
         let commands = match task {
             Task::Index(i) => {
                 let goals = &self.book.goals;
@@ -428,17 +455,35 @@ impl Env for TextCraft {
                     .extend(text.split('\n').filter_map(|l| book.recipe_by_text(l)));
             }
         }
-        Ok(self.observation(commands.as_deref()))
+        self.observation(commands.as_deref(), obs);
+        Ok(())
     }
 
     fn step(&mut self, action: &str) -> Step {
+        let mut obs = String::new();
+        let (reward, terminated) = self.step_into(action, &mut obs);
+        Step::new(obs, reward, terminated)
+    }
+
+    fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
         if !self.sanitize {
-            return self.apply(action);
+            let line = match action.bytes().position(|b| b == b'\n') {
+                Some(p) => &action[..p],
+                None => action,
+            };
+            return self.apply(line, action, obs);
         }
         let mut buf = std::mem::take(&mut self.clean);
-        let step = self.apply(spec::sanitize(action, &mut buf));
+        // A sanitized action is one line (only letters, digits, ',' and ' ' are left).
+        let clean = spec::sanitize(action, &mut buf);
+        let out = self.apply(clean, clean, obs);
         self.clean = buf;
-        step
+        out
+    }
+
+    fn prefetch(&self) {
+        crate::pool::prefetch(self.inventory.as_ptr());
+        crate::pool::prefetch(self.listed.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {

@@ -257,7 +257,7 @@ impl TurnCodec {
             let i = live[k];
             out.stop[i] = Some(reason.unwrap_or(StopReason::Done));
             if reason == Some(StopReason::EnvError) {
-                out.errors[i] = Some(batch.observations[k].clone());
+                out.errors[i] = Some(batch.observations[k].to_string());
             }
         }
         for (k, &i) in live.iter().enumerate() {
@@ -266,10 +266,7 @@ impl TurnCodec {
         let going: Vec<usize> = (0..live.len())
             .filter(|&k| out.stop[live[k]].is_none())
             .collect();
-        let texts: Vec<&str> = going
-            .iter()
-            .map(|&k| batch.observations[k].as_str())
-            .collect();
+        let texts: Vec<&str> = going.iter().map(|&k| &batch.observations[k]).collect();
         let (obs_ids, misses) = self.observation_ids(&texts)?;
         out.tokenized = misses;
         let mut observation: Vec<Option<Arc<[u32]>>> = vec![None; n];

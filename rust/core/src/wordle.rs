@@ -6,11 +6,10 @@
 //! range is an unbiased sample); guesses must be in `envs/wordle/words.txt`. The episode seed
 //! only drives the sampled `valid_actions`. `bench/baselines/wordle_py.py` mirrors it.
 
-use crate::env::{Env, Step, Task};
+use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::splitmix::{derive, SplitMix64};
-use std::fmt::Write;
 use std::sync::OnceLock;
 
 const ANSWERS_TXT: &str = include_str!("../../../envs/wordle/answers.txt");
@@ -90,14 +89,14 @@ pub fn write_feedback(out: &mut String, guess: &Word, code: Code) {
         digits[i] = c % 3;
         c /= 3;
     }
+    // `g=M ` five times, built as bytes and appended once (the last space dropped).
+    let mut text = [b' '; 20];
     for i in 0..5 {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push(guess[i] as char);
-        out.push('=');
-        out.push(['B', 'Y', 'G'][digits[i] as usize]);
+        text[4 * i] = guess[i];
+        text[4 * i + 1] = b'=';
+        text[4 * i + 2] = [b'B', b'Y', b'G'][digits[i] as usize];
     }
+    out.push_str(std::str::from_utf8(&text[..19]).expect("ascii letters"));
 }
 
 /// What an action asks for.
@@ -283,47 +282,63 @@ impl Env for WordleEnv {
     }
 
     fn step(&mut self, action: &str) -> Step {
-        if self.done || !self.started {
-            return Step::new("The episode is over.", 0.0, true);
-        }
         let mut out = String::with_capacity(64);
+        let (reward, terminated) = self.step_into(action, &mut out);
+        Step::new(out, reward, terminated)
+    }
+
+    fn step_into(&mut self, action: &str, out: &mut String) -> (f32, bool) {
+        if self.done || !self.started {
+            out.push_str("The episode is over.");
+            return (0.0, true);
+        }
+        let left = |out: &mut String, n: usize| {
+            out.push_str(". ");
+            push_decimal(out, n as u64);
+            out.push_str(" left.");
+        };
         let word = match parse_guess(action) {
             Parsed::Word(w) if is_allowed(&w) => w,
             Parsed::Word(w) => {
                 out.push_str("Not in the word list: ");
                 out.push_str(std::str::from_utf8(&w).expect("ascii"));
-                let _ = write!(out, ". {} left.", self.left());
-                return Step::new(out, 0.0, false);
+                left(out, self.left());
+                return (0.0, false);
             }
             Parsed::Invalid => {
-                let _ = write!(
-                    out,
-                    "Invalid action. Reply: guess <five-letter word>. {} left.",
-                    self.left()
-                );
-                return Step::new(out, 0.0, false);
+                out.push_str("Invalid action. Reply: guess <five-letter word>");
+                left(out, self.left());
+                return (0.0, false);
             }
         };
         let code = feedback(&word, &self.answer);
         self.history.push((word, code));
-        let _ = write!(out, "Guess {}/{}: ", self.history.len(), self.max_guesses);
+        out.push_str("Guess ");
+        push_decimal(out, self.history.len() as u64);
+        out.push('/');
+        push_decimal(out, self.max_guesses as u64);
+        out.push_str(": ");
         out.push_str(std::str::from_utf8(&word).expect("ascii"));
         out.push_str(" -> ");
-        write_feedback(&mut out, &word, code);
+        write_feedback(out, &word, code);
         if code == SOLVED {
             self.done = true;
             out.push_str(". Solved!");
-            return Step::new(out, 1.0, true);
+            return (1.0, true);
         }
         if self.left() == 0 {
             self.done = true;
             out.push_str(". Out of guesses; the word was ");
             out.push_str(std::str::from_utf8(&self.answer).expect("ascii"));
             out.push('.');
-            return Step::new(out, 0.0, true);
+            return (0.0, true);
         }
-        let _ = write!(out, ". {} left.", self.left());
-        Step::new(out, 0.0, false)
+        left(out, self.left());
+        (0.0, false)
+    }
+
+    fn prefetch(&self) {
+        crate::pool::prefetch(self.history.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {

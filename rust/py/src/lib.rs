@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod batch;
 mod errors;
 mod parse;
 mod pool;

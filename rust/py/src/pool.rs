@@ -1,6 +1,7 @@
 //! `_core.EnvPool`: the Rust episode pool. The Python wrapper `agentgym.EnvPool` fills in
 //! defaults; this class takes fully specified batches.
 
+use crate::batch::{self, Actions};
 use crate::errors::to_py;
 use agentgym_core::pool::ResetSpec;
 use agentgym_core::registry::{self, Kwargs};
@@ -8,7 +9,7 @@ use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyList;
 
 /// A task as Python gives it: an index or the env's explicit task text.
 #[derive(FromPyObject)]
@@ -27,7 +28,7 @@ impl From<TaskArg> for Task {
 }
 
 type StepResult<'py> = (
-    Vec<String>,
+    Bound<'py, PyList>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<bool>>,
     Bound<'py, PyArray1<bool>>,
@@ -59,14 +60,27 @@ impl PyEnvPool {
     }
 
     /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each.
-    fn reset(
+    fn reset<'py>(
         &mut self,
-        py: Python<'_>,
-        ids: Vec<usize>,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
         tasks: Vec<TaskArg>,
-        seeds: Vec<u64>,
-        max_turns: Vec<Option<u32>>,
-    ) -> PyResult<Vec<String>> {
+        seeds: &Bound<'py, PyAny>,
+        max_turns: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let ids = batch::slot_ids(ids)?;
+        // Lists of ints (or anything `int()` takes) for seeds, of ints or None for horizons.
+        let seeds: Vec<u64> = match seeds.cast::<PyList>() {
+            Ok(list) => batch::python_ints(list, false)?
+                .into_iter()
+                .flatten()
+                .collect(),
+            Err(_) => seeds.extract()?,
+        };
+        let max_turns: Vec<Option<u32>> = match max_turns.cast::<PyList>() {
+            Ok(list) => batch::python_ints(list, true)?,
+            Err(_) => max_turns.extract()?,
+        };
         let n = ids.len();
         if tasks.len() != n || seeds.len() != n || max_turns.len() != n {
             return Err(PyValueError::new_err(format!(
@@ -89,29 +103,28 @@ impl PyEnvPool {
             })
             .collect();
         let inner = &mut self.inner;
-        py.detach(|| inner.reset(&specs)).map_err(to_py)
+        let obs = py.detach(|| inner.reset(&specs)).map_err(to_py)?;
+        batch::str_list(py, &obs)
     }
 
-    /// Step slots `ids` with one action each: (observations, rewards, terminated, truncated).
+    /// Step slots `ids` (a list or numpy array of ints) with one action each (a list of
+    /// str): (observations, rewards, terminated, truncated).
     fn step<'py>(
         &mut self,
         py: Python<'py>,
-        ids: Vec<usize>,
-        actions: Vec<PyBackedStr>,
+        ids: &Bound<'py, PyAny>,
+        actions: &Bound<'py, PyAny>,
     ) -> PyResult<StepResult<'py>> {
-        // Actions are borrowed from the Python strings (no copy); they stay alive for the call.
+        let ids = batch::slot_ids(ids)?;
+        let actions = Actions::extract(actions)?;
         let inner = &mut self.inner;
-        let batch = py
-            .detach(|| {
-                let refs: Vec<&str> = actions.iter().map(|a| &**a).collect();
-                inner.step(&ids, &refs)
-            })
-            .map_err(to_py)?;
+        let actions = actions.as_strs();
+        let out = py.detach(|| inner.step(&ids, &actions)).map_err(to_py)?;
         Ok((
-            batch.observations,
-            batch.rewards.into_pyarray(py),
-            batch.terminated.into_pyarray(py),
-            batch.truncated.into_pyarray(py),
+            batch::str_list(py, &out.observations)?,
+            PyArray1::from_slice(py, &out.rewards),
+            PyArray1::from_slice(py, &out.terminated),
+            PyArray1::from_slice(py, &out.truncated),
         ))
     }
 

@@ -86,12 +86,31 @@ pub fn py_repr(s: &str) -> String {
 /// every character but ASCII letters, digits, commas and spaces, collapse runs of spaces,
 /// trim, and read `look` (any case) as `inventory`. Borrows `action` when it is already clean.
 pub fn sanitize<'a>(action: &'a str, buf: &'a mut String) -> &'a str {
-    let ok = |b: u8| b.is_ascii_alphanumeric() || b == b',' || b == b' ';
+    /// Bytes the client keeps, as a table (one load per byte instead of range tests).
+    static KEEP: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            let c = b as u8;
+            t[b] = c.is_ascii_alphanumeric() || c == b',' || c == b' ';
+            b += 1;
+        }
+        t
+    };
+    let ok = |b: u8| KEEP[b as usize];
     let bytes = action.as_bytes();
-    let clean = bytes.iter().all(|&b| ok(b))
-        && !action.starts_with(' ')
-        && !action.ends_with(' ')
-        && !action.contains("  ");
+    // Already clean: only allowed bytes, no leading, trailing or doubled space (one pass).
+    let mut prev_space = true;
+    let mut clean = true;
+    for &b in bytes {
+        let space = b == b' ';
+        if !ok(b) || (space && prev_space) {
+            clean = false;
+            break;
+        }
+        prev_space = space;
+    }
+    let clean = clean && (!prev_space || bytes.is_empty());
     let out: &str = if clean {
         action
     } else {

@@ -332,3 +332,77 @@ fn speed() {
         }
     }
 }
+
+/// The client cleanup as plainly specified (filter, collapse spaces, trim, `look`).
+fn sanitize_reference(action: &str) -> String {
+    let kept: String = action
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == ',' || *c == ' ')
+        .collect();
+    let out = kept
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if out.eq_ignore_ascii_case("look") {
+        "inventory".into()
+    } else {
+        out
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn sanitize_matches_its_reference(action in "[ a-zA-Z0-9,._\n]{0,24}|\\PC{0,12}") {
+        let mut buf = String::new();
+        proptest::prop_assert_eq!(spec::sanitize(&action, &mut buf), sanitize_reference(&action));
+    }
+}
+
+#[test]
+fn step_into_writes_what_step_returns() {
+    let mut a = TextCraft::new(10, true);
+    let mut b = TextCraft::new(10, true);
+    let mut obs = String::from("keep ");
+    a.reset(&Task::Index(3), 9).unwrap();
+    b.reset_into(&Task::Index(3), 9, &mut obs).unwrap();
+    assert_eq!(
+        obs,
+        format!("keep {}", a.reset(&Task::Index(3), 9).unwrap())
+    );
+    for action in a.valid_actions().iter().chain(
+        ["look", "craft 1 x using 2 y", "get"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .iter(),
+    ) {
+        let step = a.step(action);
+        obs.clear();
+        let (reward, terminated) = b.step_into(action, &mut obs);
+        assert_eq!(
+            (obs.as_str(), reward, terminated),
+            (step.observation.as_str(), step.reward, step.terminated)
+        );
+    }
+}
+
+#[test]
+fn byte_scans_match_the_std_searches() {
+    for text in [
+        "",
+        ",",
+        "a,,b",
+        "a,",
+        "2 oak planks, 1 stick",
+        "x using y using z",
+        " using ",
+    ] {
+        assert_eq!(
+            split_commas(text).collect::<Vec<_>>(),
+            text.split(',').collect::<Vec<_>>()
+        );
+        assert_eq!(rfind_using(text), text.rfind(" using "));
+    }
+    assert_eq!(rfind_using("using"), None);
+}

@@ -1,0 +1,192 @@
+//! Batch conversions of the pool bindings: slot ids and actions in, observations out, with
+//! no per-element Python objects kept and no per-element Rust allocation.
+
+use agentgym_core::pool::Observations;
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyList, PyString};
+use pyo3::{ffi, Borrowed};
+
+/// Item `i` of `list`, borrowed: no reference-count traffic (under the stable ABI each
+/// incref/decref is a function call, a noticeable share of a 4,096-row batch). The pointer
+/// stays valid while the list holds the item, so callers use it only until Python code
+/// could run again (anything that may call back into Python takes `to_owned()` first).
+fn list_item<'a, 'py>(
+    list: &'a Bound<'py, PyList>,
+    i: usize,
+) -> PyResult<Borrowed<'a, 'py, PyAny>> {
+    // SAFETY: we are attached to the interpreter (we hold a `Bound`) and `list` is a list.
+    // `PyList_GetItem` checks the index (NULL plus IndexError when out of range, which
+    // `from_ptr_or_err` turns into the error) and returns a borrowed reference.
+    unsafe {
+        Borrowed::from_ptr_or_err(
+            list.py(),
+            ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t),
+        )
+    }
+}
+
+/// A slot id from a borrowed list item: exact ints are read in place; anything else
+/// (numpy integer scalars, objects with `__index__`) goes through pyo3's conversion.
+fn slot_id(item: Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
+    // SAFETY: `item` is a valid object pointer while borrowed (see `list_item`).
+    if unsafe { ffi::PyLong_CheckExact(item.as_ptr()) } != 0 {
+        // SAFETY: as above; `PyLong_AsSsize_t` runs no Python code. -1 is ambiguous,
+        // so an error is checked for only then.
+        let v = unsafe { ffi::PyLong_AsSsize_t(item.as_ptr()) };
+        if v == -1 {
+            if let Some(err) = PyErr::take(item.py()) {
+                return Err(err);
+            }
+        }
+        return to_slot(v);
+    }
+    item.to_owned().extract::<usize>()
+}
+
+/// Slot ids from a list of ints, a 1-D numpy integer array (read in place, no Python call
+/// per element), or any other iterable of ints.
+pub fn slot_ids(ids: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if let Ok(list) = ids.cast::<PyList>() {
+        let mut out = Vec::with_capacity(list.len());
+        let mut i = 0;
+        while i < list.len() {
+            out.push(slot_id(list_item(list, i)?)?);
+            i += 1;
+        }
+        return Ok(out);
+    }
+    macro_rules! from_array {
+        ($($t:ty),*) => {$(
+            if let Ok(arr) = ids.cast::<PyArray1<$t>>() {
+                let arr = arr.readonly();
+                return arr.as_array().iter().map(|&v| to_slot(v)).collect();
+            }
+        )*};
+    }
+    from_array!(i64, u64, i32, u32, i16, u16, i8, u8);
+    if ids.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(
+            "slot ids must be a sequence of ints, not a str",
+        ));
+    }
+    // Any other iterable of ints (tuple, range, generator, ...).
+    ids.try_iter()?
+        .map(|item| item?.extract::<usize>())
+        .collect()
+}
+
+fn to_slot<T: TryInto<usize> + Copy + std::fmt::Display>(v: T) -> PyResult<usize> {
+    v.try_into()
+        .map_err(|_| PyIndexError::new_err(format!("slot {v} out of range")))
+}
+
+/// Python's `int(x)` of each item of a list (`None` kept when `none_ok`), then converted to
+/// `T` (OverflowError when out of range): what `[int(x) for x in items]` gives, without a
+/// Python-level loop. Exact ints are read directly.
+pub fn python_ints<'py, T: for<'a> FromPyObject<'a, 'py>>(
+    list: &Bound<'py, PyList>,
+    none_ok: bool,
+) -> PyResult<Vec<Option<T>>> {
+    let py = list.py();
+    let mut out = Vec::with_capacity(list.len());
+    let mut i = 0;
+    while i < list.len() {
+        let item = list_item(list, i)?;
+        out.push(if none_ok && item.is_none() {
+            None
+        } else if item.is_exact_instance_of::<PyInt>() {
+            Some(item.extract::<T>().map_err(Into::into)?)
+        } else {
+            // `int(x)`: may run Python code, so the item is owned first.
+            let item = item.to_owned();
+            // SAFETY: `item` is a valid object; `PyNumber_Long` returns a new reference or
+            // NULL with an error set, which `from_owned_ptr_or_err` turns into the `Err`.
+            let int =
+                unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(item.as_ptr())) }?;
+            Some(int.extract::<T>().map_err(Into::into)?)
+        });
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// The actions of a batch, copied into one text buffer (so no Python object has to stay
+/// alive, or be touched again, while the batch runs without the GIL).
+#[derive(Default)]
+pub struct Actions {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Actions {
+    /// Reads a list (fast path) or other sequence of str; anything else is a `TypeError`.
+    pub fn extract(actions: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut out = Actions::default();
+        if let Ok(list) = actions.cast::<PyList>() {
+            // Two passes: the first only collects item pointers and starts loading each str
+            // (thousands of them lie scattered over the heap), the second reads them. No
+            // Python code runs in between, so the borrowed items stay valid.
+            let mut items = Vec::with_capacity(list.len());
+            let mut i = 0;
+            while i < list.len() {
+                let item = list_item(list, i)?;
+                // The header and, for a short ASCII str, its text (which follows the header).
+                agentgym_core::pool::prefetch(item.as_ptr());
+                agentgym_core::pool::prefetch(item.as_ptr().cast::<u8>().wrapping_add(64));
+                items.push(item);
+                i += 1;
+            }
+            out.ends.reserve(items.len());
+            out.text.reserve(items.len() * 24);
+            for item in items {
+                out.push(item)?;
+            }
+            return Ok(out);
+        }
+        if actions.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(
+                "actions must be a sequence of str (one per slot id), not a str",
+            ));
+        }
+        for item in actions.try_iter()? {
+            out.push(item?.as_borrowed())?;
+        }
+        Ok(out)
+    }
+
+    /// Copies one action's text (`PyUnicode_AsUTF8AndSize` runs no Python code, so the
+    /// borrowed item stays valid throughout).
+    fn push(&mut self, item: Borrowed<'_, '_, PyAny>) -> PyResult<()> {
+        let s = item.cast::<PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "actions must be str, got {}",
+                item.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
+            ))
+        })?;
+        self.text.push_str(s.to_str()?);
+        self.ends.push(self.text.len());
+        Ok(())
+    }
+
+    /// One `&str` per action, borrowing the buffer.
+    pub fn as_strs(&self) -> Vec<&str> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let s = &self.text[start..end];
+                start = end;
+                s
+            })
+            .collect()
+    }
+}
+
+/// A Python list of str, one per row, each built straight from the packed text.
+pub fn str_list<'py>(py: Python<'py>, obs: &Observations) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, obs.iter())
+}
