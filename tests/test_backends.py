@@ -218,6 +218,41 @@ async def test_openai_backend_retries_5xx_with_fresh_request_ids():
         await runner.cleanup()
 
 
+@MODULE_LOOP
+async def test_openai_backend_cancel_closes_the_connection():
+    """Cancelling ``generate`` must close its HTTP connection at once: that is the only way
+    an OpenAI-compatible server (vLLM's included) learns to abort the request. A raw TCP
+    server on 127.0.0.1 reads the request, never answers, and records the client's EOF."""
+    from agentgym.backends.openai_backend import OpenAIBackend
+
+    got_request, closed = asyncio.Event(), asyncio.Event()
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        got_request.set()
+        while await reader.read(4096):  # b"" once the client closed the connection
+            pass
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    backend = OpenAIBackend(f"http://127.0.0.1:{port}", "m", max_retries=0)
+    try:
+        task = asyncio.ensure_future(backend.generate(PROMPT, SamplingParams(max_new_tokens=4)))
+        await asyncio.wait_for(got_request.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Closed by the time the cancelled call returned (no further loop turns needed).
+        await asyncio.sleep(0)
+        assert closed.is_set() or await asyncio.wait_for(closed.wait(), 5) is True
+    finally:
+        await backend.close()
+        server.close()
+        await server.wait_closed()
+
+
 # ---------------------------------------------------------------- vLLM (in-process, server)
 def _import_vllm():
     """Import vllm (skip the test only if that fails); its import-time FutureWarnings from

@@ -41,13 +41,13 @@ class ScriptedBackend:
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
 
-    async def _choose(self, driver, slot: int, request_id: str | None) -> str:
-        if self.policy == "oracle":
-            action = driver.oracle_action(slot)
-            if not isinstance(action, str) and inspect.isawaitable(action):
-                action = await action  # envs in worker processes answer asynchronously
-            if action is not None:
-                return action
+    async def _choose(self, driver, slot: int, request_id: str | None, oracle) -> str:
+        """The action when the oracle's answer (``oracle``) is not a plain str: awaited if the
+        env answers asynchronously, else a seeded random valid action."""
+        if inspect.isawaitable(oracle):  # envs in worker processes answer asynchronously
+            oracle = await oracle
+        if oracle is not None:
+            return oracle
         valid = driver.valid_actions(slot)
         if not isinstance(valid, list) and inspect.isawaitable(valid):
             valid = await valid
@@ -62,7 +62,9 @@ class ScriptedBackend:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1
         driver, slot = context
-        action = await self._choose(driver, slot, request_id)
+        action = driver.oracle_action(slot) if self.policy == "oracle" else None
+        if not isinstance(action, str):  # no oracle, or one that answers asynchronously
+            action = await self._choose(driver, slot, request_id, action)
         hit = self._cache.get(action)
         if hit is None:
             ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]

@@ -3,9 +3,12 @@
 One coroutine per episode (reset, generate, parse, step, append, repeat), at most
 ``max_concurrency`` live at once, a finished episode's slot refilled at once: there is no
 barrier between episodes or turns. Per event-loop tick the work of all episodes that reached
-the same point is batched: model outputs are decoded and parsed together (Rust parser),
-native envs step in one Rust call, observations are tokenized in one call, and the token
-segments go to the Rust ``TrajectoryStore`` in one call.
+the same point is batched. For native envs that is one Rust call
+(:class:`agentgym._core.TurnCodec`, GIL released): decode the replies, parse the actions,
+step the envs, tokenize the templated observations (``tokenizers`` crate, same
+``tokenizer.json``), append everything to the ``TrajectoryStore``; Python gets back only the
+tokens to append to each context. For Python envs the same steps run as batched calls around
+the env driver.
 
 Failures are data: a backend error (after bounded retries with fresh request ids), an env
 exception, a timeout or cancellation ends only that episode with stop reason
@@ -19,6 +22,7 @@ import contextlib
 import gc
 import itertools
 import logging
+import operator
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -66,12 +70,16 @@ class _WorkerFailure:
     error: BaseException
 
 
-@dataclass(slots=True, eq=False)
-class _Turn:
-    ep: _Episode
-    tokens: list[int]
-    logprobs: list[float]
-    ended: bool  # the model emitted the end-of-turn token itself
+class _Turn(tuple):
+    """``(ep, tokens, logprobs, ended)``: one model reply on its way to the turn batch;
+    ``ended`` says the model emitted the end-of-turn token itself. A tuple (built in C,
+    once per turn) with named fields."""
+
+    __slots__ = ()
+    ep: _Episode = property(operator.itemgetter(0))  # type: ignore[assignment]
+    tokens: list[int] = property(operator.itemgetter(1))  # type: ignore[assignment]
+    logprobs: list[float] = property(operator.itemgetter(2))  # type: ignore[assignment]
+    ended: bool = property(operator.itemgetter(3))  # type: ignore[assignment]
 
 
 @dataclass(repr=False)
@@ -278,6 +286,8 @@ class _Run:
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams):
+        """One reply; a ``BackendError`` is retried (fresh request id, exponential backoff)
+        up to ``backend_retries`` times, then raised."""
         backend = self.engine.backend
         cfg = self.cfg
         last: Exception | None = None
@@ -328,7 +338,7 @@ class _Run:
                 ep.ids.extend(toks)
                 ep.stop_reason = "length"
                 break
-            if not await submit(_Turn(ep, toks, res.logprobs, ended)):
+            if not await submit(_Turn((ep, toks, res.logprobs, ended))):
                 break  # closed meanwhile (timeout/abort)
 
     async def run_episode(self, ep: _Episode) -> Trajectory:

@@ -5,9 +5,6 @@
 
 use pyo3::prelude::*;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod batch;
 mod errors;
 mod parse;
