@@ -428,11 +428,19 @@ class TestVLLMServer:
             return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                        if line.startswith(tuple(n + "{" for n in names)))
 
+        base: list[float | None] = [None]
+
         async def running(n, exact=False):
-            # Gauges are refreshed on every engine step, so they are current while requests
-            # run (after the last one ends they may keep their last value).
-            k = await metric("vllm:num_requests_running", "vllm:num_requests_waiting")
-            return k == n if exact else k >= n
+            # The running/waiting gauges can lag or keep a stale value, so "a request is
+            # being generated" is read from the generated-token counter moving between polls
+            # (each wait starts from a fresh baseline).
+            assert n == 1 and not exact  # the only question _check_abort asks with `stopped`
+            now = await metric("vllm:generation_tokens_total")
+            if base[0] is None or now <= base[0]:
+                base[0] = base[0] if base[0] is not None else now
+                return False
+            base[0] = None
+            return True
 
         async def stopped(before):
             """Counter-based, not gauge-based: the server stops generating (two reads 1 s
