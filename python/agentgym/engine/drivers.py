@@ -220,9 +220,8 @@ class PythonDriver:
                 n = max(1, min(self._max_workers, len(live)))
                 chunks = [live[k::n] for k in range(n)]
                 results = await asyncio.gather(*(
-                    loop.run_in_executor(self._executor, self._step_chunk,
-                                         [(slot, action) for _, slot, action in chunk])
-                    for chunk in chunks
+                    loop.run_in_executor(self._executor, self._step_chunk, pairs[k::n])
+                    for k in range(n)
                 ))
             for chunk, res in zip(chunks, results):
                 for (i, slot, _), r in zip(chunk, res):

@@ -9,53 +9,55 @@ from agentgym.envs.registry import list_envs, make, register
 from agentgym.envs.spaces import TextSpace
 
 
-class TextCraftEnv(NativeEnv):
+class _NamedNativeEnv(NativeEnv):
+    """A native env class bound to one env id, ``ENV_ID``."""
+
+    ENV_ID: str
+
+    def __init__(self, max_turns: int | None = None, **kwargs):
+        super().__init__(self.ENV_ID, max_turns=max_turns, **kwargs)
+
+
+class TextCraftEnv(_NamedNativeEnv):
     """TextCraft (AgentGym): craft a target item from base items with the given recipes."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("textcraft", max_turns=max_turns, **kwargs)
+    ENV_ID = "textcraft"
 
 
-class MazeEnv(NativeEnv):
+class MazeEnv(_NamedNativeEnv):
     """A grid maze with text observations; reach the goal."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("maze", max_turns=max_turns, **kwargs)
+    ENV_ID = "maze"
 
 
-class WordleEnv(NativeEnv):
+class WordleEnv(_NamedNativeEnv):
     """Wordle: guess the hidden five-letter word from per-letter feedback."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("wordle", max_turns=max_turns, **kwargs)
+    ENV_ID = "wordle"
 
 
-class WebShopEnv(NativeEnv):
+class WebShopEnv(_NamedNativeEnv):
     """WebShop-style shopping site: search, open products, pick options, buy."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("webshop", max_turns=max_turns, **kwargs)
+    ENV_ID = "webshop"
 
 
-class SearchEnv(NativeEnv):
+class SearchEnv(_NamedNativeEnv):
     """Deep search: answer multi-hop questions by searching and reading a local corpus."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("search", max_turns=max_turns, **kwargs)
+    ENV_ID = "search"
 
 
-class GridWorldEnv(NativeEnv):
+class GridWorldEnv(_NamedNativeEnv):
     """BabyAI-style text grid world (native, for throughput)."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("gridworld", max_turns=max_turns, **kwargs)
+    ENV_ID = "gridworld"
 
 
-class Game2048Env(NativeEnv):
+class Game2048Env(_NamedNativeEnv):
     """2048 as text: slide and merge tiles; random spawns."""
 
-    def __init__(self, max_turns: int | None = None, **kwargs):
-        super().__init__("game2048", max_turns=max_turns, **kwargs)
+    ENV_ID = "game2048"
 
 
 #: Env classes of the Python-written suites, imported on first access.
