@@ -159,3 +159,126 @@ def test_native_turn_path_equals_python_path(fmt, env_id, monkeypatch):
         assert a.loss_mask == b.loss_mask and a.logprobs == b.logprobs
         assert a.turn_rewards == b.turn_rewards and a.num_turns == b.num_turns
     gc.collect()
+
+
+def _twin_replies(fmt, n):
+    """Oracle replies for a fresh maze pool of n episodes, and that pool's first step."""
+    twin = agentgym.EnvPool("maze", n, max_turns=3)
+    twin.reset()
+    acts = [a or "" for a in twin.oracle_actions(range(n))]
+    replies = [fmt.encode(f"Action: {a}") + [fmt.end_of_turn_id] for a in acts]
+    return replies, twin.step(range(n), acts)
+
+
+def test_step_turn_batch_extends_each_context_with_what_it_stores(fmt, codec):
+    pool, store, _ = _setup(fmt, 4)
+    replies, (obs, _, term, trunc) = _twin_replies(fmt, 4)
+    replies[1] = replies[1][:-1]  # cut before its end-of-turn token
+    head = fmt.encode("hi")
+    contexts = [list(head) for _ in range(4)]
+    turns = [(100 + k, k, replies[k], [-0.5] * len(replies[k]) if k != 2 else None, k != 1,
+              contexts[k], "extra items are ignored") for k in range(4)]
+    stopped, errors = codec.step_turn_batch(pool._pool, store, turns, 10_000)
+    assert errors == []
+    assert [i for i, _ in stopped] == [k for k in range(4) if (term | trunc)[k]]
+    assert all(_core.STOP_REASONS[c] in ("done", "horizon") for _, c in stopped)
+    for k in range(4):
+        expect = head + replies[k] + ([fmt.end_of_turn_id] if k == 1 else [])
+        if not (term | trunc)[k]:
+            expect += fmt.observation_ids([obs[k]])[0]
+        assert contexts[k] == expect
+    assert contexts[0][len(head)] is contexts[2][len(head)]  # shared int objects
+    store.finish_batch(np.array([100, 101, 102, 103], np.uint64), "done")
+    p = store.drain()
+    for k in range(4):
+        a, b = p["offsets"][k], p["offsets"][k + 1]
+        assert p["token_ids"][a:b].tolist() == contexts[k]
+        n = len(replies[k])
+        lp = p["logprobs"][a + len(head):a + len(head) + n].tolist()
+        assert lp == ([0.0] * n if k == 2 else [-0.5] * n)
+
+
+def test_step_turn_batch_errors_are_named_and_change_nothing(fmt, codec):
+    pool, store, _ = _setup(fmt, 2)
+    r = fmt.encode("Action: move north")
+    ctx = [1, 2]
+    before = store.num_tokens(100)
+    with pytest.raises(TypeError, match="tuple"):
+        codec.step_turn_batch(pool._pool, store, [[100, 0, r, None, True, ctx]], 100)
+    with pytest.raises(ValueError, match="6 items"):
+        codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True)], 100)
+    with pytest.raises(TypeError, match="context"):
+        codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True, (1, 2))], 100)
+    with pytest.raises(ValueError, match="more than once"):
+        codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True, ctx),
+                                                  (101, 0, r, None, True, ctx)], 100)
+    with pytest.raises(TrajectoryError):
+        codec.step_turn_batch(pool._pool, store, [(999, 0, r, None, True, ctx)], 100)
+    with pytest.raises(ValueError, match="logprobs"):
+        codec.step_turn_batch(pool._pool, store, [(100, 0, r, [0.0], True, ctx)], 100)
+    assert ctx == [1, 2] and store.num_tokens(100) == before
+    assert pool.turns.tolist() == [0, 0]
+
+
+def test_prompts_equal_the_templated_first_prompt_and_go_to_the_store(fmt, codec):
+    system = "You play a maze."
+    head = fmt.system_ids(system)
+    assert head is not None
+    observations = ["You are at the start.", "A wall to the north.", "You are at the start."]
+    store = _core.TrajectoryStore()
+    for k in range(3):
+        store.begin(k)
+    prompts = codec.prompts(store, [0, 1, 2], head, observations)
+    assert prompts == [fmt.initial_prompt(system, o) for o in observations]
+    assert not any(gc.is_tracked(p) for p in prompts)
+    store.finish_batch(np.array([0, 1, 2], np.uint64), "done")
+    p = store.drain()
+    for k in range(3):
+        a, b = p["offsets"][k], p["offsets"][k + 1]
+        assert p["token_ids"][a:b].tolist() == prompts[k]
+        assert not p["loss_mask"][a:b].any()
+    # An unknown key fails the whole call before anything is appended.
+    store.begin(7)
+    with pytest.raises(TrajectoryError):
+        codec.prompts(store, [7, 8], head, ["a", "b"])
+    with pytest.raises(ValueError, match="lengths must match"):
+        codec.prompts(store, [7], head, ["a", "b"])
+    assert store.num_tokens(7) == 0
+
+
+def test_drain_rows_match_drain_and_are_untracked():
+    def filled():
+        s = _core.TrajectoryStore()
+        for k, reward in ((5, 1.0), (6, 0.0)):
+            s.begin(k)
+            s.append(k, np.array([1, 2, 3], np.uint32), False)
+            s.append(k, np.array([4, 5], np.uint32), True, np.array([-0.25, -1.5], np.float32))
+            s.add_turn(k, reward)
+            s.append(k, np.array([6], np.uint32), False)
+        s.finish_batch(np.array([5, 6], np.uint64), ["done", "env_error"])
+        return s
+
+    p = filled().drain()
+    rows = filled().drain_rows()
+    assert [r[0] for r in rows] == p["keys"].tolist()
+    for i, (key, mask, lps, turn_rewards, reward, num_turns, stop, prompt_len) in enumerate(rows):
+        a, b = p["offsets"][i], p["offsets"][i + 1]
+        assert mask == p["loss_mask"][a:b].tolist()
+        assert lps == p["logprobs"][a:b].tolist()
+        ta, tb = p["turn_offsets"][i], p["turn_offsets"][i + 1]
+        assert turn_rewards == p["turn_rewards"][ta:tb].tolist()
+        assert (reward, num_turns, stop, prompt_len) == (
+            p["rewards"][i], p["num_turns"][i], p["stop_reason"][i], p["prompt_len"][i])
+        assert not gc.is_tracked(mask) and not gc.is_tracked(lps)
+        assert lps[0] is lps[1]  # one shared 0.0
+    assert _core.STOP_REASONS[rows[1][6]] == "env_error" and rows[1][1] == [0] * 6
+
+
+def test_engine_trajectories_stay_off_the_cyclic_gc(fmt):
+    tok = fmt.tokenizer
+    eng = RolloutEngine(ScriptedBackend(tok), tok, max_turns=4, max_concurrency=4)
+    batch = eng.collect_sync(6, "maze")
+    for t in batch:
+        assert not gc.is_tracked(t)
+        assert not gc.is_tracked(t.token_ids) and not gc.is_tracked(t.loss_mask)
+    assert len(batch) == 6

@@ -18,7 +18,7 @@ STOP_REASONS = ("done", "horizon", "length", "env_error", "backend_error", "time
 FAILED_STOP_REASONS = frozenset({"env_error", "backend_error", "timeout", "aborted"})
 
 
-class Trajectory(msgspec.Struct, kw_only=True):
+class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     """A finished episode.
 
     ``token_ids`` is the whole conversation as the model saw it (the chat template applied
@@ -27,6 +27,11 @@ class Trajectory(msgspec.Struct, kw_only=True):
     log-probability of that token (0.0 elsewhere). ``turn_rewards[t]`` is the env's reward
     after turn ``t``; ``reward`` their sum. A failed episode (``stop_reason`` in
     ``FAILED_STOP_REASONS``) keeps its tokens but has an all-zero mask.
+
+    Instances are not tracked by the cyclic GC (msgspec ``gc=False``): a trajectory holds
+    numbers, strings and lists of numbers, so it is never part of a reference cycle, and a
+    rollout makes thousands whose token lists the collector would otherwise traverse again
+    and again. (Don't store objects that refer back to the trajectory in its fields.)
     """
 
     task_id: int | str

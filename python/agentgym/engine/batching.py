@@ -23,7 +23,9 @@ class TickBatcher(Generic[T, R]):
 
     The event loop is looked up once and cached while it runs on the same thread:
     ``asyncio.get_running_loop()`` makes a ``getpid()`` system call on every call (CPython's
-    fork check), which costs microseconds in sandboxed kernels, on every submit.
+    fork check), which costs microseconds in sandboxed kernels, on every submit. A batcher
+    that lives inside one coroutine's run can be given its ``loop`` and skips even that
+    check.
     """
 
     def __init__(
@@ -31,6 +33,7 @@ class TickBatcher(Generic[T, R]):
         process: Callable[[list[T]], list[R]] | Callable[[list[T]], Awaitable[list[R]]],
         *,
         is_async: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
     ):
         self._process = process
         self._is_async = is_async
@@ -38,8 +41,9 @@ class TickBatcher(Generic[T, R]):
         self._futures: list[asyncio.Future] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = loop
         self._thread = 0
+        self._bound = loop  # fixed for the batcher's life when given
         self.batches = 0
         self.items = 0
 
@@ -51,7 +55,7 @@ class TickBatcher(Generic[T, R]):
         return loop
 
     def submit(self, item: T) -> asyncio.Future:
-        loop = self._running_loop()
+        loop = self._bound or self._running_loop()
         fut = loop.create_future()
         self._items.append(item)
         self._futures.append(fut)

@@ -108,7 +108,7 @@ class ChatFormatter:
             return self.fast.decode_batch([list(x) for x in ids], skip_special_tokens=True)
         return [self.tokenizer.decode(x, skip_special_tokens=True) for x in ids]
 
-    def _system_ids(self, system: str) -> list[int] | None:
+    def system_ids(self, system: str) -> list[int] | None:
         """Token ids of the conversation head before the first user turn (cached per system
         prompt), or None when the template does not split there cleanly."""
         if system in self._head_cache:
@@ -133,7 +133,7 @@ class ChatFormatter:
         the end-of-turn special token, a hard token boundary, so it is tokenized once per
         system prompt and the observation is tokenized as a user turn.
         """
-        head = self._system_ids(system)
+        head = self.system_ids(system)
         if head is None:
             messages = [{"role": "user", "content": observation}]
             if system:

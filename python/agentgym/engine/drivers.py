@@ -47,12 +47,13 @@ class NativeDriver:
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
         self._running: set[int] = set()
-        self._resets = TickBatcher(self._reset_batch)
+        self._resets = TickBatcher(self.reset_batch)
         self._steps = TickBatcher(self.step_batch)
         # Called once per turn by scripted policies: straight to Rust.
         self.oracle_action = self.pool._pool.oracle_action
 
-    def _reset_batch(self, items):
+    def reset_batch(self, items: list[tuple]) -> list[str]:
+        """Reset many ``(slot, task, seed, max_turns)`` in one Rust call; the observations."""
         slots, tasks, seeds, horizons = zip(*items)
         obs = self.pool.reset(list(slots), tasks=list(tasks), seeds=list(seeds),
                               max_turns=list(horizons))

@@ -70,16 +70,12 @@ class _WorkerFailure:
     error: BaseException
 
 
-class _Turn(tuple):
-    """``(ep, tokens, logprobs, ended)``: one model reply on its way to the turn batch;
-    ``ended`` says the model emitted the end-of-turn token itself. A tuple (built in C,
-    once per turn) with named fields."""
-
-    __slots__ = ()
-    ep: _Episode = property(operator.itemgetter(0))  # type: ignore[assignment]
-    tokens: list[int] = property(operator.itemgetter(1))  # type: ignore[assignment]
-    logprobs: list[float] = property(operator.itemgetter(2))  # type: ignore[assignment]
-    ended: bool = property(operator.itemgetter(3))  # type: ignore[assignment]
+#: One model reply on its way to the turn batch, a plain tuple (built in C, once per turn)
+#: ``(key, slot, tokens, logprobs, ended, context, ep)``, laid out as
+#: ``TurnCodec.step_turn_batch`` reads it: ``ended`` says the model emitted the end-of-turn
+#: token itself, ``context`` is the episode's token list.
+_Turn = tuple
+_TOKENS, _LOGPROBS, _ENDED, _EP = 2, 3, 4, 6
 
 
 @dataclass(repr=False)
@@ -126,14 +122,21 @@ class _Run:
         self.needs_context = bool(getattr(engine.backend, "needs_context", False))
         #: Rust decode/parse/tokenize (None without a fast tokenizer).
         self.codec = self.fmt.codec(cfg.action_format)
+        loop = asyncio.get_running_loop()  # a run lives inside one ``stream`` call
         if self.native and self.codec is not None:
             # The whole turn (decode, parse, step, observation tokens, store) in one call.
-            self.turn_batcher = TickBatcher(self._turn_batch_native)
+            self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         elif self.native:
-            self.turn_batcher = TickBatcher(self._turn_batch)
+            self.turn_batcher = TickBatcher(self._turn_batch, loop=loop)
         else:
-            self.turn_batcher = TickBatcher(self._turn_batch_async, is_async=True)
-        self.close_batcher = TickBatcher(self._close_batch)
+            self.turn_batcher = TickBatcher(self._turn_batch_async, is_async=True, loop=loop)
+        self.close_batcher = TickBatcher(self._close_batch, loop=loop)
+        #: Native env + Rust codec + a template whose head splits cleanly: resets, first
+        #: prompts and their store appends are batched per tick too.
+        self.head = self.fmt.system_ids(self.system) if self.codec is not None else None
+        self.begin_batcher = None
+        if self.native and self.head is not None:
+            self.begin_batcher = TickBatcher(self._begin_batch_native, loop=loop)
         self.sampling = SamplingParams(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -157,30 +160,31 @@ class _Run:
 
     def _actions(self, turns: list[_Turn]) -> list[str]:
         if self.codec is not None:
-            return self.codec.actions([t.tokens for t in turns])
-        texts = self.fmt.decode_batch([t.tokens for t in turns])
+            return self.codec.actions([t[_TOKENS] for t in turns])
+        texts = self.fmt.decode_batch([t[_TOKENS] for t in turns])
         return [a or "" for a in parse_actions(texts, self.cfg.action_format)]
 
     def _record(self, turns: list[_Turn], outcomes: list[StepOutcome]) -> None:
         """Append model tokens, turn rewards and (for going-on episodes) the observation."""
         eot = self.fmt.end_of_turn_id
-        eps = [t.ep for t in turns]
-        self._segments(eps, [t.tokens for t in turns], True, [t.logprobs for t in turns])
+        eps = [t[_EP] for t in turns]
+        self._segments(eps, [t[_TOKENS] for t in turns], True, [t[_LOGPROBS] for t in turns])
         # A turn cut before its end-of-turn token gets one appended as a prompt token (mask
         # 0): the conversation stays well-formed and the token is not trained on.
-        cut = [t.ep for t in turns if not t.ended]
+        cut = [t[_EP] for t in turns if not t[_ENDED]]
         self._segments(cut, [[eot]] * len(cut), False)
         rewards = np.fromiter((o.reward for o in outcomes), np.float32, len(outcomes))
         self.store.add_turns(np.fromiter((e.key for e in eps), np.uint64, len(eps)), rewards)
         for t, o in zip(turns, outcomes):
-            t.ep.ids.extend(t.tokens)
-            if not t.ended:
-                t.ep.ids.append(eot)
-            t.ep.turns += 1
+            ep = t[_EP]
+            ep.ids.extend(t[_TOKENS])
+            if not t[_ENDED]:
+                ep.ids.append(eot)
             if o.stop_reason is not None:
-                t.ep.stop_reason = o.stop_reason
-                t.ep.error = o.error
-        going = [(t.ep, o.observation) for t, o in zip(turns, outcomes) if o.stop_reason is None]
+                ep.stop_reason = o.stop_reason
+                ep.error = o.error
+        going = [(t[_EP], o.observation) for t, o in zip(turns, outcomes)
+                 if o.stop_reason is None]
         if going:
             obs_ids = self.fmt.observation_ids([obs for _, obs in going])
             cap = self.cfg.max_total_tokens
@@ -194,54 +198,66 @@ class _Run:
             for e, ids in fits:
                 e.ids.extend(ids)
 
+    def _begin_batch_native(self, eps: list[_Episode]) -> list[list[int] | None]:
+        """Reset the tick's new episodes in one call, then their first prompts (the cached
+        head plus each observation as a user turn) go to the store and come back as the
+        episodes' context lists, in one more. Episodes closed while waiting (a timeout or
+        cancellation) are skipped and get None."""
+        live = [e for e in eps if not e.closed]
+        if not live:
+            return [None] * len(eps)
+        max_turns = self.cfg.max_turns
+        obs = self.driver.reset_batch([(e.slot, e.task, e.seed, max_turns) for e in live])
+        prompts = self.codec.prompts(self.store, [e.key for e in live], self.head, obs)
+        if len(live) == len(eps):
+            return prompts
+        got = dict(zip(map(id, live), prompts))
+        return [got.get(id(e)) for e in eps]
+
     def _turn_batch_native(self, turns: list[_Turn]) -> list[bool]:
         """One Rust call for the tick's turns of a native env: decode and parse each reply,
-        step the envs, append reply, reward and templated observation to the store. Each
-        episode's context gets exactly the tokens that were stored."""
-        live = [t for t in turns if not t.ep.closed]
+        step the envs, append reply, reward and templated observation to the store and the
+        same tokens to each episode's context list."""
+        live = [t for t in turns if not t[_EP].closed]
         if live:
-            eps = [t.ep for t in live]
-            _, stop, errors, appended = self.codec.step_turns(
-                self.driver.core_pool, self.store, [e.key for e in eps], [e.slot for e in eps],
-                [t.tokens for t in live], [t.ended for t in live], self.cfg.max_total_tokens,
-                [t.logprobs for t in live],
-            )
+            stopped, errors = self.codec.step_turn_batch(
+                self.driver.core_pool, self.store, live, self.cfg.max_total_tokens)
             ended = []  # slots whose pool episode ended (not ``length``: the engine's own cap)
-            for e, tail, code in zip(eps, appended, stop.tolist()):
-                e.ids += tail
-                e.turns += 1
-                if code >= 0:
-                    e.stop_reason = STOP_REASONS[code]
-                    if code != _LENGTH:
-                        ended.append(e.slot)
+            for i, code in stopped:
+                e = live[i][_EP]
+                e.stop_reason = STOP_REASONS[code]
+                if code != _LENGTH:
+                    ended.append(e.slot)
             for i, message in errors:
-                eps[i].error = message
+                live[i][_EP].error = message
             if ended:
                 self.driver.ended(ended)
-        return [not t.ep.closed for t in turns]
+        if len(live) == len(turns):
+            return [True] * len(turns)
+        return [not t[_EP].closed for t in turns]
 
     def _turn_batch(self, turns: list[_Turn]) -> list[StepOutcome | None]:
-        live = [t for t in turns if not t.ep.closed]
+        live = [t for t in turns if not t[_EP].closed]
         outcomes: dict[int, StepOutcome] = {}
         if live:
             actions = self._actions(live)
-            outs = self.driver.step_batch([(t.ep.slot, a) for t, a in zip(live, actions)])
+            outs = self.driver.step_batch([(t[_EP].slot, a) for t, a in zip(live, actions)])
             self._record(live, outs)
             outcomes = {id(t): o for t, o in zip(live, outs)}
         return [outcomes.get(id(t)) for t in turns]
 
     async def _turn_batch_async(self, turns: list[_Turn]) -> list[StepOutcome | None]:
-        live = [t for t in turns if not t.ep.closed]
+        live = [t for t in turns if not t[_EP].closed]
         if not live:
             return [None] * len(turns)
         actions = self._actions(live)
         if hasattr(self.driver, "step_many"):
-            outs = await self.driver.step_many([(t.ep.slot, a) for t, a in zip(live, actions)])
+            outs = await self.driver.step_many([(t[_EP].slot, a) for t, a in zip(live, actions)])
         else:
             outs = await asyncio.gather(
-                *(self.driver.step(t.ep.slot, a) for t, a in zip(live, actions))
+                *(self.driver.step(t[_EP].slot, a) for t, a in zip(live, actions))
             )
-        live = [t for t in live if not t.ep.closed]  # closed while the env was stepping
+        live = [t for t in live if not t[_EP].closed]  # closed while the env was stepping
         keep = {id(t) for t in live}
         pairs = [(t, o) for t, o in zip(turns, outs) if id(t) in keep]
         self._record([t for t, _ in pairs], [o for _, o in pairs])
@@ -251,32 +267,24 @@ class _Run:
     def _close_batch(self, eps: list[_Episode]) -> list[Trajectory]:
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
-        p = self.store.drain()
-        # Whole columns to Python once, then list slices per trajectory.
-        row = {k: i for i, k in enumerate(p["keys"].tolist())}
-        offsets, turn_offsets = p["offsets"].tolist(), p["turn_offsets"].tolist()
-        mask, logprobs = p["loss_mask"].tolist(), _core.float_list(p["logprobs"])
-        turn_rewards, rewards = p["turn_rewards"].tolist(), p["rewards"].tolist()
-        num_turns, stop = p["num_turns"].tolist(), p["stop_reason"].tolist()
+        rows = {r[0]: r for r in self.store.drain_rows()}
         env_id, now = self.driver.env_id, time.perf_counter()
         out = []
         for e in eps:
-            i = row[e.key]
-            a, b = offsets[i], offsets[i + 1]
-            ta, tb = turn_offsets[i], turn_offsets[i + 1]
+            _, mask, logprobs, turn_rewards, reward, num_turns, stop, _ = rows[e.key]
             out.append(Trajectory(
                 task_id=e.task,
                 env_id=env_id,
                 group_id=e.group_id,
                 sample_index=e.sample_index,
                 token_ids=e.ids,  # equal to the stored tokens (the engine appends to both)
-                loss_mask=mask[a:b],
-                logprobs=logprobs[a:b],
+                loss_mask=mask,
+                logprobs=logprobs,
                 prompt_len=e.prompt_len,
-                turn_rewards=turn_rewards[ta:tb],
-                reward=rewards[i],
-                num_turns=num_turns[i],
-                stop_reason=STOP_REASONS[stop[i]],
+                turn_rewards=turn_rewards,
+                reward=reward,
+                num_turns=num_turns,
+                stop_reason=STOP_REASONS[stop],
                 policy_version=e.policy_version,
                 timings={"total_s": now - e.t0, "gen_s": e.gen_s},
                 seed=e.seed,
@@ -285,13 +293,14 @@ class _Run:
         return out
 
     # -- one episode ----------------------------------------------------------------------
-    async def _generate(self, ep: _Episode, sampling: SamplingParams):
+    async def _generate(self, ep: _Episode, sampling: SamplingParams, start: int = 0,
+                        last: BackendError | None = None):
         """One reply; a ``BackendError`` is retried (fresh request id, exponential backoff)
-        up to ``backend_retries`` times, then raised."""
+        up to ``backend_retries`` times, then raised. ``start``/``last``: attempts already
+        made by the caller and the error of the last one."""
         backend = self.engine.backend
         cfg = self.cfg
-        last: Exception | None = None
-        for attempt in range(cfg.backend_retries + 1):
+        for attempt in range(start, cfg.backend_retries + 1):
             if attempt:
                 await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
             rid = f"{self.engine.run_id}-{ep.key}-{ep.turns}-{attempt}"
@@ -311,16 +320,23 @@ class _Run:
 
     async def _play(self, ep: _Episode) -> None:
         cfg = self.cfg
-        obs = await self.driver.reset(ep.slot, ep.task, ep.seed, cfg.max_turns)
-        ep.ids = self.fmt.initial_prompt(self.system, obs)
+        if self.begin_batcher is not None:
+            ep.ids = await self.begin_batcher.submit(ep)
+        else:
+            obs = await self.driver.reset(ep.slot, ep.task, ep.seed, cfg.max_turns)
+            ep.ids = self.fmt.initial_prompt(self.system, obs)
+            self.store.append(ep.key, np.array(ep.ids, np.uint32), False)
         ep.prompt_len = len(ep.ids)
-        self.store.append(ep.key, np.array(ep.ids, np.uint32), False)
         ep.policy_version = int(getattr(self.engine.backend, "policy_version", 0))
-        # Hot loop (once per turn): attribute lookups hoisted.
+        # Hot loop (once per turn): attribute lookups hoisted. Without a turn timeout the
+        # first attempt calls the backend directly (no wrapper coroutine per turn).
         cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id
         generate, submit, clock = self._generate, self.turn_batcher.submit, time.perf_counter
+        direct = self.engine.backend.generate if cfg.turn_timeout_s is None else None
+        context = (self.driver, ep.slot) if self.needs_context else None
+        key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
         while ep.stop_reason is None:
-            budget = cap - len(ep.ids)
+            budget = cap - len(ids)
             if budget <= 0:
                 ep.stop_reason = "length"
                 break
@@ -328,7 +344,19 @@ class _Run:
             if budget < sampling.max_new_tokens:
                 sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
             t0 = clock()
-            res = await generate(ep, sampling)
+            try:
+                if direct is None:
+                    res = await generate(ep, sampling)
+                elif context is None:
+                    res = await direct(ids, sampling, request_id=f"{run_id}-{key}-{ep.turns}-0")
+                else:
+                    res = await direct(ids, sampling, request_id=f"{run_id}-{key}-{ep.turns}-0",
+                                       context=context)
+            except BackendError as e:
+                if direct is None:
+                    raise
+                log.debug("backend error on episode %d turn %d: %s", key, ep.turns, e)
+                res = await generate(ep, sampling, start=1, last=e)
             ep.gen_s += clock() - t0
             toks = res.token_ids  # never mutated: stored and appended to the context as is
             ended = bool(toks) and toks[-1] == eot
@@ -338,8 +366,9 @@ class _Run:
                 ep.ids.extend(toks)
                 ep.stop_reason = "length"
                 break
-            if not await submit(_Turn((ep, toks, res.logprobs, ended))):
+            if not await submit((key, slot, toks, res.logprobs, ended, ids, ep)):
                 break  # closed meanwhile (timeout/abort)
+            ep.turns += 1
 
     async def run_episode(self, ep: _Episode) -> Trajectory:
         ep.t0 = time.perf_counter()

@@ -12,7 +12,7 @@ use pyo3::{ffi, Borrowed};
 /// incref/decref is a function call, a noticeable share of a 4,096-row batch). The pointer
 /// stays valid while the list holds the item, so callers use it only until Python code
 /// could run again (anything that may call back into Python takes `to_owned()` first).
-fn list_item<'a, 'py>(
+pub(crate) fn list_item<'a, 'py>(
     list: &'a Bound<'py, PyList>,
     i: usize,
 ) -> PyResult<Borrowed<'a, 'py, PyAny>> {

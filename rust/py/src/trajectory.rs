@@ -225,6 +225,57 @@ impl PyTrajectoryStore {
         Ok(d)
     }
 
+    /// Finished trajectories as rows, for consumers that want Python objects per
+    /// trajectory: a list of `(key, loss_mask, logprobs, turn_rewards, reward, num_turns,
+    /// stop_reason, prompt_len)` with `loss_mask` a list of 0/1, `logprobs` and
+    /// `turn_rewards` lists of floats (every 0.0 one shared object) and `stop_reason` an
+    /// index into `STOP_REASONS`. Token ids are not included (see `drain`). The lists hold
+    /// only numbers and are not tracked by the cyclic GC.
+    #[pyo3(signature = (max = None))]
+    fn drain_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        max: Option<usize>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+        let inner = &mut self.inner;
+        let b: PackedBatch = py.detach(|| inner.drain(max));
+        let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
+        let floats = |vals: &[f32]| -> PyResult<Bound<'py, pyo3::types::PyList>> {
+            let list = pyo3::types::PyList::new(
+                py,
+                vals.iter().map(|&v| {
+                    if v == 0.0 && v.is_sign_positive() {
+                        zero.clone()
+                    } else {
+                        pyo3::types::PyFloat::new(py, f64::from(v)).into_any()
+                    }
+                }),
+            )?;
+            crate::turn::untrack(&list);
+            Ok(list)
+        };
+        let rows = (0..b.keys.len())
+            .map(|i| {
+                let (a, z) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
+                let (ta, tz) = (b.turn_offsets[i] as usize, b.turn_offsets[i + 1] as usize);
+                let mask = pyo3::types::PyList::new(py, &b.loss_mask[a..z])?;
+                crate::turn::untrack(&mask);
+                (
+                    b.keys[i],
+                    mask,
+                    floats(&b.logprobs[a..z])?,
+                    floats(&b.turn_rewards[ta..tz])?,
+                    b.rewards[i],
+                    b.num_turns[i],
+                    b.stop_reason[i],
+                    b.prompt_len[i],
+                )
+                    .into_pyobject(py)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        pyo3::types::PyList::new(py, rows)
+    }
+
     fn is_live(&self, key: u64) -> bool {
         self.inner.is_live(key)
     }

@@ -1,6 +1,7 @@
 //! `_core.TurnCodec`: one rollout turn of many episodes in one call (decode, parse, env
 //! step, templated observation tokens, trajectory appends), with the GIL released.
 
+use crate::batch::list_item;
 use crate::errors::to_py;
 use crate::parse::parser;
 use crate::pool::PyEnvPool;
@@ -8,9 +9,10 @@ use crate::trajectory::PyTrajectoryStore;
 use agentgym_core::parse::DEFAULT_MAX_CHARS;
 use agentgym_core::turn::{TurnCodec, TurnInput};
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::Borrowed;
 
 type TurnResult<'py> = (
     Bound<'py, PyArray1<f32>>,
@@ -18,6 +20,9 @@ type TurnResult<'py> = (
     Vec<(usize, String)>,
     Bound<'py, PyList>,
 );
+
+/// `(stopped, errors)` of `step_turn_batch`: `(i, stop code)` and `(i, message)` rows.
+type BatchResult = (Vec<(usize, u8)>, Vec<(usize, String)>);
 
 /// Token ids above this are converted without the shared-int cache.
 const INT_CACHE_MAX: usize = 1 << 20;
@@ -32,28 +37,94 @@ pub struct PyTurnCodec {
 }
 
 impl PyTurnCodec {
-    fn int_list<'py>(&mut self, py: Python<'py>, ids: &[u32]) -> PyResult<Bound<'py, PyList>> {
-        let mut items = Vec::with_capacity(ids.len());
-        for &t in ids {
-            let i = t as usize;
-            if i >= INT_CACHE_MAX {
-                items.push(t.into_pyobject(py)?.into_any());
-                continue;
-            }
-            if i >= self.ints.len() {
-                self.ints.resize_with(i + 1, || None);
-            }
-            let obj = match &self.ints[i] {
-                Some(o) => o.bind(py).clone(),
-                None => {
-                    let o = t.into_pyobject(py)?.into_any();
-                    self.ints[i] = Some(o.clone().unbind());
-                    o
-                }
-            };
-            items.push(obj);
+    /// The shared int object of token id `t`.
+    fn int<'py>(&mut self, py: Python<'py>, t: u32) -> PyResult<Bound<'py, PyAny>> {
+        let i = t as usize;
+        if i >= INT_CACHE_MAX {
+            return Ok(t.into_pyobject(py)?.into_any());
         }
+        if i >= self.ints.len() {
+            self.ints.resize_with(i + 1, || None);
+        }
+        Ok(match &self.ints[i] {
+            Some(o) => o.bind(py).clone(),
+            None => {
+                let o = t.into_pyobject(py)?.into_any();
+                self.ints[i] = Some(o.clone().unbind());
+                o
+            }
+        })
+    }
+
+    fn int_list<'py>(&mut self, py: Python<'py>, ids: &[u32]) -> PyResult<Bound<'py, PyList>> {
+        let items = ids
+            .iter()
+            .map(|&t| self.int(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
+    }
+
+    /// `list.extend(ids)` with the shared int objects.
+    fn extend_ints(&mut self, list: &Bound<'_, PyList>, ids: &[u32]) -> PyResult<()> {
+        for &t in ids {
+            list.append(self.int(list.py(), t)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Takes a list that holds only ints or floats off the cyclic GC's books: it can never be
+/// part of a reference cycle, and the collector would otherwise visit each of its items in
+/// every collection of its generation (a context holds thousands of token ids).
+pub(crate) fn untrack(list: &Bound<'_, PyList>) {
+    // SAFETY: `list` is a valid list object and we are attached. `PyObject_GC_UnTrack` is
+    // idempotent (list deallocation calls it again) and only stops the collector from
+    // traversing the list; a list of atomic objects has no references for it to follow.
+    unsafe { pyo3::ffi::PyObject_GC_UnTrack(list.as_ptr().cast()) }
+}
+
+/// One row of `step_turn_batch`, read from a tuple `(key, slot, tokens, logprobs, ended,
+/// context, ...)`.
+struct TurnRow {
+    key: u64,
+    slot: usize,
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    ended: bool,
+}
+
+impl TurnRow {
+    /// The row and its context list.
+    fn extract<'py>(row: Borrowed<'_, 'py, PyAny>) -> PyResult<(Self, Bound<'py, PyList>)> {
+        let t = row.cast::<PyTuple>().map_err(|_| {
+            PyTypeError::new_err(
+                "each turn must be a tuple (key, slot, tokens, logprobs, ended, context, ...)",
+            )
+        })?;
+        if t.len() < 6 {
+            return Err(PyValueError::new_err(format!(
+                "a turn tuple needs 6 items (key, slot, tokens, logprobs, ended, context), got {}",
+                t.len()
+            )));
+        }
+        let logprobs = t.get_borrowed_item(3)?;
+        let context = t
+            .get_borrowed_item(5)?
+            .cast::<PyList>()
+            .map_err(|_| PyTypeError::new_err("a turn's context must be a list of token ids"))?
+            .to_owned();
+        let row = Self {
+            key: t.get_borrowed_item(0)?.extract()?,
+            slot: t.get_borrowed_item(1)?.extract()?,
+            tokens: t.get_borrowed_item(2)?.extract()?,
+            logprobs: if logprobs.is_none() {
+                Vec::new()
+            } else {
+                logprobs.extract()?
+            },
+            ended: t.get_borrowed_item(4)?.extract()?,
+        };
+        Ok((row, context))
     }
 }
 
@@ -207,6 +278,115 @@ impl PyTurnCodec {
             errors,
             PyList::new(py, appended)?,
         ))
+    }
+
+    /// The first prompt of many episodes: `head` (the conversation's token ids before the
+    /// first user turn) followed by each observation as a templated user turn, appended to
+    /// the store as episode `keys[i]`'s prompt (mask 0) and returned as one list of token
+    /// ids per episode. Every key must be live in the store; a failing call changes nothing.
+    fn prompts<'py>(
+        &mut self,
+        py: Python<'py>,
+        mut store: PyRefMut<'py, PyTrajectoryStore>,
+        keys: Vec<u64>,
+        head: Vec<u32>,
+        observations: Vec<String>,
+    ) -> PyResult<Vec<Bound<'py, PyList>>> {
+        if keys.len() != observations.len() {
+            return Err(PyValueError::new_err(format!(
+                "prompts got {} keys and {} observations; lengths must match",
+                keys.len(),
+                observations.len()
+            )));
+        }
+        let inner = &mut self.inner;
+        let store = &mut store.inner;
+        let flat = py
+            .detach(|| -> agentgym_core::Result<(Vec<u32>, Vec<i64>)> {
+                let refs: Vec<&str> = observations.iter().map(String::as_str).collect();
+                let (ids, _) = inner.observation_ids(&refs)?;
+                let mut flat = Vec::with_capacity(ids.iter().map(|o| head.len() + o.len()).sum());
+                let mut offsets = Vec::with_capacity(ids.len() + 1);
+                offsets.push(0i64);
+                for o in &ids {
+                    flat.extend_from_slice(&head);
+                    flat.extend_from_slice(o);
+                    offsets.push(flat.len() as i64);
+                }
+                let model = vec![false; keys.len()];
+                store.append_batch(&keys, &flat, &offsets, &model, &[])?;
+                Ok((flat, offsets))
+            })
+            .map_err(to_py)?;
+        let (flat, offsets) = flat;
+        offsets
+            .windows(2)
+            .map(|w| {
+                let list = self.int_list(py, &flat[w[0] as usize..w[1] as usize])?;
+                untrack(&list);
+                Ok(list)
+            })
+            .collect()
+    }
+
+    /// `step_turns` for an engine that keeps each episode's context as a Python list:
+    /// `turns` are tuples `(key, slot, tokens, logprobs, ended, context, ...)` (extra items
+    /// are ignored; `logprobs` may be None). Each `context` list is extended in place with
+    /// exactly the tokens appended to the store (reply, closing end-of-turn token where the
+    /// model did not emit it, templated observation). Returns `(stopped, errors)`:
+    /// `(i, code)` for each episode that ended this turn (`code` indexes `STOP_REASONS`) and
+    /// `(i, message)` of `env_error` episodes. A failing call changes nothing.
+    fn step_turn_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        mut pool: PyRefMut<'py, PyEnvPool>,
+        mut store: PyRefMut<'py, PyTrajectoryStore>,
+        turns: &Bound<'py, PyList>,
+        max_total_tokens: usize,
+    ) -> PyResult<BatchResult> {
+        let mut rows = Vec::with_capacity(turns.len());
+        let mut contexts = Vec::with_capacity(turns.len());
+        let mut i = 0;
+        while i < turns.len() {
+            let (row, context) = TurnRow::extract(list_item(turns, i)?)?;
+            rows.push(row);
+            contexts.push(context);
+            i += 1;
+        }
+        let inner = &mut self.inner;
+        let pool = &mut pool.inner;
+        let store = &mut store.inner;
+        let out = py
+            .detach(|| {
+                let inputs: Vec<TurnInput> = rows
+                    .iter()
+                    .map(|r| TurnInput {
+                        key: r.key,
+                        slot: r.slot,
+                        tokens: &r.tokens,
+                        logprobs: &r.logprobs,
+                        ended: r.ended,
+                    })
+                    .collect();
+                inner.step_turns(pool, store, &inputs, max_total_tokens)
+            })
+            .map_err(to_py)?;
+        for (context, tail) in contexts.iter().zip(&out.appended) {
+            self.extend_ints(context, tail)?;
+        }
+        let stopped = out
+            .stop
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|r| (i, r as u8)))
+            .collect();
+        let errors = out
+            .errors
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.map(|m| (i, m)))
+            .collect();
+        Ok((stopped, errors))
     }
 }
 
