@@ -261,7 +261,7 @@ def test_drain_rows_match_drain_and_are_untracked():
     p = filled().drain()
     rows = filled().drain_rows()
     assert [r[0] for r in rows] == p["keys"].tolist()
-    for i, (key, mask, lps, turn_rewards, reward, num_turns, stop, prompt_len) in enumerate(rows):
+    for i, (_, mask, lps, turn_rewards, reward, num_turns, stop, prompt_len) in enumerate(rows):
         a, b = p["offsets"][i], p["offsets"][i + 1]
         assert mask == p["loss_mask"][a:b].tolist()
         assert lps == p["logprobs"][a:b].tolist()

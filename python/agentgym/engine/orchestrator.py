@@ -22,7 +22,6 @@ import contextlib
 import gc
 import itertools
 import logging
-import operator
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
