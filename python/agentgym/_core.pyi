@@ -122,6 +122,11 @@ class TrajectoryStore:
     def discard(self, key: int) -> None: ...
     def finish_all(self, stop_reason: str) -> int: ...
     def drain(self, max: int | None = None) -> dict[str, np.ndarray]: ...
+    def drain_rows(
+        self, max: int | None = None
+    ) -> list[tuple[int, list[int], list[float], list[float], float, int, int, int]]:
+        """``(key, loss_mask, logprobs, turn_rewards, reward, num_turns, stop_reason,
+        prompt_len)`` per finished trajectory (no token ids); the lists are GC-untracked."""
     def is_live(self, key: int) -> bool: ...
     def __contains__(self, key: int) -> bool: ...
     def num_tokens(self, key: int) -> int: ...
@@ -184,3 +189,22 @@ class TurnCodec:
         """``(rewards, stop, errors, appended)``: ``stop[i]`` is -1 while episode i goes on,
         else an index into ``STOP_REASONS``; ``errors`` are ``(i, message)`` of env errors;
         ``appended[i]`` the tokens added to episode i's context this turn."""
+    def step_turn_batch(
+        self,
+        pool: EnvPool,
+        store: TrajectoryStore,
+        turns: list[tuple],
+        max_total_tokens: int,
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+        """``turns``: tuples ``(key, slot, tokens, logprobs | None, ended, context, ...)``;
+        each ``context`` list is extended in place with the tokens stored this turn. Returns
+        ``(stopped, errors)``: ``(i, STOP_REASONS index)`` and ``(i, message)`` rows."""
+    def prompts(
+        self,
+        store: TrajectoryStore,
+        keys: list[int],
+        head: list[int],
+        observations: list[str],
+    ) -> list[list[int]]:
+        """``head`` + each observation as a templated user turn: appended to the store as
+        episode ``keys[i]``'s prompt and returned as GC-untracked lists."""
