@@ -99,6 +99,13 @@ fn observations(rows: usize, chunks: Vec<Option<TextChunk>>) -> Observations {
     Observations::from_chunks(rows, chunks)
 }
 
+/// Whether a batch of `n` rows runs on more than one thread (else [`EpisodePool::step_with`]
+/// and [`EpisodePool::reset_with`] call their sink once, after the whole batch, and a
+/// caller gains nothing by giving up a lock for the duration of the sink).
+pub fn runs_in_parallel(n: usize) -> bool {
+    n >= PAR_MIN_LEN && rayon::current_num_threads() > 1
+}
+
 /// One chunk of a step batch: its rows' inputs and output slices.
 struct StepChunk<'a> {
     ids: &'a [usize],

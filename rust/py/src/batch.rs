@@ -215,7 +215,7 @@ impl StrList {
     }
 
     /// Sets items `first..first + chunk.len()` to the chunk's rows (attaching to the
-    /// interpreter for the duration). After an error the rest of the batch is skipped and
+    /// interpreter for the duration; cheap when the caller is attached already). After an error the rest of the batch is skipped and
     /// [`finish`](Self::finish) reports it.
     pub fn fill(&mut self, first: usize, chunk: &TextChunk) {
         if self.err.is_some() {

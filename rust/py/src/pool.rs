@@ -3,7 +3,7 @@
 
 use crate::batch::{self, Actions, StrList};
 use crate::errors::to_py;
-use agentgym_core::pool::ResetSpec;
+use agentgym_core::pool::{runs_in_parallel, ResetSpec};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -104,8 +104,18 @@ impl PyEnvPool {
             .collect();
         let mut list = StrList::new(py, specs.len())?;
         let inner = &mut self.inner;
-        py.detach(|| inner.reset_with(&specs, |first, chunk| list.fill(first, &chunk)))
-            .map_err(to_py)?;
+        if runs_in_parallel(specs.len()) {
+            py.detach(|| inner.reset_with(&specs, |first, chunk| list.fill(first, &chunk)))
+                .map_err(to_py)?;
+        } else {
+            // One chunk on this thread: build the strings after, without a GIL round trip.
+            let mut chunks = Vec::with_capacity(1);
+            let done = py.detach(|| inner.reset_with(&specs, |f, c| chunks.push((f, c))));
+            done.map_err(to_py)?;
+            chunks
+                .iter()
+                .for_each(|(first, chunk)| list.fill(*first, chunk));
+        }
         list.finish(py)
     }
 
@@ -124,9 +134,18 @@ impl PyEnvPool {
         let mut list = StrList::new(py, ids.len())?;
         let inner = &mut self.inner;
         let actions = actions.as_strs();
-        let out = py
-            .detach(|| inner.step_with(&ids, &actions, |first, chunk| list.fill(first, &chunk)))
-            .map_err(to_py)?;
+        let out = if runs_in_parallel(ids.len()) {
+            py.detach(|| inner.step_with(&ids, &actions, |first, chunk| list.fill(first, &chunk)))
+        } else {
+            // One chunk on this thread: build the strings after, without a GIL round trip.
+            let mut chunks = Vec::with_capacity(1);
+            let out = py.detach(|| inner.step_with(&ids, &actions, |f, c| chunks.push((f, c))));
+            chunks
+                .iter()
+                .for_each(|(first, chunk)| list.fill(*first, chunk));
+            out
+        }
+        .map_err(to_py)?;
         Ok((
             list.finish(py)?,
             PyArray1::from_slice(py, &out.rewards),
