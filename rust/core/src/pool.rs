@@ -17,8 +17,7 @@ use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
 use crate::error::{CoreError, Result};
 use crate::registry::{self, Kwargs, MakeFn};
-use obs::TextChunk;
-pub use obs::{Iter as ObservationsIter, Observations};
+pub use obs::{Iter as ObservationsIter, Observations, TextChunk};
 use parking_lot::Mutex;
 use rayon::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -45,6 +44,15 @@ pub struct StepBatch {
     pub truncated: Vec<bool>,
 }
 
+/// Rewards and end flags of a batched step whose observations went to a sink
+/// ([`EpisodePool::step_with`]), in the order of the slot ids given.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct StepOutcome {
+    pub rewards: Vec<f32>,
+    pub terminated: Vec<bool>,
+    pub truncated: Vec<bool>,
+}
+
 /// One slot's reset request.
 #[derive(Debug, Clone)]
 pub struct ResetSpec {
@@ -63,6 +71,39 @@ fn chunk_rows(n: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     n.div_ceil(threads * 4)
         .clamp(PAR_MIN_LEN / 4, MAX_CHUNK_ROWS)
+}
+
+/// Text bytes per row to reserve for the next batch, from this one's `text_len` over `rows`:
+/// a quarter above the mean, so that a chunk rarely outgrows its buffer (growing it copies
+/// everything written so far).
+fn size_hint(text_len: usize, rows: usize) -> usize {
+    let mean = text_len / rows.max(1);
+    mean + mean / 4 + 16
+}
+
+/// A sink for [`EpisodePool::step_with`] / [`EpisodePool::reset_with`] that keeps every
+/// chunk, at its position, for [`observations`].
+fn collect_chunk(chunks: &mut Vec<Option<TextChunk>>, rows: usize, first: usize, c: TextChunk) {
+    let k = first / rows;
+    if chunks.len() <= k {
+        chunks.resize_with(k + 1, || None);
+    }
+    chunks[k] = Some(c);
+}
+
+fn observations(rows: usize, chunks: Vec<Option<TextChunk>>) -> Observations {
+    let chunks = chunks
+        .into_iter()
+        .map(|c| c.expect("every chunk delivered"))
+        .collect();
+    Observations::from_chunks(rows, chunks)
+}
+
+/// Whether a batch of `n` rows runs on more than one thread (else [`EpisodePool::step_with`]
+/// and [`EpisodePool::reset_with`] call their sink once, after the whole batch, and a
+/// caller gains nothing by giving up a lock for the duration of the sink).
+pub fn runs_in_parallel(n: usize) -> bool {
+    n >= PAR_MIN_LEN && rayon::current_num_threads() > 1
 }
 
 /// One chunk of a step batch: its rows' inputs and output slices.
@@ -275,6 +316,23 @@ impl EpisodePool {
     /// whole batch ran; the rejecting slots are left finished with `env_error`). A panicking
     /// env ends its episode with `env_error` and its observation says so.
     pub fn reset(&mut self, specs: &[ResetSpec]) -> Result<Observations> {
+        let rows = chunk_rows(specs.len());
+        let mut chunks = Vec::new();
+        self.reset_with(specs, |first, chunk| {
+            collect_chunk(&mut chunks, rows, first, chunk)
+        })?;
+        Ok(observations(rows, chunks))
+    }
+
+    /// [`reset`](Self::reset) that hands the observations to `sink` chunk by chunk, on the
+    /// calling thread, as soon as each chunk of consecutive rows is done (in any order):
+    /// `sink(first_row, chunk)`. Errors are those of `reset`; on an error the sink may
+    /// already have received chunks of the batch.
+    pub fn reset_with(
+        &mut self,
+        specs: &[ResetSpec],
+        mut sink: impl FnMut(usize, TextChunk),
+    ) -> Result<()> {
         self.check_ids(specs.iter().map(|s| s.slot))?;
         let make = self.make;
         let kwargs = &self.kwargs;
@@ -295,26 +353,51 @@ impl EpisodePool {
             }
             (text, first_err)
         };
-        let results = share::run_shared(specs.chunks(rows).collect(), run);
-        let mut chunks = Vec::with_capacity(results.len());
-        let mut first_err = None;
-        for (text, err) in results {
-            chunks.push(text);
-            if let (None, Some(e)) = (&first_err, err) {
-                first_err = Some(e);
+        // The first error in row order, whichever chunk finished first.
+        let mut first_err: Option<(usize, CoreError)> = None;
+        let mut text_len = 0;
+        share::run_shared(specs.chunks(rows).collect(), run, |k, (text, err)| {
+            if let Some(e) = err {
+                if first_err.as_ref().is_none_or(|(at, _)| k < *at) {
+                    first_err = Some((k, e));
+                }
             }
-        }
-        if let Some(e) = first_err {
+            text_len += text.text_len();
+            sink(k * rows, text);
+        });
+        if let Some((_, e)) = first_err {
             return Err(e);
         }
-        let obs = Observations::from_chunks(rows, chunks);
-        self.reset_bytes_hint = obs.text_len() / obs.len().max(1) + 16;
-        Ok(obs)
+        self.reset_bytes_hint = size_hint(text_len, specs.len());
+        Ok(())
     }
 
     /// Step the given slots with one action each. Errors (out of range, duplicate id, a slot
     /// not running) are reported before anything is stepped.
     pub fn step(&mut self, ids: &[usize], actions: &[&str]) -> Result<StepBatch> {
+        let rows = chunk_rows(ids.len());
+        let mut chunks = Vec::new();
+        let out = self.step_with(ids, actions, |first, chunk| {
+            collect_chunk(&mut chunks, rows, first, chunk)
+        })?;
+        Ok(StepBatch {
+            observations: observations(rows, chunks),
+            rewards: out.rewards,
+            terminated: out.terminated,
+            truncated: out.truncated,
+        })
+    }
+
+    /// [`step`](Self::step) that hands the observations to `sink` chunk by chunk, on the
+    /// calling thread, as soon as each chunk of consecutive rows is done (in any order):
+    /// `sink(first_row, chunk)`. The bindings build Python strings there while other
+    /// threads keep stepping. On an error nothing is stepped and the sink is not called.
+    pub fn step_with(
+        &mut self,
+        ids: &[usize],
+        actions: &[&str],
+        mut sink: impl FnMut(usize, TextChunk),
+    ) -> Result<StepOutcome> {
         if ids.len() != actions.len() {
             return Err(CoreError::InvalidArgument(format!(
                 "got {} slot ids but {} actions",
@@ -359,19 +442,25 @@ impl EpisodePool {
             });
         }
         let slots = &self.slots;
-        let chunks = share::run_shared(jobs, |mut job: StepChunk<'_>| {
-            for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
-                prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
-                let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
-                job.text.end_row();
-                (job.rewards[k], job.terminated[k], job.truncated[k]) = (r, te, tr);
-            }
-            job.text
-        });
-        let observations = Observations::from_chunks(rows, chunks);
-        self.step_bytes_hint = observations.text_len() / n.max(1) + 8;
-        Ok(StepBatch {
-            observations,
+        let mut text_len = 0;
+        share::run_shared(
+            jobs,
+            |mut job: StepChunk<'_>| {
+                for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
+                    prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
+                    let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
+                    job.text.end_row();
+                    (job.rewards[k], job.terminated[k], job.truncated[k]) = (r, te, tr);
+                }
+                job.text
+            },
+            |k, text| {
+                text_len += text.text_len();
+                sink(k * rows, text);
+            },
+        );
+        self.step_bytes_hint = size_hint(text_len, n);
+        Ok(StepOutcome {
             rewards,
             terminated,
             truncated,

@@ -1,7 +1,7 @@
 //! Batch conversions of the pool bindings: slot ids and actions in, observations out, with
 //! no per-element Python objects kept and no per-element Rust allocation.
 
-use agentgym_core::pool::Observations;
+use agentgym_core::pool::TextChunk;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
@@ -186,7 +186,78 @@ impl Actions {
     }
 }
 
-/// A Python list of str, one per row, each built straight from the packed text.
-pub fn str_list<'py>(py: Python<'py>, obs: &Observations) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(py, obs.iter())
+/// A Python list of `n` str, filled chunk by chunk from the packed observation text while
+/// the batch is still running: [`StrList::fill`] is called from the batch's sink on the
+/// calling thread with the GIL released, takes the GIL back for one chunk, and lets go of it
+/// again, so building the strings overlaps the other threads' stepping.
+pub struct StrList {
+    /// Created by `PyList_New(n)`: items start out NULL and are set exactly once each.
+    list: Py<PyList>,
+    filled: usize,
+    err: Option<PyErr>,
+}
+
+impl StrList {
+    pub fn new(py: Python<'_>, n: usize) -> PyResult<Self> {
+        // SAFETY: attached (we hold `py`). `PyList_New` returns a new reference or NULL
+        // with an error set. Its NULL items are legal for the list's own code (dealloc and
+        // GC skip them), and the list reaches Python code only from `finish`, once every
+        // item has been set.
+        let list = unsafe {
+            Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?
+                .cast_into_unchecked::<PyList>()
+        };
+        Ok(Self {
+            list: list.unbind(),
+            filled: 0,
+            err: None,
+        })
+    }
+
+    /// Sets items `first..first + chunk.len()` to the chunk's rows (attaching to the
+    /// interpreter for the duration; cheap when the caller is attached already). After an error the rest of the batch is skipped and
+    /// [`finish`](Self::finish) reports it.
+    pub fn fill(&mut self, first: usize, chunk: &TextChunk) {
+        if self.err.is_some() {
+            return;
+        }
+        Python::attach(|py| {
+            let list = self.list.as_ptr();
+            for (i, row) in chunk.rows().enumerate() {
+                // SAFETY: attached; `row` is valid UTF-8 of `row.len()` bytes.
+                // `PyUnicode_FromStringAndSize` returns a new reference or NULL with an
+                // error set.
+                let s = unsafe {
+                    ffi::PyUnicode_FromStringAndSize(
+                        row.as_ptr().cast(),
+                        row.len() as ffi::Py_ssize_t,
+                    )
+                };
+                if s.is_null() {
+                    self.err = Some(PyErr::fetch(py));
+                    return;
+                }
+                // SAFETY: `list` is our list of `n` items and `first + i < n` (the pool
+                // delivers each row of the batch once); `PyList_SetItem` steals `s` (and
+                // releases the item's previous value, NULL here). It only fails for a bad
+                // index or a non-list, neither of which can happen.
+                unsafe { ffi::PyList_SetItem(list, (first + i) as ffi::Py_ssize_t, s) };
+                self.filled += 1;
+            }
+        });
+    }
+
+    /// The list, once every item is set; else the error that stopped the filling.
+    pub fn finish(self, py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+        if let Some(err) = self.err {
+            return Err(err);
+        }
+        let list = self.list.into_bound(py);
+        assert_eq!(
+            self.filled,
+            list.len(),
+            "every observation row was delivered"
+        );
+        Ok(list)
+    }
 }

@@ -1,9 +1,9 @@
 //! `_core.EnvPool`: the Rust episode pool. The Python wrapper `agentgym.EnvPool` fills in
 //! defaults; this class takes fully specified batches.
 
-use crate::batch::{self, Actions};
+use crate::batch::{self, Actions, StrList};
 use crate::errors::to_py;
-use agentgym_core::pool::ResetSpec;
+use agentgym_core::pool::{runs_in_parallel, ResetSpec};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -102,13 +102,27 @@ impl PyEnvPool {
                 max_turns,
             })
             .collect();
+        let mut list = StrList::new(py, specs.len())?;
         let inner = &mut self.inner;
-        let obs = py.detach(|| inner.reset(&specs)).map_err(to_py)?;
-        batch::str_list(py, &obs)
+        if runs_in_parallel(specs.len()) {
+            py.detach(|| inner.reset_with(&specs, |first, chunk| list.fill(first, &chunk)))
+                .map_err(to_py)?;
+        } else {
+            // One chunk on this thread: build the strings after, without a GIL round trip.
+            let mut chunks = Vec::with_capacity(1);
+            let done = py.detach(|| inner.reset_with(&specs, |f, c| chunks.push((f, c))));
+            done.map_err(to_py)?;
+            chunks
+                .iter()
+                .for_each(|(first, chunk)| list.fill(*first, chunk));
+        }
+        list.finish(py)
     }
 
     /// Step slots `ids` (a list or numpy array of ints) with one action each (a list of
-    /// str): (observations, rewards, terminated, truncated).
+    /// str): (observations, rewards, terminated, truncated). The envs step without the GIL;
+    /// the observation strings are built chunk by chunk as chunks finish, while the other
+    /// threads keep stepping.
     fn step<'py>(
         &mut self,
         py: Python<'py>,
@@ -117,11 +131,23 @@ impl PyEnvPool {
     ) -> PyResult<StepResult<'py>> {
         let ids = batch::slot_ids(ids)?;
         let actions = Actions::extract(actions)?;
+        let mut list = StrList::new(py, ids.len())?;
         let inner = &mut self.inner;
         let actions = actions.as_strs();
-        let out = py.detach(|| inner.step(&ids, &actions)).map_err(to_py)?;
+        let out = if runs_in_parallel(ids.len()) {
+            py.detach(|| inner.step_with(&ids, &actions, |first, chunk| list.fill(first, &chunk)))
+        } else {
+            // One chunk on this thread: build the strings after, without a GIL round trip.
+            let mut chunks = Vec::with_capacity(1);
+            let out = py.detach(|| inner.step_with(&ids, &actions, |f, c| chunks.push((f, c))));
+            chunks
+                .iter()
+                .for_each(|(first, chunk)| list.fill(*first, chunk));
+            out
+        }
+        .map_err(to_py)?;
         Ok((
-            batch::str_list(py, &out.observations)?,
+            list.finish(py)?,
             PyArray1::from_slice(py, &out.rewards),
             PyArray1::from_slice(py, &out.terminated),
             PyArray1::from_slice(py, &out.truncated),

@@ -16,7 +16,7 @@ pub struct Observations {
 
 /// Consecutive rows of a batch: their texts back to back, and where each one ends.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct TextChunk {
+pub struct TextChunk {
     pub(crate) text: String,
     ends: Vec<usize>,
 }
@@ -42,6 +42,30 @@ impl TextChunk {
     fn row(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.text[start..self.ends[i]]
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Total bytes of text over all rows.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// The rows' texts in order.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let s = &self.text[start..end];
+            start = end;
+            s
+        })
     }
 }
 
@@ -173,6 +197,9 @@ mod tests {
         assert_eq!(obs.get(4), Some("last"));
         assert_eq!(obs.get(5), None);
         assert!(Observations::default().is_empty());
+        let c = chunk(&["héllo", "", "x"]);
+        assert_eq!(c.rows().collect::<Vec<_>>(), vec!["héllo", "", "x"]);
+        assert_eq!((c.len(), c.text_len(), c.is_empty()), (3, 7, false));
         assert_eq!(Observations::default().iter().next(), None);
     }
 }
