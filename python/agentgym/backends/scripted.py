@@ -35,8 +35,8 @@ class ScriptedBackend:
         self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
         self.policy_version = 0
         self.requests = 0
-        #: action -> (token ids, logprobs), shared by all results of that action.
-        self._cache: dict[str, tuple[list[int], list[float]]] = {}
+        #: action -> (token ids, logprobs, whole-reply result), shared by all its answers.
+        self._cache: dict[str, tuple[list[int], list[float], GenerateResult]] = {}
         fast = getattr(tokenizer, "backend_tokenizer", None)
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
@@ -66,20 +66,22 @@ class ScriptedBackend:
         if not isinstance(action, str):  # no oracle, or one that answers asynchronously
             action = await self._choose(driver, slot, request_id, action)
         hit = self._cache.get(action)
-        if hit is None:
+        if hit is None or hit[2].policy_version != self.policy_version:
             ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]
             if len(self._cache) > 65536:
                 self._cache.clear()
-            hit = self._cache[action] = (ids, [0.0] * len(ids))
-        ids, logprobs = hit
+            lps = [0.0] * len(ids)
+            hit = self._cache[action] = (ids, lps, GenerateResult(
+                token_ids=ids, logprobs=lps, finish_reason="stop",
+                policy_version=self.policy_version))
+        ids, logprobs, whole = hit
         if len(ids) > sampling.max_new_tokens:
             n = sampling.max_new_tokens
             return GenerateResult(token_ids=ids[:n], logprobs=logprobs[:n], finish_reason="length",
                                   policy_version=self.policy_version)
-        # The lists are shared between results of the same action: treat them as read-only
-        # (the engine does).
-        return GenerateResult(token_ids=ids, logprobs=logprobs, finish_reason="stop",
-                              policy_version=self.policy_version)
+        # The result and its lists are shared by every answer of the same action: treat
+        # them as read-only (the engine does).
+        return whole
 
     async def abort(self, request_id: str) -> None:
         return None

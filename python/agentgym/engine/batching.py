@@ -76,13 +76,14 @@ class TickBatcher(Generic[T, R]):
     def _deliver(futures, results=None, error: BaseException | None = None) -> None:
         if error is None and len(results) != len(futures):
             error = RuntimeError(f"batch produced {len(results)} results for {len(futures)} items")
-        for i, fut in enumerate(futures):
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(results[i])
+        if error is not None:
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(error)
+            return
+        for fut, result in zip(futures, results):
+            if not fut.done():  # a cancelled waiter's result is dropped
+                fut.set_result(result)
 
     def _flush(self) -> None:
         items, futures = self._take()
