@@ -174,25 +174,11 @@ impl TextCraft {
         self.book.lookup_text(text)
     }
 
-    fn held(&self, name: u32) -> u64 {
-        self.inventory
-            .iter()
-            .find(|e| e.0 == name)
-            .map_or(0, |e| e.1)
-    }
-
-    fn add(&mut self, name: u32, count: u64) {
-        match self.inventory.iter_mut().find(|e| e.0 == name) {
-            Some(e) => e.1 = e.1.saturating_add(count),
-            None => self.inventory.push((name, count)),
-        }
-    }
-
     /// Draws the commands of an indexed task (or a spec without commands) into `listed`.
     fn draw_commands(&mut self, seed: u64) {
         let book = &*self.book;
         let plan = book.plan(self.goal);
-        let mut rng = SplitMix64::new(seed ^ spec::fnv1a64(&book.name(self.goal).id));
+        let mut rng = SplitMix64::new(seed ^ plan.id_hash);
         self.listed.clear();
         self.listed.extend_from_slice(&plan.needed);
         SCRATCH.with_borrow_mut(|(buf, pool, stamps, epoch, swaps)| {
@@ -254,7 +240,7 @@ impl TextCraft {
     fn get(&mut self, count: u64, text: &str, obs: &mut String) -> (f32, bool) {
         match self.lookup(text) {
             Some(name) if self.book.name(name).gettable() => {
-                self.add(name, count);
+                add(&mut self.inventory, name, count);
                 obs.push_str("Got ");
                 push_decimal(obs, count);
                 obs.push(' ');
@@ -282,79 +268,50 @@ impl TextCraft {
     }
 
     fn craft(&mut self, out_text: &str, ins_text: &str, obs: &mut String) -> (f32, bool) {
-        let (out_count, out_text) = split_count(out_text).unwrap_or((1, out_text));
-        let out = self.lookup(out_text);
-        let out_is_tag = out.is_some_and(|o| self.book.name(o).is_tag);
-        PARTS.with_borrow_mut(|parts| {
-            parts.clear();
-            for piece in split_commas(ins_text) {
-                let piece = spec::py_strip(piece);
-                let Some((count, text)) = split_count(piece) else {
-                    return fail(obs, &["Wrong item format: ", piece]);
-                };
-                let name = self.lookup(text);
-                let is_tag = name.is_some_and(|n| self.book.name(n).is_tag);
-                parts.push(Part {
-                    name,
-                    count,
-                    is_tag,
-                });
-            }
-            if !self.has_parts(parts) {
-                const MSG: &str = "Could not find enough items to craft ";
-                return match (out, out_is_tag) {
-                    (_, true) => fail(obs, &[MSG, "None"]),
-                    (Some(o), false) => fail(obs, &[MSG, &self.book.name(o).id]),
-                    (None, false) => {
-                        push_id(&mut self.key, out_text);
-                        fail(obs, &[MSG, &self.key])
-                    }
-                };
-            }
-            let recipe = match out {
-                Some(o) if !out_is_tag => self.find_recipe(o, parts),
-                _ => None,
-            };
-            let Some(r) = recipe else {
-                push_id(&mut self.key, out_text);
-                let id = spec::py_repr(&self.key);
-                let tag = if out_is_tag {
-                    format!("ItemTag(tag={id}, item_id=None)")
-                } else {
-                    format!("ItemTag(tag=None, item_id={id})")
-                };
-                use std::fmt::Write;
-                let _ = write!(
-                    obs,
-                    "Could not find a valid recipe for ItemTagWithCount(item_tag={tag}, \
-                     count={out_count})"
-                );
-                return (0.0, false);
-            };
-            for p in parts.iter() {
-                let name = p.name.expect("checked by has_parts");
-                let pos = self
-                    .inventory
-                    .iter()
-                    .position(|e| e.0 == name)
-                    .expect("held");
-                self.inventory[pos].1 -= p.count;
-                if self.inventory[pos].1 == 0 {
-                    self.inventory.remove(pos);
-                }
-            }
-            let recipe: &Recipe = self.book.recipe(r);
-            let (output, count) = (recipe.output, recipe.count);
-            obs.push_str(&recipe.crafted);
-            self.add(output, count);
-            outcome(output == self.goal)
+        let book = &*self.book;
+        PARTS.with_borrow_mut(|parts| match parse_craft(book, out_text, ins_text, parts) {
+            Ok((head, out_text)) => craft_parsed(
+                book,
+                &mut self.inventory,
+                &mut self.key,
+                self.goal,
+                &head,
+                out_text,
+                parts,
+                |book| head_recipe(book, &head, parts),
+                obs,
+            ),
+            Err(piece) => fail(obs, &["Wrong item format: ", piece]),
         })
+    }
+
+    /// `craft` of a line that is exactly a recipe's command text, from its precomputed
+    /// parse; None (nothing written) for any other line.
+    fn listed_command(&mut self, line: &str, obs: &mut String) -> Option<(f32, bool)> {
+        let book = &*self.book;
+        let c = book.command(line)?;
+        let out_text = &line[c.out_text.0 as usize..c.out_text.1 as usize];
+        Some(craft_parsed(
+            book,
+            &mut self.inventory,
+            &mut self.key,
+            self.goal,
+            &c.head,
+            out_text,
+            &c.parts,
+            |_| c.recipe,
+            obs,
+        ))
     }
 
     /// One action under AgentGym's server rules: only the first `line` of `action` counts;
     /// `craft A using B` (split at the last " using "), `get N item`, `inventory...`.
     fn apply(&mut self, line: &str, action: &str, obs: &mut String) -> (f32, bool) {
         if let Some(rest) = line.strip_prefix("craft ") {
+            // A listed command exactly: its parse is precomputed (the same parse as below).
+            if let Some(out) = self.listed_command(line, obs) {
+                return out;
+            }
             // the last " using " (the regex's greedy first group)
             if let Some(p) = rfind_using(rest) {
                 return self.craft(&rest[..p], &rest[p + 7..], obs);
@@ -371,58 +328,211 @@ impl TextCraft {
         }
         fail(obs, &["Could not execute ", action])
     }
+}
 
-    /// AgentGym's `has_items` (every part a held item with enough count), plus a check that
-    /// repeated parts of one item fit together.
-    fn has_parts(&self, parts: &[Part]) -> bool {
-        for (k, p) in parts.iter().enumerate() {
-            let Some(name) = p.name else { return false };
-            if p.is_tag || !self.inventory.iter().any(|e| e.0 == name) {
-                return false;
+/// What `craft` reads from its output text: `(count, name, name is a tag)`.
+#[derive(Clone, Copy)]
+struct CraftHead {
+    out_count: u64,
+    out: Option<u32>,
+    out_is_tag: bool,
+}
+
+/// A `craft` command parsed once: the head, where the output text lies in the command
+/// line, and the parts (what [`parse_craft`] gives for that line).
+pub(crate) struct ParsedCommand {
+    /// The command line itself.
+    pub(crate) text: Box<str>,
+    head: CraftHead,
+    out_text: (u32, u32),
+    parts: Box<[Part]>,
+    /// What [`find_recipe`] gives for the head and parts (a function of the book only).
+    recipe: Option<u32>,
+}
+
+/// Parses `craft OUT using INS` (the text after `craft `, split at the last ` using `):
+/// the head and the output text after its count, with the parts in `parts`; `Err(piece)`
+/// for a part that is no `N item`.
+fn parse_craft<'a, 'b>(
+    book: &Book,
+    out_text: &'b str,
+    ins_text: &'a str,
+    parts: &mut Vec<Part>,
+) -> std::result::Result<(CraftHead, &'b str), &'a str> {
+    let (out_count, out_text) = split_count(out_text).unwrap_or((1, out_text));
+    let out = book.lookup_text(out_text);
+    let out_is_tag = out.is_some_and(|o| book.name(o).is_tag);
+    parts.clear();
+    for piece in split_commas(ins_text) {
+        let piece = spec::py_strip(piece);
+        let Some((count, text)) = split_count(piece) else {
+            return Err(piece);
+        };
+        let name = book.lookup_text(text);
+        let is_tag = name.is_some_and(|n| book.name(n).is_tag);
+        parts.push(Part {
+            name,
+            count,
+            is_tag,
+        });
+    }
+    let head = CraftHead {
+        out_count,
+        out,
+        out_is_tag,
+    };
+    Ok((head, out_text))
+}
+
+/// The parse of a whole `craft ...` line as [`TextCraft::apply`] reads it, if it parses
+/// (for the book's table of listed commands).
+pub(crate) fn parse_command(book: &Book, line: &str) -> Option<ParsedCommand> {
+    let rest = line.strip_prefix("craft ")?;
+    let p = rfind_using(rest)?;
+    let (out_text, ins_text) = (&rest[..p], &rest[p + 7..]);
+    let mut parts = Vec::new();
+    let (head, bare) = parse_craft(book, out_text, ins_text, &mut parts).ok()?;
+    let end = 6 + p;
+    let start = end - bare.len();
+    Some(ParsedCommand {
+        text: line.into(),
+        head,
+        out_text: (start as u32, end as u32),
+        recipe: head_recipe(book, &head, &parts),
+        parts: parts.into_boxed_slice(),
+    })
+}
+
+/// The recipe a craft of `head` from `parts` uses, if any.
+fn head_recipe(book: &Book, head: &CraftHead, parts: &[Part]) -> Option<u32> {
+    match head.out {
+        Some(o) if !head.out_is_tag => find_recipe(book, o, parts),
+        _ => None,
+    }
+}
+
+/// `craft` after parsing: checks the parts against the inventory and the output's recipes,
+/// then crafts (or writes AgentGym's failure message). `out_text` is the output text
+/// after its count.
+#[allow(clippy::too_many_arguments)]
+fn craft_parsed(
+    book: &Book,
+    inventory: &mut Vec<(u32, u64)>,
+    key: &mut String,
+    goal: u32,
+    head: &CraftHead,
+    out_text: &str,
+    parts: &[Part],
+    recipe: impl FnOnce(&Book) -> Option<u32>,
+    obs: &mut String,
+) -> (f32, bool) {
+    let CraftHead {
+        out_count,
+        out,
+        out_is_tag,
+    } = *head;
+    if !has_parts(inventory, parts) {
+        const MSG: &str = "Could not find enough items to craft ";
+        return match (out, out_is_tag) {
+            (_, true) => fail(obs, &[MSG, "None"]),
+            (Some(o), false) => fail(obs, &[MSG, &book.name(o).id]),
+            (None, false) => {
+                push_id(key, out_text);
+                fail(obs, &[MSG, key])
             }
-            if parts[..k].iter().any(|q| q.name == p.name) {
-                continue;
-            }
-            let total: u128 = parts
-                .iter()
-                .filter(|q| q.name == p.name)
-                .map(|q| u128::from(q.count))
-                .sum();
-            if u128::from(self.held(name)) < total {
-                return false;
+        };
+    }
+    let Some(r) = recipe(book) else {
+        push_id(key, out_text);
+        let id = spec::py_repr(key);
+        let tag = if out_is_tag {
+            format!("ItemTag(tag={id}, item_id=None)")
+        } else {
+            format!("ItemTag(tag=None, item_id={id})")
+        };
+        use std::fmt::Write;
+        let _ = write!(
+            obs,
+            "Could not find a valid recipe for ItemTagWithCount(item_tag={tag}, \
+             count={out_count})"
+        );
+        return (0.0, false);
+    };
+    for p in parts {
+        let name = p.name.expect("checked by has_parts");
+        let pos = inventory.iter().position(|e| e.0 == name).expect("held");
+        inventory[pos].1 -= p.count;
+        if inventory[pos].1 == 0 {
+            inventory.remove(pos);
+        }
+    }
+    let recipe: &Recipe = book.recipe(r);
+    let (output, count) = (recipe.output, recipe.count);
+    obs.push_str(&recipe.crafted);
+    add(inventory, output, count);
+    outcome(output == goal)
+}
+
+fn held(inventory: &[(u32, u64)], name: u32) -> u64 {
+    inventory.iter().find(|e| e.0 == name).map_or(0, |e| e.1)
+}
+
+fn add(inventory: &mut Vec<(u32, u64)>, name: u32, count: u64) {
+    match inventory.iter_mut().find(|e| e.0 == name) {
+        Some(e) => e.1 = e.1.saturating_add(count),
+        None => inventory.push((name, count)),
+    }
+}
+
+/// AgentGym's `has_items` (every part a held item with enough count), plus a check that
+/// repeated parts of one item fit together.
+fn has_parts(inventory: &[(u32, u64)], parts: &[Part]) -> bool {
+    for (k, p) in parts.iter().enumerate() {
+        let Some(name) = p.name else { return false };
+        if p.is_tag || !inventory.iter().any(|e| e.0 == name) {
+            return false;
+        }
+        if parts[..k].iter().any(|q| q.name == p.name) {
+            continue;
+        }
+        let total: u128 = parts
+            .iter()
+            .filter(|q| q.name == p.name)
+            .map(|q| u128::from(q.count))
+            .sum();
+        if u128::from(held(inventory, name)) < total {
+            return false;
+        }
+    }
+    true
+}
+
+/// The first recipe of `out` whose inputs the parts match one to one with equal counts
+/// (a tag input takes any item of that tag).
+fn find_recipe(book: &Book, out: u32, parts: &[Part]) -> Option<u32> {
+    'recipes: for &r in &book.name(out).item_recipes {
+        let inputs = &book.recipe(r).inputs;
+        if inputs.len() != parts.len() {
+            continue;
+        }
+        let mut used = 0u64;
+        for want in inputs {
+            let hit = parts.iter().enumerate().position(|(k, p)| {
+                used & (1 << k) == 0
+                    && match (want.is_tag, p.name) {
+                        (false, name) => name == Some(want.name),
+                        (true, Some(n)) => book.name(n).tag == Some(want.name),
+                        (true, None) => false,
+                    }
+            });
+            match hit {
+                Some(k) if parts[k].count == want.count => used |= 1 << k,
+                _ => continue 'recipes,
             }
         }
-        true
+        return Some(r);
     }
-
-    /// The first recipe of `out` whose inputs the parts match one to one with equal counts
-    /// (a tag input takes any item of that tag).
-    fn find_recipe(&self, out: u32, parts: &[Part]) -> Option<u32> {
-        let book = &*self.book;
-        'recipes: for &r in &book.name(out).item_recipes {
-            let inputs = &book.recipe(r).inputs;
-            if inputs.len() != parts.len() {
-                continue;
-            }
-            let mut used = 0u64;
-            for want in inputs {
-                let hit = parts.iter().enumerate().position(|(k, p)| {
-                    used & (1 << k) == 0
-                        && match (want.is_tag, p.name) {
-                            (false, name) => name == Some(want.name),
-                            (true, Some(n)) => book.name(n).tag == Some(want.name),
-                            (true, None) => false,
-                        }
-                });
-                match hit {
-                    Some(k) if parts[k].count == want.count => used |= 1 << k,
-                    _ => continue 'recipes,
-                }
-            }
-            return Some(r);
-        }
-        None
-    }
+    None
 }
 
 impl Env for TextCraft {
@@ -466,6 +576,11 @@ impl Env for TextCraft {
     }
 
     fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
+        // A listed command as it is: one line that the cleanup keeps as it is (the book's
+        // table holds only such lines), so both paths below would parse it so.
+        if let Some(out) = self.listed_command(action, obs) {
+            return out;
+        }
         if !self.sanitize {
             let line = match action.bytes().position(|b| b == b'\n') {
                 Some(p) => &action[..p],

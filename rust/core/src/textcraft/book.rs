@@ -13,6 +13,7 @@
 //! - afterwards, a tag input that no recipe can make (no member has a recipe) becomes a
 //!   plain item, which can then be fetched with `get`.
 
+use super::{parse_command, ParsedCommand};
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -115,6 +116,8 @@ pub struct Plan {
     pub inputs: Vec<u32>,
     /// Canonical ids of the needed recipes, sorted (for distractor exclusion).
     pub needed_canonical: Vec<u32>,
+    /// FNV-1a 64 of the goal's id (mixed into the seed of the commands' draws).
+    pub id_hash: u64,
 }
 
 pub struct Book {
@@ -134,14 +137,11 @@ pub struct Book {
     pub canonical: Vec<u32>,
     by_text: FnvMap<Box<str>, u32>,
     plans: Vec<OnceLock<Plan>>,
-}
-
-fn norm(b: u8) -> u8 {
-    if b == b' ' {
-        b'_'
-    } else {
-        b
-    }
+    /// Listed command lines by [`line_hash`]: open-addressing table (as `text_table`) of
+    /// (hash, index + 1 into `commands`; 0 = empty).
+    command_table: Vec<(u64, u32)>,
+    /// The parse of every distinct recipe text that parses.
+    commands: Vec<ParsedCommand>,
 }
 
 /// Up to 8 bytes from `at` as a little-endian word (zero-padded), spaces read as
@@ -171,6 +171,26 @@ fn text_hash(text: &str) -> u64 {
     let mut h = (b.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ head;
     h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ tail;
     h = (h ^ (h >> 32)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 29)
+}
+
+/// A hash of a whole line, eight bytes per step (the last word zero-padded).
+fn line_hash(b: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (b.len() as u64).wrapping_mul(K);
+    let mut chunks = b.chunks_exact(8);
+    for c in chunks.by_ref() {
+        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut buf = [0u8; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(buf)).wrapping_mul(K);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     h ^ (h >> 29)
 }
 
@@ -397,6 +417,8 @@ impl Book {
                 canonical: Vec::new(),
                 by_text: FnvMap::default(),
                 plans: Vec::new(),
+                command_table: Vec::new(),
+                commands: Vec::new(),
             },
             deps: FnvMap::default(),
             tagged_order: Vec::new(),
@@ -467,6 +489,27 @@ impl Book {
                 None => b.text_span.push((start, 0)),
             }
         }
+        // Only lines that the client cleanup keeps as they are (so one line, not `look`):
+        // `step_into` looks the raw action up before cleaning it.
+        let mut buf = String::new();
+        for r in 0..b.recipes.len() as u32 {
+            let text = &b.recipes[r as usize].text;
+            if b.canonical[r as usize] == r && super::spec::sanitize(text, &mut buf) == &**text {
+                if let Some(parsed) = parse_command(&b, text) {
+                    b.commands.push(parsed);
+                }
+            }
+        }
+        let size = (b.commands.len() * 2).next_power_of_two();
+        b.command_table = vec![(0, 0); size];
+        for (k, c) in b.commands.iter().enumerate() {
+            let h = line_hash(c.text.as_bytes());
+            let mut slot = h as usize & (size - 1);
+            while b.command_table[slot].1 != 0 {
+                slot = (slot + 1) & (size - 1);
+            }
+            b.command_table[slot] = (h, k as u32 + 1);
+        }
         b
     }
 
@@ -522,10 +565,35 @@ impl Book {
                 let name = entry - 1;
                 let (start, len) = self.text_span[name as usize];
                 let rest = &self.text_arena.as_bytes()[start as usize..(start + len) as usize];
+                // `word` reads the arena as it is (it has no spaces) and the text with
+                // spaces as underscores, zero-padded alike past the end.
                 if rest.len() == text.len()
-                    && rest.iter().zip(text.bytes()).all(|(&a, b)| a == norm(b))
+                    && (0..rest.len())
+                        .step_by(8)
+                        .all(|at| word(rest, at) == word(text.as_bytes(), at))
                 {
                     return Some(name);
+                }
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// The parse of a line that is exactly a recipe's command text (any recipe with that
+    /// text: they parse alike), if it parses.
+    pub(crate) fn command(&self, line: &str) -> Option<&ParsedCommand> {
+        let h = line_hash(line.as_bytes());
+        let mask = self.command_table.len() - 1;
+        let mut slot = h as usize & mask;
+        loop {
+            let (eh, entry) = self.command_table[slot];
+            if entry == 0 {
+                return None;
+            }
+            if eh == h {
+                let parsed = &self.commands[entry as usize - 1];
+                if *parsed.text == *line {
+                    return Some(parsed);
                 }
             }
             slot = (slot + 1) & mask;
@@ -540,7 +608,10 @@ impl Book {
     /// Needed recipes (depth-first from the goal, first of each text) and their inputs.
     pub fn plan(&self, goal: u32) -> &Plan {
         self.plans[goal as usize].get_or_init(|| {
-            let mut plan = Plan::default();
+            let mut plan = Plan {
+                id_hash: super::spec::fnv1a64(&self.names[goal as usize].id),
+                ..Plan::default()
+            };
             let mut seen = vec![false; self.names.len()];
             let mut texts = HashSet::new();
             self.visit(goal, &mut seen, &mut texts, &mut plan);

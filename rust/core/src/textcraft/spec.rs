@@ -49,8 +49,22 @@ fn py_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// Python's `str.strip()`. ASCII ends are trimmed bytewise (the ASCII `isspace` bytes are
+/// `\t`..`\r` and 0x1c..=0x20); a non-ASCII end falls back to the char rule.
 pub fn py_strip(s: &str) -> &str {
-    s.trim_matches(py_space)
+    let ascii_space = |b: u8| matches!(b, b'\t'..=b'\r' | 0x1c..=b' ');
+    let b = s.as_bytes();
+    let start = b.iter().position(|&c| !ascii_space(c)).unwrap_or(b.len());
+    let end = b[start..]
+        .iter()
+        .rposition(|&c| !ascii_space(c))
+        .map_or(start, |p| start + p + 1);
+    let kept = &s[start..end];
+    let non_ascii = |c: Option<&u8>| c.is_some_and(|&c| c >= 0x80);
+    if non_ascii(kept.as_bytes().first()) || non_ascii(kept.as_bytes().last()) {
+        return kept.trim_matches(py_space);
+    }
+    kept
 }
 
 /// Python's `repr()` of a str (quotes and escapes of control characters).
@@ -82,6 +96,61 @@ pub fn py_repr(s: &str) -> String {
     out
 }
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of every byte of `x` equal to `c` (exact: no false positives).
+fn eq_bytes(x: u64, c: u8) -> u64 {
+    let y = x ^ (LO * u64::from(c));
+    !(((y & !HI).wrapping_add(!HI)) | y) & HI
+}
+
+/// The high bit of every byte `b` of `x` with `b >= c`, for bytes below 0x80 and `c <= 0x80`
+/// (each byte is subtracted from with its high bit set, so no borrow crosses bytes).
+fn ge_bytes(x: u64, c: u8) -> u64 {
+    (x | HI).wrapping_sub(LO * u64::from(c)) & HI
+}
+
+/// The high bit of every byte of `x` that is `lo..=hi` (bytes below 0x80, `hi < 0x80`).
+fn in_bytes(x: u64, lo: u8, hi: u8) -> u64 {
+    ge_bytes(x, lo) & !ge_bytes(x, hi + 1)
+}
+
+/// Whether the client cleanup leaves `bytes` as they are: only ASCII letters, digits, ','
+/// and ' ', no leading, trailing or doubled space. Eight bytes per step (SWAR): a byte is
+/// bad when its high bit is set or it is none of the kept kinds; a space is doubled when
+/// the byte before it (the previous word's last byte for the first one, and "a space"
+/// before the start, which catches a leading space) is a space too.
+fn is_clean(bytes: &[u8]) -> bool {
+    let mut carry = 0x80; // a space "before" the first byte
+    let mut check = |x: u64, valid: u64| {
+        let letter = in_bytes(x | (LO * 0x20), b'a', b'z');
+        let digit = in_bytes(x, b'0', b'9');
+        let space = eq_bytes(x, b' ') & valid;
+        let keep = letter | digit | eq_bytes(x, b',') | space;
+        let bad = ((x & HI) | !keep) & valid;
+        let doubled = space & ((space << 8) | carry);
+        carry = space >> 56;
+        bad | doubled == 0
+    };
+    let mut chunks = bytes.chunks_exact(8);
+    for c in chunks.by_ref() {
+        if !check(u64::from_le_bytes(c.try_into().expect("8 bytes")), HI) {
+            return false;
+        }
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut buf = [0u8; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        let valid = HI & ((1u64 << (8 * rest.len())) - 1);
+        if !check(u64::from_le_bytes(buf), valid) {
+            return false;
+        }
+    }
+    bytes.last() != Some(&b' ')
+}
+
 /// AgentGym's TextCraft client cleanup of an action before it reaches the server: drop
 /// every character but ASCII letters, digits, commas and spaces, collapse runs of spaces,
 /// trim, and read `look` (any case) as `inventory`. Borrows `action` when it is already clean.
@@ -99,19 +168,7 @@ pub fn sanitize<'a>(action: &'a str, buf: &'a mut String) -> &'a str {
     };
     let ok = |b: u8| KEEP[b as usize];
     let bytes = action.as_bytes();
-    // Already clean: only allowed bytes, no leading, trailing or doubled space (one pass).
-    let mut prev_space = true;
-    let mut clean = true;
-    for &b in bytes {
-        let space = b == b' ';
-        if !ok(b) || (space && prev_space) {
-            clean = false;
-            break;
-        }
-        prev_space = space;
-    }
-    let clean = clean && (!prev_space || bytes.is_empty());
-    let out: &str = if clean {
+    let out: &str = if is_clean(bytes) {
         action
     } else {
         buf.clear();

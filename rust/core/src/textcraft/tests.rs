@@ -406,3 +406,55 @@ fn byte_scans_match_the_std_searches() {
     }
     assert_eq!(rfind_using("using"), None);
 }
+
+/// Every recipe's command line, crafted through the precomputed parse (`step_into`), gives
+/// what the plain parse (`craft` on the split text) gives, with and without the parts held.
+#[test]
+fn listed_commands_craft_as_parsed() {
+    let book = Book::shared();
+    let mut seen = 0;
+    for (k, r) in book.recipes.iter().enumerate() {
+        let line = &*r.text;
+        assert!(book.command(line).is_some(), "{line}");
+        let rest = line.strip_prefix("craft ").unwrap();
+        let p = rfind_using(rest).unwrap();
+        for stock in [0u64, 1, 64] {
+            let mut fast = TextCraft::new(10, k % 2 == 0);
+            fast.reset(&Task::Index(k as u64), 0).unwrap();
+            if stock > 0 {
+                for i in &r.inputs {
+                    let mut name = i.name;
+                    if i.is_tag {
+                        match book.name(i.name).members.first() {
+                            Some(&m) => name = m,
+                            None => continue,
+                        }
+                    }
+                    fast.inventory.push((name, stock));
+                }
+            }
+            let mut slow = TextCraft::new(10, true);
+            slow.reset(&Task::Index(k as u64), 0).unwrap();
+            slow.inventory.clone_from(&fast.inventory);
+            let (mut a, mut b) = (String::new(), String::new());
+            let ra = fast.step_into(line, &mut a);
+            let rb = slow.craft(&rest[..p], &rest[p + 7..], &mut b);
+            assert_eq!((a.as_str(), ra), (b.as_str(), rb), "{line}");
+            assert_eq!(fast.inventory, slow.inventory, "{line}");
+            seen += usize::from(a.starts_with("Crafted"));
+        }
+    }
+    assert!(seen > book.recipes.len() / 2, "{seen}");
+    assert!(book.command("craft 4 stick using 2 planks ").is_none());
+    assert!(book.command("craft 1 nothing using 1 air").is_none());
+}
+
+proptest::proptest! {
+    #[test]
+    fn py_strip_matches_the_char_rule(s in "[ \t\n\u{1c}\u{1f}\u{85}\u{a0}\u{3000}ab,é]{0,12}") {
+        proptest::prop_assert_eq!(
+            spec::py_strip(&s),
+            s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+        );
+    }
+}
