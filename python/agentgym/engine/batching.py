@@ -41,9 +41,9 @@ class TickBatcher(Generic[T, R]):
         self._futures: list[asyncio.Future] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
-        self._loop: asyncio.AbstractEventLoop | None = loop
-        self._thread = 0
         self._bound = loop  # fixed for the batcher's life when given
+        self._loop: asyncio.AbstractEventLoop | None = None  # else the cached running loop
+        self._thread = 0
         self.batches = 0
         self.items = 0
 

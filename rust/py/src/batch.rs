@@ -1,7 +1,8 @@
 //! Batch conversions of the pool bindings: slot ids and actions in, observations out, with
 //! no per-element Python objects kept and no per-element Rust allocation.
 
-use agentgym_core::pool::TextChunk;
+use crate::errors::to_py;
+use agentgym_core::pool::{runs_in_parallel, TextChunk};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
@@ -215,8 +216,8 @@ impl StrList {
     }
 
     /// Sets items `first..first + chunk.len()` to the chunk's rows (attaching to the
-    /// interpreter for the duration; cheap when the caller is attached already). After an error the rest of the batch is skipped and
-    /// [`finish`](Self::finish) reports it.
+    /// interpreter for the duration; cheap when the caller is attached already). After an
+    /// error the rest of the batch is skipped and [`finish`](Self::finish) reports it.
     pub fn fill(&mut self, first: usize, chunk: &TextChunk) {
         if self.err.is_some() {
             return;
@@ -260,4 +261,29 @@ impl StrList {
         );
         Ok(list)
     }
+}
+
+/// Runs a pool batch that hands its observations to a sink (`EpisodePool::step_with` /
+/// `reset_with`) without the GIL, and returns its result with the observations as a list
+/// of `n` str. A batch that runs in parallel gets its strings built chunk by chunk as the
+/// chunks finish (the GIL taken back per chunk, while other threads keep stepping); a
+/// one-thread batch gets them after it, without a GIL round trip.
+pub fn with_str_list<'py, R: Send>(
+    py: Python<'py>,
+    n: usize,
+    batch: impl FnOnce(&mut dyn FnMut(usize, TextChunk)) -> agentgym_core::Result<R> + Send,
+) -> PyResult<(Bound<'py, PyList>, R)> {
+    let mut list = StrList::new(py, n)?;
+    let out = if runs_in_parallel(n) {
+        py.detach(|| batch(&mut |first, chunk| list.fill(first, &chunk)))
+    } else {
+        let mut chunks = Vec::with_capacity(1);
+        let out = py.detach(|| batch(&mut |first, chunk| chunks.push((first, chunk))));
+        for (first, chunk) in &chunks {
+            list.fill(*first, chunk);
+        }
+        out
+    }
+    .map_err(to_py)?;
+    Ok((list.finish(py)?, out))
 }

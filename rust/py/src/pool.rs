@@ -1,9 +1,9 @@
 //! `_core.EnvPool`: the Rust episode pool. The Python wrapper `agentgym.EnvPool` fills in
 //! defaults; this class takes fully specified batches.
 
-use crate::batch::{self, Actions, StrList};
+use crate::batch::{self, Actions};
 use crate::errors::to_py;
-use agentgym_core::pool::{runs_in_parallel, ResetSpec};
+use agentgym_core::pool::ResetSpec;
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -102,21 +102,10 @@ impl PyEnvPool {
                 max_turns,
             })
             .collect();
-        let mut list = StrList::new(py, specs.len())?;
         let inner = &mut self.inner;
-        if runs_in_parallel(specs.len()) {
-            py.detach(|| inner.reset_with(&specs, |first, chunk| list.fill(first, &chunk)))
-                .map_err(to_py)?;
-        } else {
-            // One chunk on this thread: build the strings after, without a GIL round trip.
-            let mut chunks = Vec::with_capacity(1);
-            let done = py.detach(|| inner.reset_with(&specs, |f, c| chunks.push((f, c))));
-            done.map_err(to_py)?;
-            chunks
-                .iter()
-                .for_each(|(first, chunk)| list.fill(*first, chunk));
-        }
-        list.finish(py)
+        let (list, ()) =
+            batch::with_str_list(py, specs.len(), |sink| inner.reset_with(&specs, sink))?;
+        Ok(list)
     }
 
     /// Step slots `ids` (a list or numpy array of ints) with one action each (a list of
@@ -131,23 +120,12 @@ impl PyEnvPool {
     ) -> PyResult<StepResult<'py>> {
         let ids = batch::slot_ids(ids)?;
         let actions = Actions::extract(actions)?;
-        let mut list = StrList::new(py, ids.len())?;
         let inner = &mut self.inner;
         let actions = actions.as_strs();
-        let out = if runs_in_parallel(ids.len()) {
-            py.detach(|| inner.step_with(&ids, &actions, |first, chunk| list.fill(first, &chunk)))
-        } else {
-            // One chunk on this thread: build the strings after, without a GIL round trip.
-            let mut chunks = Vec::with_capacity(1);
-            let out = py.detach(|| inner.step_with(&ids, &actions, |f, c| chunks.push((f, c))));
-            chunks
-                .iter()
-                .for_each(|(first, chunk)| list.fill(*first, chunk));
-            out
-        }
-        .map_err(to_py)?;
+        let (list, out) =
+            batch::with_str_list(py, ids.len(), |sink| inner.step_with(&ids, &actions, sink))?;
         Ok((
-            list.finish(py)?,
+            list,
             PyArray1::from_slice(py, &out.rewards),
             PyArray1::from_slice(py, &out.terminated),
             PyArray1::from_slice(py, &out.truncated),

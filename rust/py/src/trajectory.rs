@@ -241,16 +241,7 @@ impl PyTrajectoryStore {
         let b: PackedBatch = py.detach(|| inner.drain(max));
         let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
         let floats = |vals: &[f32]| -> PyResult<Bound<'py, pyo3::types::PyList>> {
-            let list = pyo3::types::PyList::new(
-                py,
-                vals.iter().map(|&v| {
-                    if v == 0.0 && v.is_sign_positive() {
-                        zero.clone()
-                    } else {
-                        pyo3::types::PyFloat::new(py, f64::from(v)).into_any()
-                    }
-                }),
-            )?;
+            let list = shared_zero_floats(&zero, vals.iter().copied())?;
             crate::turn::untrack(&list);
             Ok(list)
         };
@@ -321,18 +312,25 @@ fn float_list<'py>(
     values: PyReadonlyArray1<'py, f32>,
 ) -> PyResult<Bound<'py, pyo3::types::PyList>> {
     let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
-    let items: Vec<Bound<'py, PyAny>> = values
-        .as_array()
-        .iter()
-        .map(|&v| {
+    shared_zero_floats(&zero, values.as_array().iter().copied())
+}
+
+/// A list of `values` as floats in which every +0.0 is the object `zero`.
+fn shared_zero_floats<'py>(
+    zero: &Bound<'py, PyAny>,
+    values: impl ExactSizeIterator<Item = f32>,
+) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    let py = zero.py();
+    pyo3::types::PyList::new(
+        py,
+        values.map(|v| {
             if v == 0.0 && v.is_sign_positive() {
                 zero.clone()
             } else {
                 pyo3::types::PyFloat::new(py, f64::from(v)).into_any()
             }
-        })
-        .collect();
-    pyo3::types::PyList::new(py, items)
+        }),
+    )
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

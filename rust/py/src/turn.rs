@@ -7,7 +7,7 @@ use crate::parse::parser;
 use crate::pool::PyEnvPool;
 use crate::trajectory::PyTrajectoryStore;
 use agentgym_core::parse::DEFAULT_MAX_CHARS;
-use agentgym_core::turn::{TurnCodec, TurnInput};
+use agentgym_core::turn::{TurnCodec, TurnInput, TurnOutput};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -128,6 +128,41 @@ impl TurnRow {
     }
 }
 
+/// The core turn over `rows`, with the GIL released.
+fn run_turns(
+    py: Python<'_>,
+    codec: &mut TurnCodec,
+    pool: &mut PyEnvPool,
+    store: &mut PyTrajectoryStore,
+    rows: &[TurnRow],
+    max_total_tokens: usize,
+) -> PyResult<TurnOutput> {
+    let (pool, store) = (&mut pool.inner, &mut store.inner);
+    py.detach(|| {
+        let inputs: Vec<TurnInput> = rows
+            .iter()
+            .map(|r| TurnInput {
+                key: r.key,
+                slot: r.slot,
+                tokens: &r.tokens,
+                logprobs: &r.logprobs,
+                ended: r.ended,
+            })
+            .collect();
+        codec.step_turns(pool, store, &inputs, max_total_tokens)
+    })
+    .map_err(to_py)
+}
+
+/// `(i, message)` of the episodes that have an error message.
+fn error_rows(errors: Vec<Option<String>>) -> Vec<(usize, String)> {
+    errors
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.map(|m| (i, m)))
+        .collect()
+}
+
 #[pymethods]
 impl PyTurnCodec {
     /// `tokenizer_json`: a Hugging Face `tokenizer.json` (e.g. `backend_tokenizer.to_str()`);
@@ -243,30 +278,32 @@ impl PyTurnCodec {
                 ended.len()
             )));
         }
-        let inner = &mut self.inner;
-        let pool = &mut pool.inner;
-        let store = &mut store.inner;
-        let out = py
-            .detach(|| {
-                let inputs: Vec<TurnInput> = (0..n)
-                    .map(|i| TurnInput {
-                        key: keys[i],
-                        slot: slots[i],
-                        tokens: &tokens[i],
-                        logprobs: logprobs.as_ref().map_or(&[][..], |l| &l[i]),
-                        ended: ended[i],
-                    })
-                    .collect();
-                inner.step_turns(pool, store, &inputs, max_total_tokens)
-            })
-            .map_err(to_py)?;
-        let stop: Vec<i8> = out.stop.iter().map(|s| s.map_or(-1, |r| r as i8)).collect();
-        let errors = out
-            .errors
+        let mut logprobs = logprobs.map(Vec::into_iter);
+        let rows: Vec<TurnRow> = keys
             .into_iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.map(|m| (i, m)))
+            .zip(slots)
+            .zip(tokens)
+            .zip(ended)
+            .map(|(((key, slot), tokens), ended)| TurnRow {
+                key,
+                slot,
+                tokens,
+                logprobs: logprobs
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .unwrap_or_default(),
+                ended,
+            })
             .collect();
+        let out = run_turns(
+            py,
+            &mut self.inner,
+            &mut pool,
+            &mut store,
+            &rows,
+            max_total_tokens,
+        )?;
+        let stop: Vec<i8> = out.stop.iter().map(|s| s.map_or(-1, |r| r as i8)).collect();
         let appended = out
             .appended
             .iter()
@@ -275,7 +312,7 @@ impl PyTurnCodec {
         Ok((
             out.rewards.into_pyarray(py),
             stop.into_pyarray(py),
-            errors,
+            error_rows(out.errors),
             PyList::new(py, appended)?,
         ))
     }
@@ -353,24 +390,14 @@ impl PyTurnCodec {
             contexts.push(context);
             i += 1;
         }
-        let inner = &mut self.inner;
-        let pool = &mut pool.inner;
-        let store = &mut store.inner;
-        let out = py
-            .detach(|| {
-                let inputs: Vec<TurnInput> = rows
-                    .iter()
-                    .map(|r| TurnInput {
-                        key: r.key,
-                        slot: r.slot,
-                        tokens: &r.tokens,
-                        logprobs: &r.logprobs,
-                        ended: r.ended,
-                    })
-                    .collect();
-                inner.step_turns(pool, store, &inputs, max_total_tokens)
-            })
-            .map_err(to_py)?;
+        let out = run_turns(
+            py,
+            &mut self.inner,
+            &mut pool,
+            &mut store,
+            &rows,
+            max_total_tokens,
+        )?;
         for (context, tail) in contexts.iter().zip(&out.appended) {
             self.extend_ints(context, tail)?;
         }
@@ -380,13 +407,7 @@ impl PyTurnCodec {
             .enumerate()
             .filter_map(|(i, s)| s.map(|r| (i, r as u8)))
             .collect();
-        let errors = out
-            .errors
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.map(|m| (i, m)))
-            .collect();
-        Ok((stopped, errors))
+        Ok((stopped, error_rows(out.errors)))
     }
 }
 

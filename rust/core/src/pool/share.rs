@@ -239,17 +239,22 @@ pub(crate) fn run_shared<J: Send, R: Send>(
                 first_panic.get_or_insert(payload);
             }
         };
-        // The caller's own jobs, each followed by whatever the helpers finished meanwhile.
-        loop {
+        // Delivers what the helpers finished since the last look; returns how many.
+        let mut take_finished = |deliver: &mut dyn FnMut(usize, std::thread::Result<R>)| {
             std::mem::swap(&mut ready, &mut *finished.lock());
+            let count = ready.len();
             for k in ready.drain(..) {
                 let out = results[k]
                     .lock()
                     .take()
                     .expect("a finished job has a result");
                 deliver(k, out);
-                delivered += 1;
             }
+            count
+        };
+        // The caller's own jobs, each followed by whatever the helpers finished meanwhile.
+        loop {
+            delivered += take_finished(&mut deliver);
             let Some((k, job)) = claim() else { break };
             deliver(k, catch_unwind(AssertUnwindSafe(|| f(job))));
             delivered += 1;
@@ -257,15 +262,7 @@ pub(crate) fn run_shared<J: Send, R: Send>(
         // Every job is claimed: collect the ones still running on helpers.
         while delivered < n {
             wait_until(|| !finished.lock().is_empty());
-            std::mem::swap(&mut ready, &mut *finished.lock());
-            for k in ready.drain(..) {
-                let out = results[k]
-                    .lock()
-                    .take()
-                    .expect("a finished job has a result");
-                deliver(k, out);
-                delivered += 1;
-            }
+            delivered += take_finished(&mut deliver);
         }
     }
     helpers.retire(&shared);

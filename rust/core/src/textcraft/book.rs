@@ -174,6 +174,34 @@ fn text_hash(text: &str) -> u64 {
     h ^ (h >> 29)
 }
 
+/// Adds `index` under hash `h` to an open-addressing table of `(hash, index + 1)` entries
+/// (0 = empty; power-of-two size with room to spare).
+fn table_insert(table: &mut [(u64, u32)], h: u64, index: usize) {
+    let mask = table.len() - 1;
+    let mut slot = h as usize & mask;
+    while table[slot].1 != 0 {
+        slot = (slot + 1) & mask;
+    }
+    table[slot] = (h, index as u32 + 1);
+}
+
+/// The index under hash `h` for which `is(index)` holds, probing a table made by
+/// [`table_insert`].
+fn table_find(table: &[(u64, u32)], h: u64, mut is: impl FnMut(usize) -> bool) -> Option<usize> {
+    let mask = table.len() - 1;
+    let mut slot = h as usize & mask;
+    loop {
+        let (eh, entry) = table[slot];
+        if entry == 0 {
+            return None;
+        }
+        if eh == h && is(entry as usize - 1) {
+            return Some(entry as usize - 1);
+        }
+        slot = (slot + 1) & mask;
+    }
+}
+
 /// A hash of a whole line, eight bytes per step (the last word zero-padded).
 fn line_hash(b: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -470,8 +498,7 @@ impl Book {
         goals.retain(|&g| b.names[g as usize].depth >= 1);
         b.goals = goals;
         b.plans = (0..b.names.len()).map(|_| OnceLock::new()).collect();
-        let size = (b.names.len() * 2).next_power_of_two();
-        b.text_table = vec![(0, 0); size];
+        b.text_table = vec![(0, 0); (b.names.len() * 2).next_power_of_two()];
         for i in 0..b.names.len() {
             let id = b.names[i].id.clone();
             let start = b.text_arena.len() as u32;
@@ -479,12 +506,7 @@ impl Book {
                 Some(rest) => {
                     b.text_arena.push_str(rest);
                     b.text_span.push((start, rest.len() as u32));
-                    let h = text_hash(rest);
-                    let mut slot = h as usize & (size - 1);
-                    while b.text_table[slot].1 != 0 {
-                        slot = (slot + 1) & (size - 1);
-                    }
-                    b.text_table[slot] = (h, i as u32 + 1);
+                    table_insert(&mut b.text_table, text_hash(rest), i);
                 }
                 None => b.text_span.push((start, 0)),
             }
@@ -500,15 +522,9 @@ impl Book {
                 }
             }
         }
-        let size = (b.commands.len() * 2).next_power_of_two();
-        b.command_table = vec![(0, 0); size];
+        b.command_table = vec![(0, 0); (b.commands.len() * 2).next_power_of_two()];
         for (k, c) in b.commands.iter().enumerate() {
-            let h = line_hash(c.text.as_bytes());
-            let mut slot = h as usize & (size - 1);
-            while b.command_table[slot].1 != 0 {
-                slot = (slot + 1) & (size - 1);
-            }
-            b.command_table[slot] = (h, k as u32 + 1);
+            table_insert(&mut b.command_table, line_hash(c.text.as_bytes()), k);
         }
         b
     }
@@ -553,51 +569,26 @@ impl Book {
     /// The name that agent text refers to: `minecraft:` + text with spaces as underscores
     /// (AgentGym's rule), found without building that string.
     pub fn lookup_text(&self, text: &str) -> Option<u32> {
-        let h = text_hash(text);
-        let mask = self.text_table.len() - 1;
-        let mut slot = h as usize & mask;
-        loop {
-            let (eh, entry) = self.text_table[slot];
-            if entry == 0 {
-                return None;
-            }
-            if eh == h {
-                let name = entry - 1;
-                let (start, len) = self.text_span[name as usize];
-                let rest = &self.text_arena.as_bytes()[start as usize..(start + len) as usize];
-                // `word` reads the arena as it is (it has no spaces) and the text with
-                // spaces as underscores, zero-padded alike past the end.
-                if rest.len() == text.len()
-                    && (0..rest.len())
-                        .step_by(8)
-                        .all(|at| word(rest, at) == word(text.as_bytes(), at))
-                {
-                    return Some(name);
-                }
-            }
-            slot = (slot + 1) & mask;
-        }
+        table_find(&self.text_table, text_hash(text), |name| {
+            let (start, len) = self.text_span[name];
+            let rest = &self.text_arena.as_bytes()[start as usize..(start + len) as usize];
+            // `word` reads the arena as it is (it has no spaces) and the text with
+            // spaces as underscores, zero-padded alike past the end.
+            rest.len() == text.len()
+                && (0..rest.len())
+                    .step_by(8)
+                    .all(|at| word(rest, at) == word(text.as_bytes(), at))
+        })
+        .map(|name| name as u32)
     }
 
     /// The parse of a line that is exactly a recipe's command text (any recipe with that
     /// text: they parse alike), if it parses.
     pub(crate) fn command(&self, line: &str) -> Option<&ParsedCommand> {
-        let h = line_hash(line.as_bytes());
-        let mask = self.command_table.len() - 1;
-        let mut slot = h as usize & mask;
-        loop {
-            let (eh, entry) = self.command_table[slot];
-            if entry == 0 {
-                return None;
-            }
-            if eh == h {
-                let parsed = &self.commands[entry as usize - 1];
-                if *parsed.text == *line {
-                    return Some(parsed);
-                }
-            }
-            slot = (slot + 1) & mask;
-        }
+        table_find(&self.command_table, line_hash(line.as_bytes()), |k| {
+            *self.commands[k].text == *line
+        })
+        .map(|k| &self.commands[k])
     }
 
     /// The recipe whose command text is exactly `text`, if any.
