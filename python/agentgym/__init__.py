@@ -7,6 +7,7 @@ and (in their own subpackages) the rollout engine, backends and learner.
 
 from agentgym._core import __version__
 from agentgym.envs.registry import list_envs, make, register
+from agentgym.envs.tasks import task_set
 from agentgym.errors import (
     AgentGymError,
     EnvError,
@@ -31,4 +32,5 @@ __all__ = [
     "list_envs",
     "make",
     "register",
+    "task_set",
 ]

@@ -34,13 +34,22 @@ _user_envs = itertools.count()
 
 
 def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
-    """``(env_id, env_kwargs)`` for an id, an env instance or a ``BaseEnv``."""
+    """``(env_id, env_kwargs)`` for an id, an env instance or a ``BaseEnv``.
+
+    An instance of a registered env class (``ECommerceServiceEnv(split="train")``) maps to
+    its registered id and constructor arguments; any other ``BaseEnv`` is registered under
+    a fresh id whose every env is a deep copy of it."""
     from agentgym.envs import BaseEnv
+    from agentgym.envs.registry import registered_id
 
     if isinstance(env, str):
         return env, {}
     if isinstance(env, BaseEnv):
         import agentgym
+
+        env_id = registered_id(type(env))
+        if env_id is not None:
+            return env_id, dict(env.init_kwargs)
 
         env_id = f"user:{type(env).__name__}:{next(_user_envs)}"
         proto = copy.deepcopy(env)
@@ -156,13 +165,18 @@ class LLMAgent:
         engine = RolloutEngine(backend, tok, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                                max_total_tokens=cfg.max_total_tokens, progress=False,
                                system_prompt=cfg.system_prompt, seed=cfg.seed)
-        if tasks is None:
-            tasks = 32
         horizon = max_turns or cfg.eval_max_turns
         if horizon is None and self.trainer is not None:
             horizon = self.trainer.schedule.stages[-1].max_turns
         horizon = horizon or cfg.max_turns
-        kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
+        if tasks is None or isinstance(tasks, int):  # the held-out tasks training evaluates on
+            from agentgym.envs.tasks import plan_tasks
+
+            plan = plan_tasks(env_id, cfg.env_kwargs, 32 if tasks is None else tasks,
+                              cfg.eval_env_kwargs)
+            kwargs, tasks = plan.eval_kwargs, plan.eval_ids
+        else:
+            kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
         try:
             batch = await engine.collect(tasks, env_id, env_kwargs=kwargs, max_turns=horizon,
                                          n_samples=n_samples, temperature=temperature,
@@ -174,8 +188,11 @@ class LLMAgent:
                                dict(batch.metrics))
 
     def infer(self, env: Any, tasks: int | list | None = None, **kwargs: Any) -> InferenceResult:
-        """Play ``tasks`` (a count or a list of task ids/texts; default 32) of ``env`` with the
-        current policy (greedy by default) and return the trajectories and success rate."""
+        """Play ``tasks`` of ``env`` with the current policy (greedy by default) and return
+        the trajectories and success rate. A count (default 32) plays that many held-out
+        tasks, the ones training evaluates on (the env's test split where it has one, see
+        :func:`agentgym.envs.tasks.plan_tasks`); a list plays exactly those task ids/texts
+        under the env's own settings."""
         from agentgym.engine.loop import run
 
         return run(self.ainfer(env, tasks, **kwargs))

@@ -166,8 +166,9 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[])
     p.add_argument("--backend", default="transformers",
                    choices=["transformers", "vllm", "openai"])
-    p.add_argument("--tasks", type=int, default=100, help="number of tasks")
-    p.add_argument("--task-offset", type=int, default=0)
+    p.add_argument("--tasks", type=int, default=100,
+                   help="number of held-out tasks (the env's test split where it has one)")
+    p.add_argument("--task-offset", type=int, default=0, help="skip this many of them")
     p.add_argument("--max-turns", type=int, default=None)
     p.add_argument("--n-samples", type=int, default=1)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -209,22 +210,26 @@ def run_eval(args: argparse.Namespace) -> int:
     model, run = _model_folder(args.model)
     envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
     rows = []
+    from agentgym.envs.tasks import plan_tasks
+
+    given = _kv(args.env_kwarg)
     for env in envs:
-        env_kwargs: dict[str, Any] = {}
-        if env == run.get("env"):  # held-out split of the run's env
-            env_kwargs = {**run.get("env_kwargs", {}), **(run.get("eval_env_kwargs") or {})}
-        env_kwargs.update(_kv(args.env_kwarg))
-        horizon = args.max_turns or (run.get("eval_max_turns") if env == run.get("env")
-                                     else None) \
+        own = env == run.get("env")
+        base = {**(run.get("env_kwargs", {}) if own else {}), **given}
+        # held-out tasks: the run's eval split, the env's test split, or what --env-kwarg says
+        chosen = {} if "split" in given else (run.get("eval_env_kwargs") if own else None)
+        plan = plan_tasks(env, base, args.task_offset + args.tasks, chosen)
+        env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
+        horizon = args.max_turns or (run.get("eval_max_turns") if own else None) \
             or (max(run["horizon"]) if run.get("horizon") else None) or 8
         agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
                          max_new_tokens=args.max_new_tokens,
                          system_prompt=run.get("system_prompt"))
-        tasks = list(range(args.task_offset, args.task_offset + args.tasks))
         res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
                           temperature=args.temperature)
         m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
-        rows.append({"env": env, "episodes": len(res.trajectories), "max_turns": horizon,
+        rows.append({"env": env, "env_kwargs": env_kwargs, "tasks": [tasks[0], tasks[-1]],
+                     "episodes": len(res.trajectories), "max_turns": horizon,
                      "success_rate": res.success_rate,
                      "reward/mean": m.get("reward/mean", 0.0),
                      "num_turns/mean": m.get("num_turns/mean", 0.0), "metrics": m})

@@ -7,6 +7,7 @@ from agentgym.envs.base import BaseEnv, BaseEnvAdapter
 from agentgym.envs.native import NativeEnv
 from agentgym.envs.registry import list_envs, make, register
 from agentgym.envs.spaces import TextSpace
+from agentgym.envs.tasks import TaskSet, plan_tasks, task_set
 
 
 class _NamedNativeEnv(NativeEnv):
@@ -97,10 +98,13 @@ __all__ = [
     "MazeEnv",
     "NativeEnv",
     "TextCraftEnv",
+    "TaskSet",
     "TextSpace",
     "WebShopEnv",
     "WordleEnv",
     "list_envs",
     "make",
+    "plan_tasks",
     "register",
+    "task_set",
 ]

@@ -88,6 +88,9 @@ class BabyAIEnv(BaseEnv):
     """
 
     instructions = INSTRUCTIONS
+    tasks_doc = ("index i is level levels[i % L] with minigrid seed i // L (AgentGym's "
+                 "indexing); num_tasks counts num_seeds seeds per level, larger indices are "
+                 "further seeds")
 
     def __init__(
         self,

@@ -25,12 +25,25 @@ from agentgym.envs.spaces import TextSpace
 
 
 class BaseEnv:
-    """A text environment written in Python. Override ``reset`` and ``step``."""
+    """A text environment written in Python. Override ``reset`` and ``step``.
+
+    ``init_kwargs`` holds the constructor's arguments by name, so an instance can be
+    rebuilt with other settings (``type(env)(**{**env.init_kwargs, "split": "test"})``).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        self = super().__new__(cls)
+        self.init_kwargs = _named_arguments(cls.__init__, args, kwargs)
+        return self
 
     #: What the agent is told about the env and its action format (the system prompt).
     instructions: str = ""
     #: Number of indexed tasks (None when unbounded).
     num_tasks: int | None = None
+    #: Values of the constructor's ``split`` argument, its default first (empty: no splits).
+    splits: tuple[str, ...] = ()
+    #: The split held out for evaluation (None: none; training then holds out task indices).
+    held_out_split: str | None = None
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         raise NotImplementedError
@@ -48,6 +61,24 @@ class BaseEnv:
 
     def close(self) -> None:
         pass
+
+
+def _named_arguments(init, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a call of ``init`` by parameter name (``**kwargs`` flattened,
+    ``*args`` dropped); the keyword arguments alone when they do not bind."""
+    sig = inspect.signature(init)
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError:  # __init__ raises its own error for these arguments
+        return dict(kwargs)
+    out: dict[str, Any] = {}
+    for name, value in list(bound.arguments.items())[1:]:
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            out[name] = value
+    return out
 
 
 def _reset_kwargs(env: BaseEnv) -> set[str]:
@@ -82,6 +113,10 @@ class BaseEnvAdapter(gym.Env):
     @property
     def instructions(self) -> str:
         return self.env.instructions
+
+    @property
+    def num_tasks(self) -> int | None:
+        return self.env.num_tasks
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

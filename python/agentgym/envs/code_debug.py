@@ -232,6 +232,8 @@ class CodeDebugEnv(BaseEnv):
     """Fix the bug in a Python function (sandboxed test runs); see the module doc."""
 
     instructions = INSTRUCTIONS
+    splits = ("train", "test", "all")
+    held_out_split = "test"
 
     def __init__(self, split: str = "train", step_penalty: float = 0.0,
                  invalid_penalty: float = 0.0):

@@ -295,6 +295,8 @@ class ECommerceServiceEnv(BaseEnv):
     """Customer service under a policy book; see the module doc and the README."""
 
     instructions = INSTRUCTIONS
+    splits = ("train", "test", "all")
+    held_out_split = "test"
 
     def __init__(self, split: str = "train"):
         self._tasks = TaskSplits("ecommerce_service", SPLITS, split)

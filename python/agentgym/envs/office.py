@@ -212,6 +212,8 @@ class OfficeEnv(BaseEnv):
     """Meeting notes -> to-dos with owners and deadlines; see the module doc."""
 
     instructions = INSTRUCTIONS
+    splits = ("train", "test", "all")
+    held_out_split = "test"
 
     def __init__(self, split: str = "train"):
         self._tasks = TaskSplits("office", SPLITS, split)
@@ -364,6 +366,8 @@ class ProjectPlanningEnv(BaseEnv):
     """Schedule a project's tasks under dependencies and earliest dates; finish early."""
 
     instructions = PLAN_INSTRUCTIONS
+    splits = ("train", "test", "all")
+    held_out_split = "test"
 
     def __init__(self, split: str = "train"):
         self._tasks = TaskSplits("project_planning", SPLITS, split)

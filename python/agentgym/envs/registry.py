@@ -53,6 +53,16 @@ def list_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def registered_id(cls: type) -> str | None:
+    """The id registered with exactly ``cls`` as its entry point and no default kwargs
+    (None if there is none)."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    for entry in _REGISTRY.values():
+        if not entry.kwargs and (entry.entry_point is cls or entry.entry_point == name):
+            return entry.env_id
+    return None
+
+
 def describe(env_id: str) -> str:
     return _entry(env_id).description
 

@@ -105,6 +105,8 @@ class SciWorldEnv(BaseEnv):
     """
 
     instructions = INSTRUCTIONS
+    splits = ("all", "train", "dev", "test")
+    held_out_split = "test"
 
     def __init__(
         self,

@@ -72,6 +72,10 @@ class TrainerConfig:
     # subtracted from the score of an episode cut mid-turn (stop_reason "length": the model
     # never ended its turn), so breaking the output format is worse than a plain failure
     format_penalty: float = 0.0
+    # stop with TrainingAbortedError after this many consecutive steps in which at least
+    # abort_failure_rate of the episodes failed (env/backend error, timeout); 0: never
+    abort_after_failed_steps: int = 3
+    abort_failure_rate: float = 1.0
     async_rollouts: bool = False  # overlap rollout k+1 with update k
     max_staleness: int = 1
     staleness_mode: str = "drop"

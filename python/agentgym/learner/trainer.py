@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
 from agentgym.learner.train_config import TrainerConfig
@@ -42,9 +43,6 @@ from agentgym.learner.train_config import TrainerConfig
 __all__ = ["Trainer", "TrainerConfig", "make_schedule"]
 
 log = logging.getLogger(__name__)
-
-_BIG = 10**7  # envs with more tasks than this draw held-out tasks from [_BIG, _BIG + n)
-
 
 def make_schedule(cfg: TrainerConfig):
     """The horizon schedule of ``cfg``: staged for ScalingInter-RL, fixed otherwise."""
@@ -68,25 +66,6 @@ def make_schedule(cfg: TrainerConfig):
     if steps is None:
         steps = max(1, cfg.max_steps // len(stages))
     return HorizonSchedule(stages, steps)
-
-
-def _num_tasks(env_id: str, kwargs: dict) -> int | None:
-    try:
-        from agentgym.engine.drivers import is_native
-
-        if is_native(env_id):
-            from agentgym.pool import EnvPool
-
-            return int(EnvPool(env_id, 1, **kwargs).num_tasks)
-        import agentgym
-
-        env = agentgym.make(env_id, **kwargs)
-        n = getattr(env.unwrapped, "num_tasks", None)
-        env.close()
-        return int(n) if n else None
-    except Exception as e:  # unknown counts: treat as unbounded
-        log.debug("cannot count tasks of %s: %r", env_id, e)
-        return None
 
 
 class Trainer:
@@ -135,7 +114,8 @@ class Trainer:
         wcfg.setdefault("seed", cfg.seed)
         wcfg.setdefault("max_turns", self.schedule.stages[-1].max_turns)
         out = self.output_dir / "warm_model"
-        stats = warmup_model(base, out, cfg.env, env_kwargs=cfg.env_kwargs,
+        stats = warmup_model(base, out, cfg.env, env_kwargs=self.train_env_kwargs,
+                             num_tasks=self.train_task_hi,
                              config=WarmupConfig(**wcfg), system_prompt=cfg.system_prompt,
                              progress=self._show_progress)
         self.warmup_stats = stats
@@ -165,6 +145,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.schedule = make_schedule(cfg)
+        self._split_tasks()
+        self.failures = FailureGuard(cfg.env, cfg.abort_after_failed_steps,
+                                     cfg.abort_failure_rate)
         ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
         self.model_dir = str(ckpt["model_dir"]) if ckpt else self._resolve_model()
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -223,29 +206,23 @@ class Trainer:
               "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
               "system_prompt": cfg.system_prompt, **cfg.rollout}
         self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
-        self._split_tasks()
         self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
                                     resume=ckpt is not None)
         self._ready = True
 
     def _split_tasks(self) -> None:
-        """Train task range and held-out eval tasks (another split, or disjoint indices)."""
+        """Train tasks and held-out eval tasks (:func:`agentgym.envs.tasks.plan_tasks`)."""
+        from agentgym.envs.tasks import plan_tasks
+
         cfg = self.cfg
-        n = _num_tasks(cfg.env, cfg.env_kwargs)
-        n = n if n is not None and n < 2**62 else None
-        if cfg.eval_env_kwargs is not None:  # a separate split: any indices are held out
-            self.eval_task_ids = list(range(cfg.eval_tasks))
-            hi = n or _BIG
-        elif n is None or n > _BIG:
-            self.eval_task_ids = list(range(_BIG, _BIG + cfg.eval_tasks))
-            hi = _BIG
-        else:
-            if n <= cfg.eval_tasks:
-                raise ValueError(f"{cfg.env} has {n} tasks: too few for {cfg.eval_tasks} "
-                                 "held-out eval tasks; lower eval_tasks or pass eval_env_kwargs")
-            self.eval_task_ids = list(range(n - cfg.eval_tasks, n))
-            hi = n - cfg.eval_tasks
-        self.train_task_hi = min(hi, cfg.num_train_tasks or hi)
+        plan = plan_tasks(cfg.env, cfg.env_kwargs, cfg.eval_tasks, cfg.eval_env_kwargs,
+                          cfg.num_train_tasks)
+        self.task_plan = plan
+        self.train_env_kwargs = plan.train_kwargs
+        self.eval_env_kwargs = plan.eval_kwargs
+        self.eval_task_ids = plan.eval_ids
+        self.train_task_hi = plan.train_hi
+        log.info("tasks of %s: %s", cfg.env, plan.note)
 
     # ------------------------------------------------------------------ pieces of a step
     @property
@@ -266,7 +243,7 @@ class Trainer:
         tasks = self.task_rng.integers(0, self.train_task_hi, cfg.tasks_per_step).tolist()
         self._seed_rollout(step, step * cfg.tasks_per_step)
         horizon = self.schedule.max_turns(step)
-        batch = await self.engine.collect(tasks, cfg.env, env_kwargs=cfg.env_kwargs,
+        batch = await self.engine.collect(tasks, cfg.env, env_kwargs=self.train_env_kwargs,
                                           max_turns=horizon, n_samples=cfg.n_samples)
         batch.metrics["horizon/max_turns"] = float(horizon)
         return batch
@@ -300,13 +277,13 @@ class Trainer:
         cfg = self.cfg
         step = self.step if step is None else step
         horizon = cfg.eval_max_turns or self.schedule.stages[-1].max_turns
-        kwargs = cfg.env_kwargs if cfg.eval_env_kwargs is None else \
-            {**cfg.env_kwargs, **cfg.eval_env_kwargs}
         self._seed_rollout(10**6 + step, 10**9)
         t0 = time.perf_counter()
         batch = await self.engine.collect(tasks if tasks is not None else self.eval_task_ids,
-                                          cfg.env, env_kwargs=kwargs, max_turns=horizon,
-                                          n_samples=1, temperature=cfg.eval_temperature)
+                                          cfg.env, env_kwargs=self.eval_env_kwargs,
+                                          max_turns=horizon, n_samples=1,
+                                          temperature=cfg.eval_temperature)
+        self.failures.check_eval(batch.trajectories, step)
         m = batch.metrics
         row = {"type": "eval", "step": step, "success_rate": m.get("success_rate", 0.0),
                "reward/mean": m.get("reward/mean", 0.0),
@@ -356,6 +333,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = await (pending if pending is not None else self.rollout(step))
                 pending = None
+                self.failures.check_step(batch.trajectories, step + 1)
                 t_gen = time.perf_counter() - t0
                 if cfg.async_rollouts and step + 1 < end:
                     pending = asyncio.ensure_future(self.rollout(step + 1))

@@ -33,6 +33,9 @@ class WarmupConfig:
     max_turns: int = 8
     steps: int = 300
     batch_size: int = 16
+    #: Padded tokens per step: fewer rows than ``batch_size`` when transcripts are long (a
+    #: Python env's long observations), so a step costs about the same on every env.
+    max_tokens_per_step: int = 8192
     lr: float = 3e-3
     weight_decay: float = 0.0
     warmup_frac: float = 0.05
@@ -50,9 +53,11 @@ def random_policy_transcripts(
     action_template: str = "Action: {action}",
     system_prompt: str | None = None,
     seed: int = 0,
+    num_tasks: int | None = None,
 ) -> list[list[int]]:
-    """Token ids of ``episodes`` episodes of env ``env_id`` (a native id) played by a
-    uniformly random policy over the env's action vocabulary, formatted like rollouts."""
+    """Token ids of ``episodes`` episodes of env ``env_id`` played by a uniformly random
+    policy over the env's action vocabulary, formatted like rollouts. Episode ``i`` plays
+    task ``i % num_tasks`` (``i`` when ``num_tasks`` is None)."""
     from agentgym.engine.chat import ChatFormatter
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
@@ -72,7 +77,8 @@ def random_policy_transcripts(
     while len(out) < episodes:
         k = min(n, episodes - len(out))
         ids = list(range(k))
-        obs = pool.reset(ids, tasks=list(range(task, task + k)), max_turns=[max_turns] * k)
+        tasks = [t % num_tasks if num_tasks else t for t in range(task, task + k)]
+        obs = pool.reset(ids, tasks=tasks, max_turns=[max_turns] * k)
         task += k
         seqs = [fmt.initial_prompt(system, o) for o in obs]
         live = list(ids)
@@ -153,9 +159,11 @@ def warmup_model(
     config: WarmupConfig | None = None,
     system_prompt: str | None = None,
     progress: bool = False,
+    num_tasks: int | None = None,
 ) -> dict[str, float]:
-    """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` and save it
-    (with its tokenizer) to ``out_dir``. Returns ``{"warmup/loss_start", "warmup/loss_end",
+    """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` (tasks
+    ``0 .. num_tasks - 1``, repeated as needed) and save it (with its tokenizer) to
+    ``out_dir``. Returns ``{"warmup/loss_start", "warmup/loss_end",
     "warmup/seconds"}``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -167,7 +175,8 @@ def warmup_model(
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     seqs = random_policy_transcripts(
         env_id, tok, episodes=cfg.episodes, max_turns=cfg.max_turns, env_kwargs=env_kwargs,
-        action_template=cfg.action_template, system_prompt=system_prompt, seed=cfg.seed)
+        action_template=cfg.action_template, system_prompt=system_prompt, seed=cfg.seed,
+        num_tasks=num_tasks)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warm = max(1, int(cfg.warmup_frac * cfg.steps))
@@ -186,8 +195,10 @@ def warmup_model(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, desc="warm-up (random-policy LM)", unit="step")
+    longest = max(len(s) for s in seqs)
+    rows_per_step = max(1, min(cfg.batch_size, len(seqs), cfg.max_tokens_per_step // longest))
     for _ in range(cfg.steps):
-        rows = rng.choice(len(seqs), size=min(cfg.batch_size, len(seqs)), replace=False)
+        rows = rng.choice(len(seqs), size=rows_per_step, replace=False)
         batch = [seqs[i] for i in rows]
         width = max(len(s) for s in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)

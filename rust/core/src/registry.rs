@@ -16,6 +16,13 @@ pub struct EnvSpec {
     /// Hidden ids (test-only envs) are constructible but not listed.
     pub hidden: bool,
     pub make: MakeFn,
+    /// Values the `split` kwarg takes, its default first (empty: the env has no splits).
+    pub splits: &'static [&'static str],
+    /// The split held out for evaluation (None: the env has no held-out split).
+    pub held_out: Option<&'static str>,
+    /// How a task index maps to a task (what `num_tasks` counts, or, for envs with
+    /// `u64::MAX` tasks, how any index becomes one).
+    pub tasks: &'static str,
 }
 
 static SPECS: &[EnvSpec] = &[
@@ -24,18 +31,27 @@ static SPECS: &[EnvSpec] = &[
         description: "TextCraft: craft a Minecraft item from base items using recipes (AgentGym)",
         hidden: false,
         make: crate::textcraft::make,
+        splits: &[],
+        held_out: None,
+        tasks: "index i is goal i % 544 of the recipe book (indices wrap)",
     },
     EnvSpec {
         id: "maze",
         description: "Grid maze with text observations; reach the goal",
         hidden: false,
         make: crate::maze::make,
+        splits: &["train", "test"],
+        held_out: Some("test"),
+        tasks: "procedural: any index is a layout (a function of index, size and split); train and test layouts are disjoint",
     },
     EnvSpec {
         id: "wordle",
         description: "Wordle: guess the five-letter word from per-letter feedback",
         hidden: false,
         make: crate::wordle::make,
+        splits: &["all", "train", "test"],
+        held_out: Some("test"),
+        tasks: "index i is answer i % n of the split's answer list (indices wrap)",
     },
     EnvSpec {
         id: "gridworld",
@@ -43,18 +59,27 @@ static SPECS: &[EnvSpec] = &[
             "BabyAI-style text grid world: go to, pick up, open (doors, keys, boxes, balls)",
         hidden: false,
         make: crate::gridworld::make,
+        splits: &["train", "test"],
+        held_out: Some("test"),
+        tasks: "procedural: any index is a layout (a function of index, preset and split); train and test layouts are disjoint",
     },
     EnvSpec {
         id: "game2048",
         description: "2048 on a 4x4 board as text: slide and merge tiles to reach the target",
         hidden: false,
         make: crate::game2048::make,
+        splits: &[],
+        held_out: None,
+        tasks: "procedural: any index seeds the tile spawns of one game",
     },
     EnvSpec {
         id: "webshop",
         description: "WebShop: search a synthetic store and buy what the instruction asks for",
         hidden: false,
         make: crate::webshop::make,
+        splits: &["train", "test", "all"],
+        held_out: Some("test"),
+        tasks: "index i is shopping goal i % n of the split (indices wrap)",
     },
     EnvSpec {
         id: "search",
@@ -62,12 +87,18 @@ static SPECS: &[EnvSpec] = &[
             "Deep search: answer 1-3 hop questions by searching and reading a local corpus",
         hidden: false,
         make: crate::search::make,
+        splits: &["train", "test"],
+        held_out: Some("test"),
+        tasks: "index i is question i % n of the split at the given hops (indices wrap)",
     },
     EnvSpec {
         id: "_test_panic",
         description: "Test-only env that panics on the action `panic`",
         hidden: true,
         make: crate::testenv::make,
+        splits: &[],
+        held_out: None,
+        tasks: "any index (test-only env)",
     },
 ];
 
@@ -158,6 +189,32 @@ mod tests {
     fn every_spec_constructs_with_defaults() {
         for s in specs() {
             assert!((s.make)(&Kwargs::new()).is_ok(), "{} failed", s.id);
+        }
+    }
+
+    #[test]
+    fn every_split_constructs_and_others_are_rejected() {
+        for s in specs() {
+            for split in s.splits {
+                let mut kw = Kwargs::new();
+                kw.insert("split".into(), Value::from(*split));
+                assert!((s.make)(&kw).is_ok(), "{} split {split}", s.id);
+            }
+            if let Some(held) = s.held_out {
+                assert!(s.splits.contains(&held), "{}: held-out split {held}", s.id);
+                assert!(s.splits.contains(&"train"), "{}: no train split", s.id);
+            }
+            if let Some(default) = s.splits.first() {
+                let mut kw = Kwargs::new();
+                kw.insert("split".into(), Value::from(*default));
+                let named = (s.make)(&kw).unwrap().num_tasks();
+                let plain = (s.make)(&Kwargs::new()).unwrap().num_tasks();
+                assert_eq!(named, plain, "{}: {default} is not the default split", s.id);
+            }
+            let mut kw = Kwargs::new();
+            kw.insert("split".into(), Value::from("no-such-split"));
+            assert!((s.make)(&kw).is_err(), "{} accepted a bogus split", s.id);
+            assert!(!s.tasks.is_empty());
         }
     }
 

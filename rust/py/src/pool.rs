@@ -229,9 +229,21 @@ fn native_env_description(env_id: &str) -> PyResult<&'static str> {
     registry::spec(env_id).map(|s| s.description).map_err(to_py)
 }
 
+/// How a native env's tasks are split: `(splits, held_out, tasks)` (see `EnvSpec`).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn native_env_tasks(
+    env_id: &str,
+) -> PyResult<(Vec<&'static str>, Option<&'static str>, &'static str)> {
+    registry::spec(env_id)
+        .map(|s| (s.splits.to_vec(), s.held_out, s.tasks))
+        .map_err(to_py)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEnvPool>()?;
     m.add_function(wrap_pyfunction!(native_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_description, m)?)?;
+    m.add_function(wrap_pyfunction!(native_env_tasks, m)?)?;
     Ok(())
 }
