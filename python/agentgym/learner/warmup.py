@@ -36,6 +36,9 @@ class WarmupConfig:
     #: Padded tokens per step: fewer rows than ``batch_size`` when transcripts are long (a
     #: Python env's long observations), so a step costs about the same on every env.
     max_tokens_per_step: int = 8192
+    #: Padded tokens over the whole warm-up: fewer steps than ``steps`` on envs whose
+    #: transcripts are long (the format is learned from the turns, not from the text).
+    max_tokens: int = 600_000
     lr: float = 3e-3
     weight_decay: float = 0.0
     warmup_frac: float = 0.05
@@ -163,8 +166,8 @@ def warmup_model(
 ) -> dict[str, float]:
     """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` (tasks
     ``0 .. num_tasks - 1``, repeated as needed) and save it (with its tokenizer) to
-    ``out_dir``. Returns ``{"warmup/loss_start", "warmup/loss_end",
-    "warmup/seconds"}``."""
+    ``out_dir``. Returns ``{"warmup/steps", "warmup/rows_per_step", "warmup/loss_start",
+    "warmup/loss_end", "warmup/seconds"}``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -179,12 +182,15 @@ def warmup_model(
         num_tasks=num_tasks)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warm = max(1, int(cfg.warmup_frac * cfg.steps))
+    longest = max(len(s) for s in seqs)
+    rows_per_step = max(1, min(cfg.batch_size, len(seqs), cfg.max_tokens_per_step // longest))
+    steps = max(1, min(cfg.steps, cfg.max_tokens // (rows_per_step * longest)))
+    warm = max(1, int(cfg.warmup_frac * steps))
 
     def lr_at(s: int) -> float:
         if s < warm:
             return (s + 1) / warm
-        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, cfg.steps - warm)))
+        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = np.random.default_rng(cfg.seed)
@@ -194,10 +200,8 @@ def warmup_model(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, desc="warm-up (random-policy LM)", unit="step")
-    longest = max(len(s) for s in seqs)
-    rows_per_step = max(1, min(cfg.batch_size, len(seqs), cfg.max_tokens_per_step // longest))
-    for _ in range(cfg.steps):
+        bar = tqdm(total=steps, desc="warm-up (random-policy LM)", unit="step")
+    for _ in range(steps):
         rows = rng.choice(len(seqs), size=rows_per_step, replace=False)
         batch = [seqs[i] for i in rows]
         width = max(len(s) for s in batch)
@@ -224,6 +228,7 @@ def warmup_model(
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     k = max(1, min(20, len(losses) // 5))
-    return {"warmup/loss_start": float(np.mean(losses[:k])),
+    return {"warmup/steps": float(steps), "warmup/rows_per_step": float(rows_per_step),
+            "warmup/loss_start": float(np.mean(losses[:k])),
             "warmup/loss_end": float(np.mean(losses[-k:])),
             "warmup/seconds": time.perf_counter() - t0}
