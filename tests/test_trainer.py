@@ -184,7 +184,6 @@ def _optim_states_equal(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> N
             assert torch.equal(torch.as_tensor(sa[i][name]), torch.as_tensor(sb[i][name])), name
 
 
-@pytest.mark.slow
 def test_resume_continues_identically(tmp_path, tiny_model_dir):
     """PPO with the real-policy backend: the resumed run's backend generates with the
     checkpoint's weights, the critic and both optimizers continue, so steps 3-4 match an
@@ -321,13 +320,14 @@ def test_update_shapes_rewards_by_stage_and_penalises_cut_replies(
     async def go():
         await trainer.setup()
         try:
-            return await trainer.rollout(0)
+            batch = await trainer.rollout(0)
+            trainer.schedule = HorizonSchedule(
+                [HorizonStage(3, turn_penalty=0.1, reward_discount=0.5)])
+            return batch, trainer.update(batch, 0)
         finally:
             await trainer.aclose()
 
-    batch = asyncio.run(go())
-    trainer.schedule = HorizonSchedule([HorizonStage(3, turn_penalty=0.1, reward_discount=0.5)])
-    out = trainer.update(batch, 0)
+    batch, out = asyncio.run(go())
     raw = np.array([t.reward for t in batch.trajectories])
     turns = np.array([t.num_turns for t in batch.trajectories])
     cut = np.array([t.stop_reason == "length" for t in batch.trajectories])
@@ -349,16 +349,16 @@ def test_ppo_critic_learns_on_a_fixed_batch(tmp_path, tiny_model_dir):
     trainer = Trainer(cfg)
 
     async def go():
-        await trainer.setup()
+        await trainer.setup()  # (its torch thread count holds until aclose)
         try:
-            return await trainer.rollout(0)
+            batch = await trainer.rollout(0)
+            assert trainer.critic is not None and trainer.critic_optimizer is not None
+            before = _params(trainer.critic), _params(trainer.model)
+            return before, [trainer.update(batch, 0)["critic/vf_loss"] for _ in range(5)]
         finally:
             await trainer.aclose()
 
-    batch = asyncio.run(go())
-    assert trainer.critic is not None and trainer.critic_optimizer is not None
-    critic0, actor0 = _params(trainer.critic), _params(trainer.model)
-    losses = [trainer.update(batch, 0)["critic/vf_loss"] for _ in range(5)]
+    (critic0, actor0), losses = asyncio.run(go())
     assert max(losses[1:]) < losses[0] and losses[-1] < 0.2 * losses[0], losses
     critic1, actor1 = _params(trainer.critic), _params(trainer.model)
     assert any(not torch.equal(critic0[k], critic1[k]) for k in critic0)
