@@ -71,6 +71,28 @@ def test_truncated_episode_options(mode, valid, scores):
         assert res.seq_advantages.tolist() == pytest.approx([1.0, -1.0, 0.0])
 
 
+@pytest.mark.parametrize(
+    "mode, valid, scores, returns",
+    [("keep", [True] * 4, [1.0, 0.0, 1.0, 1.0], [1.0, 1.0]),
+     ("zero", [True] * 4, [1.0, 0.0, 1.0, 0.0], [0.0, 0.0]),
+     ("drop", [True, True, True, False], [1.0, 0.0, 1.0, 1.0], [0.0, 0.0])],
+)
+def test_overlong_episode_options(mode, valid, scores, returns):
+    """``overlong`` acts on stop reason ``length`` only (the truncated one stays kept)."""
+    batch = pack_trajectories([traj(1.0), traj(0.0), traj(1.0, stop="horizon"),
+                               traj(1.0, stop="length")])
+    res = compute_advantages(batch, "rloo", overlong=mode)
+    assert res.valid.tolist() == valid
+    assert res.scores.tolist() == scores
+    # r_i - mean of the other valid members
+    want = {"keep": [1 / 3, -1.0, 1 / 3, 1 / 3], "zero": [2 / 3, -2 / 3, 2 / 3, -2 / 3],
+            "drop": [0.5, -1.0, 0.5, 0.0]}[mode]
+    assert res.seq_advantages.tolist() == pytest.approx(want)
+    # token-level: the cut episode's turn reward is zeroed too, or it leaves the batch
+    tok = compute_advantages(batch, "reinforce_pp", overlong=mode)
+    assert tok.returns[14:16].tolist() == pytest.approx(returns)
+
+
 def test_bad_options_raise():
     batch = pack_trajectories([traj(1.0), traj(0.0)])
     with pytest.raises(ValueError, match="bootstrap"):

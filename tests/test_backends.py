@@ -98,6 +98,29 @@ async def test_transformers_greedy_and_seeded_are_reproducible(tf_backend):
 
 
 @MODULE_LOOP
+async def test_transformers_named_requests_sample_independently_of_their_batch(tf_backend):
+    """Without their own seed, requests with a caller-given id draw from (backend seed, id):
+    the same tokens whatever requests share the batch and in whatever order they came."""
+    sp = SamplingParams(max_new_tokens=10, temperature=1.0)
+    ps = prompts(4)
+    ids = [f"req-{i}" for i in range(4)]
+
+    async def run(order):
+        tf_backend._generator.manual_seed(5)
+        out = await asyncio.gather(*[tf_backend.generate(ps[i], sp, request_id=ids[i])
+                                     for i in order])
+        return {i: r.token_ids for i, r in zip(order, out, strict=True)}
+
+    forward, backward = await run([0, 1, 2, 3]), await run([3, 2, 1, 0])
+    tf_backend._generator.manual_seed(5)
+    alone = (await tf_backend.generate(ps[2], sp, request_id=ids[2])).token_ids
+    assert forward == backward and alone == forward[2]
+    assert len({tuple(t) for t in forward.values()}) == 4
+    tf_backend._generator.manual_seed(6)  # another backend seed: other samples
+    assert (await tf_backend.generate(ps[2], sp, request_id=ids[2])).token_ids != alone
+
+
+@MODULE_LOOP
 async def test_transformers_stop_tokens(tf_backend):
     greedy = SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True)
     full = await tf_backend.generate(PROMPT, greedy)

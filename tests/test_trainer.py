@@ -53,7 +53,27 @@ class PickEnv(BaseEnv):
         return ["move north", "move south", "move east", "move west"]
 
 
+class TwoLengthEnv(BaseEnv):
+    """Never ends by itself; reward 1 per 'north'. Its last valid action is too long
+    for a short reply budget, so a scripted random policy's episodes end both ways: at the
+    horizon and cut mid-reply (stop reason ``length``)."""
+
+    instructions = "Say a direction."
+    num_tasks = 1000
+
+    def reset(self, task=None, seed=None):
+        return f"Task {task}. Go."
+
+    def step(self, action):
+        return "Again.", float(action.strip().endswith("north")), False, {}
+
+    def valid_actions(self):
+        return ["move north", "go north", "move east",
+                "move south and keep walking along the corridor to the far wall"]
+
+
 agentgym.register("_trainer_endless", EndlessEnv, override=True)
+agentgym.register("_trainer_two_length", TwoLengthEnv, override=True)
 agentgym.register("_trainer_pick", PickEnv, override=True)
 
 
@@ -148,24 +168,57 @@ def _params(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _metrics_equal(a: dict, b: dict) -> None:
+    """The learning metrics of two train rows agree (timings and throughputs aside)."""
+    keys = [k for k in a if isinstance(a[k], float) and not k.startswith(("timing_s/", "perf/"))]
+    assert set(keys) <= set(b)
+    for k in keys:
+        assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-8), k
+
+
+def _optim_states_equal(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> None:
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+    assert sa.keys() == sb.keys() and sa
+    for i in sa:
+        for name in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(torch.as_tensor(sa[i][name]), torch.as_tensor(sb[i][name])), name
+
+
 def test_resume_continues_identically(tmp_path, tiny_model_dir):
-    full = Trainer(_cfg(tmp_path / "a", tiny_model_dir, max_steps=4, save_every=2),
-                   backend=_scripted(tiny_model_dir))
-    full.train()
+    """PPO with the real-policy backend: the resumed run's backend generates with the
+    checkpoint's weights, the critic and both optimizers continue, so steps 3-4 match an
+    uninterrupted run exactly (rollout tokens, metrics, weights)."""
+    kw = dict(method="PPO", max_steps=4, save_every=2, format_penalty=1.0,
+              learner={"lr": 1e-3, "critic_lr": 1e-3, "use_kl_loss": False})
+
+    def run(out, **extra):
+        trainer = Trainer(_cfg(out, tiny_model_dir, **kw, **extra))
+        tokens = []
+        orig = trainer.update
+
+        def update(batch, step):
+            tokens.append(np.asarray(batch.packed()["token_ids"]).copy())
+            return orig(batch, step)
+
+        trainer.update = update
+        trainer.train()
+        return trainer, tokens
+
+    full, full_tokens = run(tmp_path / "a")
     ckpt = find_checkpoint(tmp_path / "a" / "run" / "checkpoints" / "step_2")
-    resumed = Trainer(_cfg(tmp_path / "b", tiny_model_dir, max_steps=4, save_every=2,
-                           resume=str(ckpt)), backend=_scripted(tiny_model_dir))
-    resumed.train()
-    assert resumed.step == 4
-    keys = ["reward/mean", "actor/pg_loss", "actor/grad_norm", "horizon/max_turns"]
-    for a, b in zip(full.history[2:], resumed.history):
-        for k in keys:
-            if k in a:
-                assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
-    pa, pb = _params(full.model), _params(resumed.model)
-    assert all(torch.equal(pa[k], pb[k]) for k in pa)
-    sa, sb = full.optimizer.state_dict(), resumed.optimizer.state_dict()
-    assert sa["state"][0]["step"] == sb["state"][0]["step"]
+    resumed, resumed_tokens = run(tmp_path / "b", resume=str(ckpt))
+    assert resumed.step == 4 and len(resumed.history) == 2
+    # the resumed rollouts are the ones the uninterrupted run generated
+    for a, b in zip(full_tokens[2:], resumed_tokens, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(full.history[2:], resumed.history, strict=True):
+        _metrics_equal(a, b)
+        assert a["policy_version"] == b["policy_version"]
+    for mine, theirs in ((full.model, resumed.model), (full.critic, resumed.critic)):
+        pa, pb = _params(mine), _params(theirs)
+        assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    _optim_states_equal(full.optimizer, resumed.optimizer)
+    _optim_states_equal(full.critic_optimizer, resumed.critic_optimizer)
     assert full.schedule.state_dict() == resumed.schedule.state_dict()
     # the global RNGs continue from the checkpoint, not from the seed
     assert full.task_rng.bit_generator.state == resumed.task_rng.bit_generator.state
@@ -192,23 +245,124 @@ def test_outputs_metrics_eval_rows_plot_checkpoint(tmp_path, tiny_model_dir):
     assert json.loads(json.dumps(summary))["steps"] == 2
 
 
-def test_async_rollouts_keep_behaviour_versions(tmp_path, tiny_model_dir):
-    cfg = _cfg(tmp_path, tiny_model_dir, max_steps=3, async_rollouts=True, max_staleness=1)
-    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
-    trainer.train()
-    assert trainer.step == 3
-    # step k+1's rollout started before step k's weights were synced: one version behind
-    assert trainer.history[-1]["policy_version"] == 3
-    assert trainer.learner_config.max_staleness == 1
+def _spy_policy_update(monkeypatch, trainer):
+    """Record what each ``Trainer.update`` hands to the real ``policy_update`` (the packed
+    batch, the version it is judged against, the config, the backend's version) and what
+    it returns."""
+    import agentgym.learner as learner
+
+    calls = []
+    real = learner.policy_update
+
+    def spy(model, optimizer, pb, config, *args, current_version=None, **kwargs):
+        out = real(model, optimizer, pb, config, *args, current_version=current_version,
+                   **kwargs)
+        calls.append({"pb": pb, "current": current_version, "config": config, "out": out,
+                      "backend": trainer.backend.policy_version})
+        return out
+
+    monkeypatch.setattr(learner, "policy_update", spy)
+    return calls
 
 
-def test_ppo_trains_with_a_critic(tmp_path, tiny_model_dir):
-    cfg = _cfg(tmp_path, tiny_model_dir, method="PPO", max_steps=1,
-               learner={"lr": 1e-3, "use_kl_loss": False, "critic_lr": 1e-3})
-    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+@pytest.mark.parametrize("async_rollouts, max_staleness, mode", [
+    (False, 0, "drop"), (True, 1, "drop"), (True, 0, "drop"), (True, 0, "downweight")])
+def test_async_rollouts_lag_one_version_and_staleness_rule(
+        tmp_path, tiny_model_dir, monkeypatch, async_rollouts, max_staleness, mode):
+    """With async rollouts the batch of step k >= 1 was generated by policy version k - 1
+    while the backend is at k: one version stale, kept at ``max_staleness=1``, dropped or
+    down-weighted (``staleness_decay`` 0.5) at 0. The PPO ratio then compares the learner
+    with the older behaviour logprobs. A sync run has no lag."""
+    cfg = _cfg(tmp_path, tiny_model_dir, max_steps=3, async_rollouts=async_rollouts,
+               max_staleness=max_staleness, staleness_mode=mode,
+               learner={"lr": 3e-2, "use_kl_loss": False, "entropy_coeff": 0.5})
+    trainer = Trainer(cfg)
+    calls = _spy_policy_update(monkeypatch, trainer)
     trainer.train()
-    assert trainer.critic is not None
-    assert "critic/vf_loss" in trainer.history[0]
+    assert [r["policy_version"] for r in trainer.history] == [1, 2, 3]
+    assert len(calls) == 3
+    lag = 1 if async_rollouts else 0
+    for k, c in enumerate(calls):
+        pb, out = c["pb"], c["out"]
+        n = len(pb)
+        assert n == 4
+        assert c["current"] == c["backend"] == k
+        model_lp = pb.logprobs[pb.loss_mask == 1]
+        assert model_lp.size and (model_lp < 0).all()  # a real policy's logprobs
+        want = max(k - lag, 0)
+        assert pb.policy_version.tolist() == [want] * n
+        stale = k - want > (max_staleness if async_rollouts else 10**9)
+        if stale and mode == "drop":
+            assert out["learner/num_stale_dropped"] == n and out["learner/num_trained"] == 0
+            assert out["learner/num_model_tokens"] == 0
+        else:
+            assert out["learner/num_stale_dropped"] == 0 and out["learner/num_trained"] == n
+        if async_rollouts:
+            assert c["config"].max_staleness == max_staleness
+            assert c["config"].staleness_mode == mode
+        if k - want == 0:  # on-policy: behaviour and learner logprobs agree
+            assert abs(out["actor/ppo_kl"]) < 1e-4
+        elif not (stale and mode == "drop"):  # one update behind: the ratio sees it
+            assert abs(out["actor/ppo_kl"]) > 1e-3
+
+
+def test_update_shapes_rewards_by_stage_and_penalises_cut_replies(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """``Trainer.update`` hands ``policy_update`` the stage-shaped score minus the format
+    penalty of episodes cut mid-reply, and the advantages are computed from it."""
+    from agentgym.learner.horizon import HorizonSchedule, HorizonStage
+
+    cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_two_length", tasks_per_step=4,
+               max_turns=3, max_new_tokens=8, format_penalty=0.3)
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+    calls = _spy_policy_update(monkeypatch, trainer)
+
+    async def go():
+        await trainer.setup()
+        try:
+            batch = await trainer.rollout(0)
+            trainer.schedule = HorizonSchedule(
+                [HorizonStage(3, turn_penalty=0.1, reward_discount=0.5)])
+            return batch, trainer.update(batch, 0)
+        finally:
+            await trainer.aclose()
+
+    batch, out = asyncio.run(go())
+    raw = np.array([t.reward for t in batch.trajectories])
+    turns = np.array([t.num_turns for t in batch.trajectories])
+    cut = np.array([t.stop_reason == "length" for t in batch.trajectories])
+    # both endings, several scores and turn counts are present
+    assert cut.any() and (~cut).any() and len(set(raw.tolist())) > 1 and len(set(turns)) > 2
+    want = raw * 0.5 ** np.maximum(turns - 1, 0) - 0.1 * turns - 0.3 * cut
+    (call,) = calls
+    np.testing.assert_allclose(call["pb"].rewards, want, rtol=0, atol=1e-6)
+    assert out["critic/score/mean"] == pytest.approx(want.mean(), abs=1e-6)
+    assert out["critic/score/min"] == pytest.approx(want.min(), abs=1e-6)
+
+
+def test_ppo_critic_learns_on_a_fixed_batch(tmp_path, tiny_model_dir):
+    """PPO through ``Trainer.update``: on one fixed batch of real-policy rollouts the
+    critic's weights move and its value loss falls well below where it started."""
+    # the format penalty gives the cut replies (most of a random policy's) a return of -1
+    cfg = _cfg(tmp_path, tiny_model_dir, method="PPO", format_penalty=1.0,
+               learner={"lr": 1e-3, "critic_lr": 5e-4, "use_kl_loss": False})
+    trainer = Trainer(cfg)
+
+    async def go():
+        await trainer.setup()  # (its torch thread count holds until aclose)
+        try:
+            batch = await trainer.rollout(0)
+            assert trainer.critic is not None and trainer.critic_optimizer is not None
+            before = _params(trainer.critic), _params(trainer.model)
+            return before, [trainer.update(batch, 0)["critic/vf_loss"] for _ in range(5)]
+        finally:
+            await trainer.aclose()
+
+    (critic0, actor0), losses = asyncio.run(go())
+    assert max(losses[1:]) < losses[0] and losses[-1] < 0.2 * losses[0], losses
+    critic1, actor1 = _params(trainer.critic), _params(trainer.model)
+    assert any(not torch.equal(critic0[k], critic1[k]) for k in critic0)
+    assert any(not torch.equal(actor0[k], actor1[k]) for k in actor0)
 
 
 @pytest.mark.slow

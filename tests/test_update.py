@@ -1,6 +1,7 @@
 """Learner update on a tiny randomly initialised Qwen2: logprobs, micro-batching, training."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,7 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from agentgym.learner.batch import collate, make_micro_batches, pack_trajectories  # noqa: E402
+import agentgym.learner.update as update_mod  # noqa: E402
+from agentgym.learner.batch import (  # noqa: E402
+    StopReason,
+    collate,
+    make_micro_batches,
+    pack_trajectories,
+)
 from agentgym.learner.update import (  # noqa: E402
     LearnerConfig,
     compute_logprobs,
@@ -34,8 +41,8 @@ def tiny_qwen2(seed=0, token_classifier=False):
     return model
 
 
-def behaviour_logprobs(model, batch):
-    """Fill the batch's behaviour logprobs with the model's own (on-policy)."""
+def model_logprobs(model, batch):
+    """float32[T]: the model's logprob of each packed token at model tokens, 0 elsewhere."""
     lp = np.zeros(batch.num_tokens, np.float32)
     with torch.no_grad():
         for mb in make_micro_batches(batch, max_tokens_per_microbatch=10_000):
@@ -43,8 +50,45 @@ def behaviour_logprobs(model, batch):
             for row, b in enumerate(mb.indices):
                 s, n = batch.offsets[b], mb.lengths[row]
                 lp[s + 1 : s + n] = logp[row, : n - 1].numpy()
-    batch.logprobs = (lp * batch.loss_mask).astype(np.float32)
+    return (lp * batch.loss_mask).astype(np.float32)
+
+
+def behaviour_logprobs(model, batch, jitter=0.0, seed=0):
+    """Fill the batch's behaviour logprobs with the model's own (on-policy); ``jitter``
+    moves each by up to that much, so PPO ratios spread over (and beyond) the clip range."""
+    lp = model_logprobs(model, batch)
+    if jitter:
+        noise = np.random.default_rng(seed).uniform(-jitter, jitter, batch.num_tokens)
+        lp = lp + noise.astype(np.float32) * batch.loss_mask
+    batch.logprobs = lp.astype(np.float32)
     return batch
+
+
+def sgd_delta(base, batch, cfg, **kwargs):
+    """Parameter change of one ``policy_update`` with plain SGD (lr 1) from a copy of
+    ``base``, and its metrics: linear in the loss gradient."""
+    model = copy.deepcopy(base)
+    before = [p.detach().clone() for p in model.parameters()]
+    m = policy_update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, cfg, **kwargs)
+    return [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)], m
+
+
+def assert_deltas_close(d1, d2, scale=1.0):
+    for a, b in zip(d1, d2, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6 * scale, rtol=1e-4)
+
+
+def spy_advantages(monkeypatch):
+    """Record every AdvantageResult ``policy_update`` computes (the real estimator runs)."""
+    seen = []
+    real = update_mod.compute_advantages
+
+    def spy(*args, **kwargs):
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(update_mod, "compute_advantages", spy)
+    return seen
 
 
 def two_turn_trajs(n_groups=2, per_group=4, seed=0):
@@ -201,21 +245,141 @@ def test_recompute_with_tis_minibatches_and_bf16_autocast():
     assert abs(m["actor/ppo_kl"]) < 0.5
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [{"adv_estimator": "reinforce_pp", "use_kl_in_reward": True, "kl_reward_coef": 0.1},
-     {"adv_estimator": "grpo", "norm_adv_by_std": False,
-      "loss_agg_mode": "seq-mean-token-sum-norm", "entropy_coeff": 1e-3, "temperature": 0.7}],
-)
-def test_kl_in_reward_and_dr_grpo_settings_run(overrides):
+def test_kl_in_reward_lowers_returns_by_coef_times_kl(monkeypatch):
+    """REINFORCE++ with the KL in the reward: each model token's reward drops by
+    ``kl_reward_coef * (logp_behaviour - logp_ref)``, so with gamma 1 the returns drop by
+    the coefficient times the KL summed from that token to the end of the trajectory."""
+    model, ref = tiny_qwen2(0), tiny_qwen2(1)  # a different reference: KL of both signs
+    batch = behaviour_logprobs(model, pack_trajectories(two_turn_trajs(2, 4)))
+    kl = batch.logprobs.astype(np.float64) - model_logprobs(ref, batch)
+    seen = spy_advantages(monkeypatch)
+    coef = 0.1
+    for use in (False, True):
+        cfg = LearnerConfig(adv_estimator="reinforce_pp", use_kl_loss=False, gamma=1.0,
+                            use_kl_in_reward=use, kl_reward_coef=coef, kl_reward_estimator="kl")
+        learner = copy.deepcopy(model)
+        m = policy_update(learner, make_optimizer(learner, cfg), batch, cfg, ref_model=ref)
+        assert np.isfinite(m["actor/pg_loss"])
+    free, with_kl = seen
+    on = batch.loss_mask == 1
+    want = np.zeros(batch.num_tokens)
+    for b in range(len(batch)):
+        s, e = int(batch.offsets[b]), int(batch.offsets[b + 1])
+        idx = s + np.flatnonzero(on[s:e])
+        want[idx] = np.cumsum((-coef * kl[idx])[::-1])[::-1]
+    assert np.abs(want[on]).max() > 0.05  # the penalty is not negligible
+    np.testing.assert_allclose(with_kl.returns - free.returns, want, rtol=0, atol=2e-5)
+    # at each trajectory's last model token the difference is exactly -coef * KL there
+    last = [s + np.flatnonzero(on[s:e])[-1]
+            for s, e in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)]
+    np.testing.assert_allclose((with_kl.returns - free.returns)[last], -coef * kl[last],
+                               rtol=0, atol=1e-6)
+
+
+def test_dr_grpo_advantage_is_reward_minus_group_mean(monkeypatch):
     model = tiny_qwen2()
-    ref = copy.deepcopy(model)
-    batch = behaviour_logprobs(model, pack_trajectories(two_turn_trajs(1, 4)))
-    cfg = LearnerConfig(**overrides)
-    m = policy_update(model, make_optimizer(model, cfg), batch, cfg, ref_model=ref)
-    assert np.isfinite(m["actor/pg_loss"]) and np.isfinite(m["critic/advantages/mean"])
-    if cfg.entropy_coeff:
-        assert np.isfinite(m["actor/entropy_loss"])
+    trajs = two_turn_trajs(2, 4)
+    for t, r in zip(trajs, [1.0, 0.0, 0.0, 0.0, 2.0, 1.0, 1.0, 0.0], strict=True):
+        t["reward"], t["turn_rewards"] = r, [0.0, r]
+    batch = behaviour_logprobs(model, pack_trajectories(trajs))
+    seen = spy_advantages(monkeypatch)
+    cfg = LearnerConfig(norm_adv_by_std=False, loss_agg_mode="seq-mean-token-sum-norm",
+                        use_kl_loss=False)
+    m = policy_update(model, make_optimizer(model, cfg), batch, cfg)
+    (res,) = seen
+    # group means 0.25 and 1.0; no division by the group's std
+    np.testing.assert_allclose(res.seq_advantages,
+                               [0.75, -0.25, -0.25, -0.25, 1.0, 0.0, 0.0, -1.0], atol=1e-6)
+    traj = batch.trajectory_index()
+    np.testing.assert_allclose(
+        res.advantages, np.where(batch.loss_mask == 1, res.seq_advantages[traj], 0.0), atol=1e-6)
+    assert m["critic/advantages/max"] == pytest.approx(1.0)
+    assert m["critic/advantages/min"] == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("mode", ["keep", "zero", "drop"])
+def test_overlong_episodes_kept_zeroed_or_dropped(mode):
+    """``overlong`` for an episode cut mid-reply (stop reason ``length``): ``keep`` trains
+    on it like a finished one, ``zero`` like one with reward 0, ``drop`` like a batch
+    without it (also out of its group's baseline)."""
+    base = tiny_qwen2()
+    batch = behaviour_logprobs(base, pack_trajectories(two_turn_trajs(2, 4)), jitter=0.4)
+    assert batch.rewards[0] == 1.0
+    sr = batch.stop_reason.copy()
+    sr[0] = StopReason.LENGTH
+    cut = dataclasses.replace(batch, stop_reason=sr)
+    if mode == "keep":
+        same = batch
+    elif mode == "zero":
+        same = batch.with_rewards(np.where(np.arange(len(batch)) == 0, 0.0, batch.rewards))
+    else:
+        same = batch.select(np.arange(1, len(batch)))
+    cfg = LearnerConfig(overlong=mode, use_kl_loss=False, max_grad_norm=None, shuffle=False)
+    got, m = sgd_delta(base, cut, cfg)
+    want, _ = sgd_delta(base, same, cfg)
+    assert any(d.abs().max() > 1e-4 for d in got)
+    assert 0 < m["actor/pg_clipfrac"] < 1  # real ratios on both sides of the clip range
+    assert_deltas_close(got, want)
+    assert m["learner/num_trained"] == (7 if mode == "drop" else 8)
+    assert m["critic/score/mean"] == pytest.approx(
+        {"keep": 4 / 8, "zero": 3 / 8, "drop": 3 / 7}[mode])
+
+
+def test_staleness_downweight_scales_the_stale_gradient():
+    """``staleness_mode="downweight"``: a trajectory two versions older than allowed by
+    ``max_staleness=0`` weighs ``decay ** 2`` in the loss. With SGD the update is then
+    ``w * keep-all + (1 - w) * (N_fresh / N_all) * drop-stale`` (token-mean losses)."""
+    base = tiny_qwen2()
+    trajs = two_turn_trajs(2, 4)
+    for t in trajs:
+        t["policy_version"] = 7 if t["group_id"] == 0 else 5
+    batch = behaviour_logprobs(base, pack_trajectories(trajs), jitter=0.4)
+    common = dict(use_kl_loss=False, max_grad_norm=None, shuffle=False)
+    keep, m_keep = sgd_delta(base, batch, LearnerConfig(**common))
+    drop, m_drop = sgd_delta(base, batch, LearnerConfig(max_staleness=0, **common))
+    down, m_down = sgd_delta(base, batch, LearnerConfig(
+        max_staleness=0, staleness_mode="downweight", staleness_decay=0.5, **common))
+    assert m_drop["learner/num_trained"] == 4 and m_drop["learner/num_stale_dropped"] == 4
+    assert m_down["learner/num_trained"] == 8 and m_down["learner/num_stale_dropped"] == 0
+    w = 0.25
+    fresh = batch.loss_mask[np.isin(batch.trajectory_index(), np.arange(4))].sum()
+    share = float(fresh) / float(batch.loss_mask.sum())
+    want = [w * k + (1 - w) * share * d for k, d in zip(keep, drop, strict=True)]
+    assert_deltas_close(down, want)
+    # and it is neither of the two
+    assert max(float((a - b).abs().max()) for a, b in zip(down, keep, strict=True)) > 1e-4
+    assert max(float((a - b).abs().max()) for a, b in zip(down, drop, strict=True)) > 1e-4
+
+
+def _kl_to(model, ref, batch):
+    """Exact KL(model || ref) of the next-token distributions, mean over model tokens."""
+    with torch.no_grad():
+        mb = collate(batch, np.arange(len(batch)))
+        kw = dict(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
+        lp = torch.log_softmax(model(**kw).logits[:, :-1].float(), -1)
+        lq = torch.log_softmax(ref(**kw).logits[:, :-1].float(), -1)
+        kl = (lp.exp() * (lp - lq)).sum(-1)
+        return float((kl * mb.loss_mask).sum() / mb.loss_mask.sum())
+
+
+def test_kl_loss_keeps_the_policy_near_the_reference():
+    """Same data and steps, with and without the KL loss: the KL to the reference ends
+    far smaller with it."""
+    base = tiny_qwen2()
+    ref = copy.deepcopy(base)
+    batch = pack_trajectories(two_turn_trajs(2, 4))
+    drift = {}
+    for use_kl in (False, True):
+        model = copy.deepcopy(base)
+        cfg = LearnerConfig(lr=1e-2, use_kl_loss=use_kl, kl_coef=1.0, kl_estimator="low_var_kl")
+        opt = make_optimizer(model, cfg)
+        for _ in range(6):
+            behaviour_logprobs(model, batch)
+            m = policy_update(model, opt, batch, cfg, ref_model=ref)
+        assert ("actor/kl_loss" in m) == use_kl
+        drift[use_kl] = _kl_to(model, ref, batch)
+    assert drift[False] > 0.05  # the policy did move
+    assert drift[True] < 0.5 * drift[False], drift
 
 
 def test_config_validation_and_round_trip():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class _Request:
     prompt: list[int]
     sampling: SamplingParams
     future: asyncio.Future
+    named: bool = False  # the caller chose request_id (its sampling stream derives from it)
     aborted: bool = False
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -39,7 +41,10 @@ class TransformersBackend:
     """Generate with a Hugging Face model folder ``model_dir`` (see module docstring).
 
     ``device`` defaults to CUDA when available, else CPU; ``dtype`` to float32.
-    ``seed`` seeds sampling for requests without their own ``SamplingParams.seed``.
+    ``seed`` seeds sampling for requests without their own ``SamplingParams.seed``: a
+    request with a caller-given ``request_id`` samples from a generator seeded by
+    (``seed``, its id), so what it draws does not depend on which requests share its batch
+    or their order; requests without an id share one generator seeded by ``seed``.
     """
 
     def __init__(
@@ -101,7 +106,7 @@ class TransformersBackend:
         if rid in self._requests:
             raise ValueError(f"request id {rid!r} is already in flight")
         loop = asyncio.get_running_loop()
-        req = _Request(rid, prompt, sampling, loop.create_future())
+        req = _Request(rid, prompt, sampling, loop.create_future(), named=request_id is not None)
         self._requests[rid] = req
         self._ensure_batcher()
         self._queue.put_nowait(req)
@@ -226,6 +231,8 @@ class TransformersBackend:
         gens = [
             torch.Generator(device="cpu").manual_seed(r.sampling.seed)
             if r.sampling.seed is not None
+            else torch.Generator(device="cpu").manual_seed(self._request_seed(r.request_id))
+            if r.named
             else self._generator
             for r in reqs
         ]
@@ -270,6 +277,12 @@ class TransformersBackend:
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], 1)
                 pos = pos[:, -1:] + 1
         return [x or "length" for x in reasons]
+
+    def _request_seed(self, request_id: str) -> int:
+        """Sampling seed of a named request without its own seed: the backend seed (the
+        last ``_generator.manual_seed``) mixed with the request id."""
+        base = int(self._generator.initial_seed()) & ((1 << 62) - 1)
+        return (base * 1_000_003 + zlib.crc32(request_id.encode())) & ((1 << 63) - 1)
 
     def _sample(self, logits, s: SamplingParams, gen) -> tuple[int, float]:
         """Sample one token from one row of logits; returns (token, processed logprob)."""

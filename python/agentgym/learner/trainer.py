@@ -201,6 +201,11 @@ class Trainer:
                 kw.setdefault("device", str(self.device))
                 kw.setdefault("seed", cfg.seed)
             self.backend = await asyncio.to_thread(make_backend, cfg.backend, self.model_dir, **kw)
+        if self.version_offset and hasattr(self.backend, "policy_version"):
+            # a resumed run's backend continues the checkpoint's version count, so its
+            # trajectories, the staleness rule and the learner metrics see the run's versions
+            self.backend.policy_version += self.version_offset
+            self.version_offset = 0
         ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
               "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
               "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
