@@ -2,7 +2,9 @@
 trajectories, group sampling, horizon, length, and failures recorded as data."""
 
 import asyncio
+import os
 import threading
+import time
 
 import pytest
 
@@ -171,10 +173,52 @@ def test_env_exceptions_and_panics_are_env_errors(tokenizer):
     assert len(panics) == 40
 
 
-def test_turn_timeout_is_recorded(tokenizer):
-    backend = FlakyBackend(tokenizer, fail_keys=(), delay=0.5)
-    batch = engine(tokenizer, backend=backend, turn_timeout_s=0.05).collect_sync(3, "maze")
+class StallingBackend(ScriptedBackend):
+    """Answers at once, except that the requests ``stall(key, turn)`` picks wait
+    ``stall_s`` seconds first (a stand-in for a stuck inference server: the real backends
+    cannot be made to stall on demand). Records every request id, and each request
+    cancelled or aborted while it waited."""
+
+    def __init__(self, tokenizer, stall, stall_s=60.0, **kw):
+        super().__init__(tokenizer, **kw)
+        self.stall = stall
+        self.stall_s = stall_s
+        self.request_ids = []
+        self.cancelled = []
+        self.aborted = []
+
+    async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+        self.request_ids.append(request_id)
+        _, key, turn, _ = request_id.rsplit("-", 3)
+        if self.stall(int(key), int(turn)):
+            try:
+                await asyncio.sleep(self.stall_s)
+            except asyncio.CancelledError:
+                self.cancelled.append(request_id)
+                raise
+        return await super().generate(prompt_ids, sampling, request_id, context)
+
+    async def abort(self, request_id):
+        self.aborted.append(request_id)
+
+    def turn_requests(self, key, turn):
+        return [r for r in self.request_ids if r.rsplit("-", 3)[1:3] == [str(key), str(turn)]]
+
+
+async def test_turn_timeout_is_recorded(tokenizer):
+    # Every episode's second turn stalls: turn 0 is played and stored, turn 1 times out.
+    backend = StallingBackend(tokenizer, stall=lambda key, turn: turn == 1)
+    batch = await engine(tokenizer, backend=backend, turn_timeout_s=1.0).collect(3, "maze")
     assert [t.stop_reason for t in batch] == ["timeout"] * 3
+    for key, traj in enumerate(batch):
+        assert traj.num_turns == 1 and "timed out" in traj.error
+        assert len(traj.token_ids) > traj.prompt_len  # the first reply is kept ...
+        assert len(traj.loss_mask) == len(traj.token_ids)
+        assert not any(traj.loss_mask)  # ... but not trained on
+        (rid,) = backend.turn_requests(key, 1)  # one request for the turn: no retry
+        # Stopped at the backend by the time the batch is back (not left running).
+        assert rid in backend.cancelled or rid in backend.aborted
+    assert len(backend.request_ids) == 6
 
 
 async def test_cancelling_collect_leaves_no_request_running(tokenizer):
@@ -235,6 +279,7 @@ class ThreadProbeEnv(BaseEnv):
     instructions = "Say anything."
     num_tasks = 100
     threads: set = set()
+    step_threads: list = []
 
     def reset(self, task=None, seed=None):
         self.t = 0
@@ -242,21 +287,241 @@ class ThreadProbeEnv(BaseEnv):
 
     def step(self, action):
         ThreadProbeEnv.threads.add(threading.get_ident())
+        ThreadProbeEnv.step_threads.append(threading.get_ident())
         self.t += 1
         return f"turn {self.t}", 0.0, self.t >= 3, {}
 
 
-@pytest.mark.parametrize("budget", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [0.0, 10.0])
 def test_fast_python_envs_step_inline_only_within_the_budget(tokenizer, budget):
     agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
     ThreadProbeEnv.threads = set()
+    ThreadProbeEnv.step_threads = []
     eng = engine(tokenizer, policy="random", max_concurrency=4, inline_env_budget_s=budget)
     batch = eng.collect_sync(12, "test/thread_probe")
     assert [t.num_turns for t in batch] == [3] * 12
     driver, _ = next(iter(eng._drivers.values()))
-    assert driver.step_cost is not None and driver.step_cost < 0.25
-    on_loop = threading.get_ident() in ThreadProbeEnv.threads
-    # The first tick is measured on the pool; later ones run inline when the budget allows.
-    assert on_loop == (budget > 0)
-    assert len(ThreadProbeEnv.threads) >= 2 if budget > 0 else not on_loop
+    assert driver.step_cost is not None  # measured
+    loop_thread = threading.get_ident()
+    inline = [t == loop_thread for t in ThreadProbeEnv.step_threads]
+    assert len(inline) == 36
+    if budget == 0:
+        assert not any(inline)  # a zero budget always uses the thread pool
+    else:
+        # A step runs on the pool only while its cost is unknown: the steps sent before the
+        # first measurement came back, at most one per live episode. All later ones inline.
+        assert 1 <= inline.count(False) <= 4
+        assert inline.count(True) >= 32
     eng.close()
+
+
+async def test_episode_timeout_ends_only_the_slow_episode(tokenizer):
+    # Episode 1's second turn stalls far past the episode budget; the others play on.
+    backend = StallingBackend(tokenizer, stall=lambda key, turn: key == 1 and turn == 1,
+                              stall_s=30.0)
+    batch = await engine(tokenizer, backend=backend, episode_timeout_s=3.0).collect(4, "maze")
+    assert [t.stop_reason for t in batch] == ["done", "timeout", "done", "done"]
+    slow = batch.trajectories[1]
+    assert slow.num_turns == 1 and "timed out" in slow.error
+    assert len(slow.token_ids) > slow.prompt_len and not any(slow.loss_mask)
+    (rid,) = backend.turn_requests(1, 1)
+    assert rid in backend.cancelled or rid in backend.aborted
+    # The other episodes are exactly those of a run without the stall or the budget.
+    plain = await engine(tokenizer).collect(4, "maze")
+    for i in (0, 2, 3):
+        got, want = batch.trajectories[i], plain.trajectories[i]
+        assert got.success and got.error is None
+        assert (got.token_ids, got.loss_mask, got.turn_rewards) == (
+            want.token_ids, want.loss_mask, want.turn_rewards)
+
+
+class ChattyEnv(BaseEnv):
+    """Never ends by itself; each observation is long (longer for higher tasks)."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+
+    def reset(self, task=None, seed=None):
+        self.task, self.t = task or 0, 0
+        return "start " + "and so on " * (2 + self.task)
+
+    def step(self, action):
+        self.t += 1
+        return f"turn {self.t}: " + "more words here " * (3 + self.task), 0.5, False, {}
+
+    def valid_actions(self):
+        return ["go"]
+
+
+def test_context_cap_ends_python_env_episodes_with_length(tokenizer):
+    agentgym.register("test/chatty", ChattyEnv, override=True)
+    eng = engine(tokenizer, policy="random", max_turns=100)
+    prompt_len = eng.collect_sync([0], "test/chatty", max_turns=1).trajectories[0].prompt_len
+    cap = prompt_len + 150
+    batch = eng.collect_sync(8, "test/chatty", max_total_tokens=cap)
+    assert len(batch) == 8
+    for traj in batch:
+        assert traj.stop_reason == "length", (traj.stop_reason, traj.error)
+        assert traj.num_turns >= 1  # cut mid-episode, after some turns
+        n = len(traj.token_ids)
+        assert n <= cap and len(traj.loss_mask) == n == len(traj.logprobs)
+        assert not any(traj.loss_mask[: traj.prompt_len])
+        model_runs = [ids for m, ids in segments(traj) if m == 1]
+        assert traj.num_turns <= len(model_runs) <= traj.num_turns + 1
+        assert len(traj.turn_rewards) == traj.num_turns
+        assert traj.reward == pytest.approx(0.5 * traj.num_turns)
+    # The cap lands at different points of different tasks' conversations.
+    assert len({t.num_turns for t in batch}) > 1
+    eng.close()
+
+
+async def test_drivers_answer_aborted_for_slots_no_longer_running():
+    from agentgym.engine.drivers import NativeDriver, PythonDriver
+
+    native = NativeDriver("maze", 3)
+    native.reset_batch([(0, 0, 1, None), (1, 1, 2, None)])
+    native.finish(1, "timeout")  # ended from outside (a timeout)
+    action = native.oracle_action(0)
+    outs = native.step_batch([(2, "go north"), (0, action), (1, "go north")])
+    assert [o.stop_reason for o in (outs[0], outs[2])] == ["aborted", "aborted"]
+    assert outs[1].stop_reason != "aborted" and outs[1].observation
+    assert native.pool.turns.tolist() == [1, 0, 0]  # only the running slot stepped
+    assert native.pool.stop_reasons([1]) == ["timeout"]
+    assert (await native.step(2, "go north")).stop_reason == "aborted"  # the batched path
+
+    agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
+    ThreadProbeEnv.step_threads = []
+    py = PythonDriver("test/thread_probe", 3, max_workers=2)
+    try:
+        await py.reset(0, 0, 1, None)
+        await py.reset(1, 1, 2, None)
+        py.finish(1, "timeout")
+        outs = await py.step_many([(2, "go"), (0, "go"), (1, "go")])
+        assert [o.stop_reason for o in outs] == ["aborted", None, "aborted"]
+        assert outs[1].observation == "turn 1" and outs[0].error == "episode no longer running"
+        for _ in range(2):  # slot 0's episode ends after its third step ...
+            last = await py.step(0, "go")
+        assert last.stop_reason == "done"
+        assert (await py.step(0, "go")).stop_reason == "aborted"  # ... and then is aborted
+        assert len(ThreadProbeEnv.step_threads) == 3  # no aborted slot reached its env
+    finally:
+        py.close()
+
+
+class WorkerCrashEnv(BaseEnv):
+    """Three turns of reward 1; task 1's second step kills its worker process (a stand-in
+    for a simulator that segfaults)."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+
+    def reset(self, task=None, seed=None):
+        self.task, self.t = task, 0
+        return f"task {task}"
+
+    def step(self, action):
+        if self.task == 1 and self.t == 1:
+            os._exit(3)
+        self.t += 1
+        return f"task {self.task} turn {self.t}", 1.0, self.t >= 3, {}
+
+    def valid_actions(self):
+        return ["go"]
+
+
+@pytest.mark.slow  # spawns and restarts worker processes
+async def test_worker_crash_ends_its_episode_and_the_pool_restarts(tokenizer):
+    agentgym.register("test/worker_crash", WorkerCrashEnv, override=True)
+    eng = engine(tokenizer, policy="random", max_concurrency=4)
+    try:
+        # Tasks 0 and 1 share worker 0 (slots 0-1), tasks 2 and 3 worker 1.
+        batch = await asyncio.wait_for(
+            eng.collect(4, "test/worker_crash", env_workers=2), timeout=120)
+        assert [t.stop_reason for t in batch] == ["done", "env_error", "done", "done"]
+        crashed = batch.trajectories[1]
+        assert "worker process died (exit code 3)" in crashed.error
+        assert crashed.num_turns == 2 and not any(crashed.loss_mask)
+        for i in (0, 2, 3):  # task 0 was replayed into the restarted worker and finished
+            traj = batch.trajectories[i]
+            assert (traj.num_turns, traj.reward, traj.error) == (3, 3.0, None)
+        driver, _ = next(iter(eng._drivers.values()))
+        assert driver.pool.restarts == 1
+        again = await asyncio.wait_for(  # the restarted pool serves the next collect
+            eng.collect([0, 2], "test/worker_crash", env_workers=2), timeout=120)
+        assert [t.stop_reason for t in again] == ["done", "done"]
+    finally:
+        eng.close()
+
+
+@pytest.mark.slow  # spawns worker processes
+async def test_engine_failure_with_a_process_pool_is_raised_not_hung(tokenizer, monkeypatch):
+    from agentgym.engine.drivers import ProcessDriver
+
+    def broken_finish(self, slot, reason):  # fault injection: a driver call outside any
+        raise RuntimeError("driver bookkeeping failed")  # episode's own error handling
+
+    agentgym.register("test/worker_crash", WorkerCrashEnv, override=True)
+    eng = engine(tokenizer, policy="random", max_concurrency=2)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(ProcessDriver, "finish", broken_finish)
+            with pytest.raises(RuntimeError, match="driver bookkeeping failed"):
+                await asyncio.wait_for(
+                    eng.collect([0, 2, 3], "test/worker_crash", env_workers=1), timeout=120)
+        ok = await asyncio.wait_for(  # the engine (its driver lock, the pool) still works
+            eng.collect([0, 2], "test/worker_crash", env_workers=1), timeout=120)
+        assert [t.stop_reason for t in ok] == ["done", "done"]
+    finally:
+        eng.close()
+
+
+class GatedStepEnv(BaseEnv):
+    """One turn per episode; task 0's step writes ``<gate>/started`` and returns only once
+    ``<gate>/go`` exists, so a test can hold it in flight."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+
+    def __init__(self, gate=""):
+        self.gate = gate
+
+    def reset(self, task=None, seed=None):
+        self.task = task
+        return f"task {task}"
+
+    def step(self, action):
+        if self.task == 0:
+            open(os.path.join(self.gate, "started"), "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(self.gate, "go")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return "ok", 1.0, True, {}
+
+    def valid_actions(self):
+        return ["go"]
+
+
+@pytest.mark.slow  # spawns worker processes
+async def test_cancelled_collect_frees_process_pool_slots(tokenizer, tmp_path):
+    agentgym.register("test/gated_step", GatedStepEnv, override=True)
+    eng = engine(tokenizer, policy="random", max_concurrency=1)
+    kw = dict(env_kwargs={"gate": str(tmp_path)}, env_workers=1)
+    try:
+        first = asyncio.ensure_future(eng.collect([0], "test/gated_step", **kw))
+        while not (tmp_path / "started").exists():  # its env step is running in the worker
+            assert not first.done()
+            await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        second = asyncio.ensure_future(eng.collect([1], "test/gated_step", **kw))
+        driver, _ = next(iter(eng._drivers.values()))
+        slot = driver.pool._slots[0]
+        while not second.done() and slot.epoch < 2:  # until its reset is queued
+            await asyncio.sleep(0.01)
+        (tmp_path / "go").touch()  # the held step returns; the new episode runs
+        batch = await asyncio.wait_for(second, 120)
+        assert [(t.stop_reason, t.error) for t in batch] == [("done", None)]
+    finally:
+        (tmp_path / "go").touch()
+        eng.close()

@@ -137,14 +137,43 @@ def test_native_pool_is_deterministic(env_id):
 
 @pytest.mark.parametrize("env_id", NATIVE)
 def test_hundred_thousand_episodes_reset_and_step(env_id):
-    n = 100_000
+    n, steps = 100_000, 4
     pool = agentgym.EnvPool(env_id, n, seed=1)
     obs = pool.reset()
     assert len(obs) == n and all(obs[i] for i in (0, n // 2, n - 1))
-    first = pool.valid_actions(0)[0]
-    out, rew, term, trunc = pool.step(np.arange(n), [first] * n)
-    assert len(out) == n and rew.shape == (n,) and term.shape == (n,)
-    assert pool.turns.sum() == n
+    rows = sorted({0, 1, 2, n // 3, n // 2, n - 2, n - 1,
+                   *np.random.default_rng(0).integers(0, n, 9).tolist()})
+    default = pool.valid_actions(0)[0]
+    live = np.arange(n)
+    seen = {r: [obs[r]] for r in rows}  # each sampled row: observations, rewards, flags
+    actions = {r: [] for r in rows}
+    for k in range(steps):
+        acts = [default] * len(live)
+        pos = {int(i): j for j, i in enumerate(live)}
+        for r in rows:
+            if r in pos:  # a row-specific action, so that rows differ in what they play
+                valid = pool.valid_actions(r)
+                acts[pos[r]] = valid[(r + k) % len(valid)]
+                actions[r].append(acts[pos[r]])
+        out, rew, term, trunc = pool.step(live, acts)
+        assert len(out) == len(live) and rew.shape == term.shape == trunc.shape == (len(live),)
+        for r in rows:
+            if r in pos:
+                j = pos[r]
+                seen[r].append((out[j], float(rew[j]), bool(term[j]), bool(trunc[j])))
+        live = live[~(term | trunc)]
+    assert pool.turns.sum() > n  # most episodes are still running after the first step
+    # Each sampled row is the episode a one-slot pool plays from the same task and seed.
+    counters = np.zeros(len(rows), np.uint64)
+    seeds = episode_seeds(1, np.array(rows), counters).tolist()
+    for r, seed in zip(rows, seeds):
+        assert pool.episode(r)["task"] == r and pool.episode(r)["seed"] == seed
+        one = agentgym.EnvPool(env_id, 1)
+        want = [one.reset([0], tasks=[r], seeds=[seed])[0]]
+        for action in actions[r]:
+            o, rw, te, tr = one.step([0], [action])
+            want.append((o[0], float(rw[0]), bool(te[0]), bool(tr[0])))
+        assert seen[r] == want, f"row {r}"
 
 
 def test_stop_reasons_of_selected_slots():

@@ -183,3 +183,56 @@ def test_sync_close_without_loop():
     pids = asyncio.run(run())
     pool.close()
     assert all(_gone(pid) for pid in pids)
+
+
+class GatedEnv(BaseEnv):
+    """Test-only env: ``wait:<dir>`` writes ``<dir>/started`` and returns once ``<dir>/go``
+    exists (a step the test holds in flight); any other action counts."""
+
+    instructions = "say anything"
+    num_tasks = 100
+
+    def reset(self, task=None, seed=None):
+        self.task, self.n = task, 0
+        return f"task {task}"
+
+    def step(self, action):
+        if action.startswith("wait:"):
+            gate = action[5:]
+            open(os.path.join(gate, "started"), "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(gate, "go")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if action == "crash":
+            os._exit(3)
+        self.n += 1
+        return f"{self.task}:{self.n}:{action}", 0.0, False, {}
+
+
+agentgym.register("test-gated", GatedEnv, override=True)
+
+
+@pytest.mark.slow  # spawns and restarts worker processes
+async def test_cancelled_step_frees_its_slot_and_is_not_replayed(tmp_path):
+    async with ProcessEnvPool("test-gated", 1, 2, timeout_s=60.0) as pool:
+        await pool.reset_many([0, 1], [0, 1], [0, 0])
+        held = asyncio.ensure_future(pool.step(0, f"wait:{tmp_path}"))
+        for _ in range(6000):  # until the worker is inside the step
+            if (tmp_path / "started").exists():
+                break
+            await asyncio.sleep(0.01)
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        # The slot is free at once: a new episode starts there (queued behind the held step).
+        reset = asyncio.ensure_future(pool.reset(0, task=5))
+        await asyncio.sleep(0.1)
+        (tmp_path / "go").touch()
+        obs, _ = await asyncio.wait_for(reset, 60)
+        assert obs == "task 5"
+        assert (await pool.step(0, "a"))[0] == "5:1:a"
+        # A worker restart replays episode 0 from its own actions only: the cancelled step
+        # belonged to the previous episode.
+        crash = await pool.step(1, "crash")
+        assert crash[4]["stop_reason"] == "env_error" and pool.restarts == 1
+        assert (await pool.step(0, "b"))[0] == "5:2:b"

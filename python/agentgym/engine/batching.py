@@ -101,6 +101,14 @@ class TickBatcher(Generic[T, R]):
         else:
             self._deliver(futures, results)
 
+    async def cancel_running(self) -> None:
+        """Cancel the async batches still running and wait until they have unwound."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _run_async(self, items, futures) -> None:
         try:
             results = await self._process(items)

@@ -487,6 +487,9 @@ class RolloutEngine:
                 for w in workers:
                     w.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
+                # Env steps of episodes that ended meanwhile (worker-process calls hold
+                # their slot until they return) do not outlive the run.
+                await run.turn_batcher.cancel_running()
                 if bar is not None:
                     bar.close()
 

@@ -189,6 +189,7 @@ class _Item:
     args: list[Any]
     fut: asyncio.Future
     sent_at: float = 0.0
+    epoch: int = 0  # the slot's episode number when the call was made
 
 
 @dataclass
@@ -201,6 +202,7 @@ class _Slot:
     actions: list[str] = field(default_factory=list)
     stop_reason: str | None = None
     busy: bool = False
+    epoch: int = 0  # episodes started in this slot (a late result of an older one is stale)
 
 
 class _Worker:
@@ -395,10 +397,11 @@ class ProcessEnvPool:
             seed = self._rng.randrange(2**63) if seed is None else int(seed)
             slot.task, slot.seed, slot.max_turns, slot.actions = task, seed, max_turns, []
             slot.state, slot.stop_reason, slot.busy = "live", None, True
+            slot.epoch += 1
             calls.append((slot, "reset", [task, seed, max_turns]))
         futs = self._submit(calls)
         out: list[Any] = []
-        for slot, fut in zip(slots, await asyncio.gather(*futs), strict=True):
+        for slot, fut in zip(slots, await self._gather(slots, futs), strict=True):
             slot.busy = False
             ok, payload = fut
             if ok:
@@ -428,7 +431,7 @@ class ProcessEnvPool:
             slot.busy = True
         futs = self._submit([(s, "step", [a]) for s, a in zip(slots, actions, strict=True)])
         out: list[StepResult] = []
-        for slot, (ok, payload) in zip(slots, await asyncio.gather(*futs), strict=True):
+        for slot, (ok, payload) in zip(slots, await self._gather(slots, futs), strict=True):
             slot.busy = False
             if ok:
                 obs, reward, term, trunc, info = payload
@@ -494,6 +497,17 @@ class ProcessEnvPool:
             raise EpisodeFinishedError(f"episode {i} has finished ({slot.stop_reason}); reset it")
         return slot
 
+    @staticmethod
+    async def _gather(slots: list[_Slot], futs: list[asyncio.Future]) -> list[Any]:
+        """The results of ``futs``; if the caller is cancelled meanwhile, ``slots`` are no
+        longer busy (the worker still runs the calls; their late results are dropped)."""
+        try:
+            return await asyncio.gather(*futs)
+        except asyncio.CancelledError:
+            for slot in slots:
+                slot.busy = False
+            raise
+
     async def _query(self, slot: _Slot, op: str, check_busy: bool = True) -> Any:
         if check_busy:
             slot.busy = True
@@ -529,7 +543,8 @@ class ProcessEnvPool:
         assert self._loop is not None
         self._next_id += 1
         fut = self._loop.create_future()
-        return _Item(self._next_id, slot, op, local, args, fut, time.monotonic())
+        epoch = self._slots[slot].epoch if slot >= 0 else 0
+        return _Item(self._next_id, slot, op, local, args, fut, time.monotonic(), epoch)
 
     def _enqueue(self, w: _Worker, items: list[_Item]) -> None:
         for it in items:
@@ -599,8 +614,11 @@ class ProcessEnvPool:
                     continue
                 item = w.pending.pop(call_id, None)
                 if ok and item is not None and item.op == "step":
-                    # record at once: a restart may replay this episode before step_many returns
-                    self._slots[item.slot].actions.append(item.args[0])
+                    # record at once: a restart may replay this episode before step_many
+                    # returns (not into a newer episode of the slot: a cancelled late step)
+                    slot = self._slots[item.slot]
+                    if item.epoch == slot.epoch:
+                        slot.actions.append(item.args[0])
                 if item is not None and not item.fut.done():
                     item.fut.set_result((True, payload) if ok else (False, ("env_error", payload)))
         except (EOFError, OSError):
