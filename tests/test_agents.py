@@ -36,18 +36,6 @@ def test_resolve_env_accepts_ids_instances_and_base_envs():
         resolve_env(object())
 
 
-@pytest.fixture(scope="session")
-def warm_model_dir(tiny_model_dir, tmp_path_factory) -> str:
-    """The tiny model after a short format warm-up on maze transcripts: it ends its turns
-    (``Action: ...<|im_end|>``), so its episodes reach the env instead of ending ``length``."""
-    from agentgym.learner.warmup import WarmupConfig, warmup_model
-
-    out = tmp_path_factory.mktemp("warm_model")
-    warmup_model(tiny_model_dir, out, "maze", env_kwargs={"size": 3},
-                 config=WarmupConfig(episodes=64, steps=60, batch_size=8, max_turns=3))
-    return str(out)
-
-
 class AIOpsEnv(BaseEnv):
     """The announcement's example of a user env: an on-call alert to resolve."""
 
@@ -61,6 +49,25 @@ class AIOpsEnv(BaseEnv):
     def step(self, action):
         fixed = "clean" in action.lower() and self.host in action
         return ("disk at 41%" if fixed else "disk still 93%"), float(fixed), fixed, {}
+
+
+agentgym.register("_agents_aiops", AIOpsEnv, override=True)
+
+#: The announcement's scenario envs and a user env, for the end-to-end agent tests.
+SCENARIOS = ["ecommerce_service", "office", "project_planning", "code_debug", "_agents_aiops"]
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(tiny_model_dir, tmp_path_factory) -> str:
+    """The tiny model after a short format warm-up on random-policy transcripts of the
+    scenario envs: it ends its turns (``Action: ...<|im_end|>``) in their long contexts, so
+    its episodes reach the env instead of ending ``length``."""
+    from agentgym.learner.warmup import WarmupConfig, warmup_model
+
+    out = tmp_path_factory.mktemp("warm_model")
+    warmup_model(tiny_model_dir, out, SCENARIOS, config=WarmupConfig(
+        episodes=16, steps=60, batch_size=8, max_turns=2, lr=5e-3))
+    return str(out)
 
 
 def _weights(model_dir: str):

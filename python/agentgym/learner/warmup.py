@@ -156,7 +156,7 @@ class _GymPool:
 def warmup_model(
     model_dir: str | Path,
     out_dir: str | Path,
-    env_id: str,
+    env_id: str | list[str],
     *,
     env_kwargs: dict | None = None,
     config: WarmupConfig | None = None,
@@ -164,7 +164,8 @@ def warmup_model(
     progress: bool = False,
     num_tasks: int | None = None,
 ) -> dict[str, float]:
-    """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` (tasks
+    """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` (a list of
+    ids: ``episodes`` transcripts of each, same ``env_kwargs`` and ``num_tasks``) (tasks
     ``0 .. num_tasks - 1``, repeated as needed) and save it (with its tokenizer) to
     ``out_dir``. Returns ``{"warmup/steps", "warmup/rows_per_step", "warmup/loss_start",
     "warmup/loss_end", "warmup/seconds"}``."""
@@ -176,10 +177,11 @@ def warmup_model(
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    seqs = random_policy_transcripts(
-        env_id, tok, episodes=cfg.episodes, max_turns=cfg.max_turns, env_kwargs=env_kwargs,
-        action_template=cfg.action_template, system_prompt=system_prompt, seed=cfg.seed,
-        num_tasks=num_tasks)
+    seqs = [seq for env in ([env_id] if isinstance(env_id, str) else env_id)
+            for seq in random_policy_transcripts(
+                env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
+                env_kwargs=env_kwargs, action_template=cfg.action_template,
+                system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks)]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     longest = max(len(s) for s in seqs)
