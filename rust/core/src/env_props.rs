@@ -1,7 +1,8 @@
 //! Property tests shared by every native env. Whatever text arrives as an action or a task
 //! (arbitrary Unicode, empty, whitespace, control characters, very long text, commands
 //! mutated from the env's own valid and oracle actions), an env never panics; observations
-//! stay bounded, rewards finite and within the env's documented values; `step_into` and
+//! are non-empty and bounded (valid UTF-8 by their type), rewards finite and within the
+//! env's documented values; an index task wraps at `num_tasks`; `step_into` and
 //! `reset_into` observe exactly what `step` and `reset` do; the same task, seed and actions
 //! replay the same episode, on a fresh env and on a reused one. Through [`EpisodePool`] the
 //! same holds for a batch of slots, with the pool's bookkeeping on top: one turn per step,
@@ -183,13 +184,74 @@ fn resolve(env: &dyn Env, act: &Act) -> String {
 
 /// Words of the envs' action and task formats, for near-valid text soup.
 const WORDS: &[&str] = &[
-    "craft", "get", "using", "inventory", "look", "1", "4", "0", "64", ",", "stick", "planks",
-    "oak planks", "oak logs", "minecraft:stick", "move", "go", "north", "south", "east", "w",
-    "n", "guess", "guess:", "crane", "xyzzq", "up", "down", "left", "right", "slide", "turn",
-    "forward", "pick", "pickup", "drop", "toggle", "open", "search[", "click[", "open[",
-    "answer[", "finish[", "read[", "[", "]", "buy", "buy now", "back", "next >", "< prev",
-    "back to search", "D0001", "B0L2164FRD", "black", "512gb", "Action:", "\n", ".", "\"", "'",
-    "\\", "18446744073709551616", "-1", "é", "🦀", "\u{0}", "\u{202e}",
+    "craft",
+    "get",
+    "using",
+    "inventory",
+    "look",
+    "1",
+    "4",
+    "0",
+    "64",
+    ",",
+    "stick",
+    "planks",
+    "oak planks",
+    "oak logs",
+    "minecraft:stick",
+    "move",
+    "go",
+    "north",
+    "south",
+    "east",
+    "w",
+    "n",
+    "guess",
+    "guess:",
+    "crane",
+    "xyzzq",
+    "up",
+    "down",
+    "left",
+    "right",
+    "slide",
+    "turn",
+    "forward",
+    "pick",
+    "pickup",
+    "drop",
+    "toggle",
+    "open",
+    "search[",
+    "click[",
+    "open[",
+    "answer[",
+    "finish[",
+    "read[",
+    "[",
+    "]",
+    "buy",
+    "buy now",
+    "back",
+    "next >",
+    "< prev",
+    "back to search",
+    "D0001",
+    "B0L2164FRD",
+    "black",
+    "512gb",
+    "Action:",
+    "\n",
+    ".",
+    "\"",
+    "'",
+    "\\",
+    "18446744073709551616",
+    "-1",
+    "é",
+    "🦀",
+    "\u{0}",
+    "\u{202e}",
 ];
 
 /// Replacements for digit runs: zero, past `u64::MAX`, huge, signed, non-ASCII digits.
@@ -258,10 +320,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 
 /// An action; `oracle_weight` biases episodes towards the oracle (so that many end).
 fn act(oracle_weight: u32) -> impl Strategy<Value = Act> {
-    let source = prop_oneof![
-        Just(Source::Oracle),
-        any::<Index>().prop_map(Source::Valid)
-    ];
+    let source = prop_oneof![Just(Source::Oracle), any::<Index>().prop_map(Source::Valid)];
     prop_oneof![
         oracle_weight => Just(Act::Oracle),
         3 => any::<Index>().prop_map(Act::Valid),
@@ -303,11 +362,20 @@ fn grid_text() -> impl Strategy<Value = String> {
 }
 
 /// A maze spec: walls around `w` x `h` cells, most passages between them open, `S` and
-/// `G` on two cells (so most of these are accepted).
+/// `G` on two cells (so most of these are accepted); sometimes one line is cut short or
+/// runs long.
 fn maze_text() -> impl Strategy<Value = String> {
     let slot = select(&[' ', ' ', ' ', '.', '#'][..]);
-    (1..9usize, 1..9usize, vec(slot, 17 * 17), any::<Index>(), any::<Index>()).prop_map(
-        |(w, h, slots, s, g)| {
+    let ragged = proptest::option::weighted(0.3, (any::<Index>(), 1..4usize, any::<bool>()));
+    (
+        1..9usize,
+        1..9usize,
+        vec(slot, 17 * 17),
+        any::<Index>(),
+        any::<Index>(),
+        ragged,
+    )
+        .prop_map(|(w, h, slots, s, g, ragged)| {
             let (cols, rows) = (2 * w + 1, 2 * h + 1);
             let cells = w * h;
             let (s, g) = (s.index(cells), g.index(cells));
@@ -333,9 +401,16 @@ fn maze_text() -> impl Strategy<Value = String> {
                     .collect();
                 lines.push(line);
             }
+            if let Some((line, k, longer)) = ragged {
+                let line = &mut lines[line.index(rows)];
+                if longer {
+                    line.push_str(&"#".repeat(k));
+                } else {
+                    line.truncate(line.len().saturating_sub(k));
+                }
+            }
             lines.join("\n")
-        },
-    )
+        })
 }
 
 /// A JSON object with the keys of the envs' JSON tasks and values of any type.
@@ -362,7 +437,10 @@ fn spec_text(p: &Profile) -> BoxedStrategy<String> {
     let mut seeds: Vec<String> = p.spec_seeds.iter().map(|s| s.to_string()).collect();
     let mut env = p.make();
     for i in 0..3 {
-        seeds.push(env.reset(&Task::Index(i), 7).expect("index tasks are valid"));
+        seeds.push(
+            env.reset(&Task::Index(i), 7)
+                .expect("index tasks are valid"),
+        );
     }
     seeds.extend(["0", "7", " 12 ", "18446744073709551615"].map(String::from));
     prop_oneof![
@@ -450,7 +528,10 @@ fn step_into(env: &mut dyn Env, action: &str) -> Result<Step, TestCaseError> {
     const PREFIX: &str = "earlier rows|";
     let mut buf = String::from(PREFIX);
     let (reward, terminated) = env.step_into(action, &mut buf);
-    prop_assert!(buf.starts_with(PREFIX), "step_into changed the text before it");
+    prop_assert!(
+        buf.starts_with(PREFIX),
+        "step_into changed the text before it"
+    );
     Ok(Step::new(&buf[PREFIX.len()..], reward, terminated))
 }
 
@@ -471,13 +552,15 @@ fn episode_case() -> impl Strategy<Value = EpisodeCase> {
         actions(0..40),
         vec(act(1), 0..4),
     )
-        .prop_map(|(before_reset, task, seed, actions, after_end)| EpisodeCase {
-            before_reset,
-            task,
-            seed,
-            actions,
-            after_end,
-        })
+        .prop_map(
+            |(before_reset, task, seed, actions, after_end)| EpisodeCase {
+                before_reset,
+                task,
+                seed,
+                actions,
+                after_end,
+            },
+        )
 }
 
 /// One episode driven directly through the `Env` trait: env `a` with `step`/`reset`, env
@@ -524,7 +607,11 @@ fn check_direct(p: &Profile, c: &EpisodeCase) -> Result<(), TestCaseError> {
             let s = a.step(&action);
             check_step(p, &s, longest)?;
             if p.stays_done {
-                prop_assert!(s.terminated && s.reward == 0.0, "{} after the end: {s:?}", p.id);
+                prop_assert!(
+                    s.terminated && s.reward == 0.0,
+                    "{} after the end: {s:?}",
+                    p.id
+                );
                 prop_assert!(a.valid_actions().is_empty());
                 prop_assert_eq!(a.oracle_action(), None);
             }
@@ -565,10 +652,34 @@ fn check_spec(p: &Profile, text: &str, seed: u64, acts: &[Act]) -> Result<(), Te
         Err(CoreError::InvalidTask { env, message }) => {
             prop_assert_eq!(env.as_str(), p.id);
             prop_assert!(!message.is_empty());
-            let obs = a.reset(&Task::Index(0), seed).expect("index tasks are valid");
+            let obs = a
+                .reset(&Task::Index(0), seed)
+                .expect("index tasks are valid");
             prop_assert_eq!(Ok(obs), p.make().reset(&Task::Index(0), seed));
         }
         Err(other) => prop_assert!(false, "{} task {text:?}: not InvalidTask: {other}", p.id),
+    }
+    Ok(())
+}
+
+/// Envs with finitely many tasks take an index modulo their count (their READMEs say so):
+/// `i`, `i mod n` and `i mod n + n` reset to the same episode.
+fn check_wrap(p: &Profile, task: u64, seed: u64) -> Result<(), TestCaseError> {
+    let mut env = p.make();
+    let n = env.num_tasks();
+    prop_assert!(n > 0);
+    if n == u64::MAX {
+        return Ok(());
+    }
+    let base = task % n;
+    let want = env
+        .reset(&Task::Index(base), seed)
+        .expect("index tasks are valid");
+    for i in [task, base.saturating_add(n)] {
+        prop_assert_eq!(
+            env.reset(&Task::Index(i), seed).expect("valid"),
+            want.as_str()
+        );
     }
     Ok(())
 }
@@ -603,7 +714,10 @@ fn pool_case(p: &Profile) -> impl Strategy<Value = PoolCase> {
         vec(slot, 2..=MAX_SLOTS),
         prop_oneof![Just(1u32), Just(6), Just(30)]
             .prop_flat_map(|w| vec(vec(act(w), MAX_SLOTS), 1..16)),
-        vec((0..16usize, any::<Index>(), pick, any::<u64>(), horizon()), 0..3),
+        vec(
+            (0..16usize, any::<Index>(), pick, any::<u64>(), horizon()),
+            0..3,
+        ),
     )
         .prop_map(|(slots, steps, resets)| PoolCase {
             slots,
@@ -705,18 +819,30 @@ fn check_pool(p: &Profile, c: &PoolCase) -> Result<(), TestCaseError> {
         let mut actions = Vec::with_capacity(ids.len());
         for &slot in &ids {
             let env = &*want[slot].env;
-            prop_assert_eq!(pool.valid_actions(slot).expect("running"), env.valid_actions());
-            prop_assert_eq!(pool.oracle_action(slot).expect("running"), env.oracle_action());
+            prop_assert_eq!(
+                pool.valid_actions(slot).expect("running"),
+                env.valid_actions()
+            );
+            prop_assert_eq!(
+                pool.oracle_action(slot).expect("running"),
+                env.oracle_action()
+            );
             actions.push(resolve(env, &acts[slot]));
         }
         let refs: Vec<&str> = actions.iter().map(String::as_str).collect();
-        let out = pool.step(&ids, &refs).expect("every stepped slot is running");
+        let out = pool
+            .step(&ids, &refs)
+            .expect("every stepped slot is running");
         prop_assert_eq!(out.observations.len(), ids.len());
         for (row, &slot) in ids.iter().enumerate() {
             let w = &mut want[slot];
             w.longest = w.longest.max(actions[row].len());
             let s = w.env.step(&actions[row]);
-            let got = Step::new(&out.observations[row], out.rewards[row], out.terminated[row]);
+            let got = Step::new(
+                &out.observations[row],
+                out.rewards[row],
+                out.terminated[row],
+            );
             same_step(&got, &s)?;
             check_step(p, &s, w.longest)?;
             w.turns += 1;
@@ -796,6 +922,15 @@ macro_rules! env_props {
             }
 
             proptest! {
+                #![proptest_config(config(64))]
+
+                #[test]
+                fn task_index_wraps_at_num_tasks(task in any::<u64>(), seed in any::<u64>()) {
+                    check_wrap(&P, task, seed)?;
+                }
+            }
+
+            proptest! {
                 #![proptest_config(config(12))]
 
                 #[test]
@@ -811,6 +946,9 @@ macro_rules! env_props {
 }
 
 env_props! {
+    // TextCraft keeps playing after the goal is made (as AgentGym's server does): crafting
+    // the goal again answers reward 1 and `terminated` again. The pool ends the episode at
+    // the first `terminated`.
     textcraft => Profile {
         id: "textcraft",
         kwargs: "{}",
