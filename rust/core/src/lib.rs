@@ -14,6 +14,8 @@
 
 pub mod bm25;
 pub mod env;
+#[cfg(test)]
+mod env_props;
 pub mod episode;
 pub mod error;
 pub mod game2048;
