@@ -1,4 +1,4 @@
-"""The seed's API end to end: ``LLMAgent(...).train(env)`` then ``.infer(env)``."""
+"""The announcement's API end to end: ``LLMAgent(...).train(env)`` then ``.infer(env)``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def test_resolve_env_accepts_ids_instances_and_base_envs():
     assert env_id in agentgym.list_envs()
     with pytest.raises(TypeError, match="cannot tell"):
         resolve_env(object())
+    # a registered env class maps to its id and the constructor arguments given
+    from agentgym.envs import ECommerceServiceEnv
+
+    assert resolve_env(ECommerceServiceEnv()) == ("ecommerce_service", {})
+    assert resolve_env(ECommerceServiceEnv(split="test")) == ("ecommerce_service",
+                                                              {"split": "test"})
 
 
 class AIOpsEnv(BaseEnv):
@@ -66,7 +72,7 @@ def warm_model_dir(tiny_model_dir, tmp_path_factory) -> str:
 
     out = tmp_path_factory.mktemp("warm_model")
     warmup_model(tiny_model_dir, out, SCENARIOS, config=WarmupConfig(
-        episodes=16, steps=60, batch_size=8, max_turns=2, lr=5e-3))
+        episodes=24, steps=80, batch_size=8, max_turns=6, lr=3e-3, loss_on="actions"))
     return str(out)
 
 
@@ -121,7 +127,7 @@ def _tiny_kwargs(tmp_path):
 
 
 @pytest.mark.slow
-def test_seed_api_textcraft_transformers(tmp_path):
+def test_agent_api_textcraft_transformers(tmp_path):
     env = TextCraftEnv()
     agent = LLMAgent(base_model="tiny", backend="transformers", **_tiny_kwargs(tmp_path))
     summary = agent.train(env, method="ScalingInter-RL", max_steps=2, horizon=[2, 3],
@@ -136,7 +142,7 @@ def test_seed_api_textcraft_transformers(tmp_path):
     assert all(t.num_turns <= 2 for t in res.trajectories)
 
 
-def test_seed_api_user_base_env(tmp_path, tiny_model_dir):
+def test_agent_api_user_base_env(tmp_path, tiny_model_dir):
     agent = LLMAgent(base_model=tiny_model_dir, backend="transformers",
                      **{**_tiny_kwargs(tmp_path), "warmup": None})
     summary = agent.train(OneStep(), method="GRPO", max_steps=1, max_turns=1)
@@ -157,7 +163,7 @@ def test_from_config_file(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*torch.distributed.reduce_op.*:FutureWarning")
-def test_seed_api_vllm(tmp_path):
+def test_agent_api_vllm(tmp_path):
     pytest.importorskip("vllm")
     agent = LLMAgent(base_model="tiny", backend="vllm", **_tiny_kwargs(tmp_path),
                      backend_kwargs={"enforce_eager": True})

@@ -9,7 +9,7 @@ from agentgym.envs import BaseEnv
 
 
 class AIOpsEnv(BaseEnv):
-    """The seed's example shape: reset() and step() -> (observation, reward, done, info)."""
+    """The announcement's example shape: reset() and step() -> (observation, reward, done, info)."""
 
     instructions = "Fix the incident. Actions: restart <svc>, clean <disk>."
 

@@ -1,4 +1,4 @@
-"""The seed's agent API: ``LLMAgent(base_model=..., backend=...)``, ``.train``, ``.infer``.
+"""The announcement's agent API: ``LLMAgent(base_model=..., backend=...)``, ``.train``, ``.infer``.
 
 ```python
 from agentgym.envs import TextCraftEnv

@@ -1,6 +1,6 @@
 """``BaseEnv``: the class users subclass to write an environment in Python.
 
-Exactly the seed's shape::
+Exactly the shape of the AgentGym-RL announcement's example::
 
     class AIOpsEnv(BaseEnv):
         def reset(self):

@@ -1,4 +1,4 @@
-"""Registration of the business-scenario envs written in Python (the seed's scenarios).
+"""Registration of the business-scenario envs written in Python (the announcement's).
 
 ``register_all()`` registers each id with a ``"module:Class"`` entry point, so importing the
 registry stays cheap and a scenario's module loads on its first ``make``. Constructor keyword

@@ -44,6 +44,7 @@ __all__ = ["Trainer", "TrainerConfig", "make_schedule"]
 
 log = logging.getLogger(__name__)
 
+
 def make_schedule(cfg: TrainerConfig):
     """The horizon schedule of ``cfg``: staged for ScalingInter-RL, fixed otherwise."""
     if cfg.method_key != "scalinginter-rl":

@@ -7,7 +7,8 @@ env's action vocabulary (the union of every valid action seen so far, so for the
 four moves, walls included — no oracle and no filtering by outcome), rendered exactly as the
 rollout engine renders them (:class:`~agentgym.engine.chat.ChatFormatter`: chat template
 once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn) and fitted with
-plain next-token cross-entropy on every token. After it, the model's policy is the random
+plain next-token cross-entropy on every token (``loss_on="actions"``: on the policy's tokens
+only). After it, the model's policy is the random
 policy, so whatever success rate RL adds on top is RL's.
 """
 
@@ -36,6 +37,10 @@ class WarmupConfig:
     #: Padded tokens per step: fewer rows than ``batch_size`` when transcripts are long (a
     #: Python env's long observations), so a step costs about the same on every env.
     max_tokens_per_step: int = 8192
+    #: ``"all"``: next-token loss on every token; ``"actions"``: on the policy's tokens only
+    #: (each action and its end-of-turn token), which teaches the format faster where long
+    #: observations would dominate the loss.
+    loss_on: str = "all"
     #: Padded tokens over the whole warm-up: fewer steps than ``steps`` on envs whose
     #: transcripts are long (the format is learned from the turns, not from the text).
     max_tokens: int = 600_000
@@ -57,10 +62,13 @@ def random_policy_transcripts(
     system_prompt: str | None = None,
     seed: int = 0,
     num_tasks: int | None = None,
-) -> list[list[int]]:
+    with_masks: bool = False,
+):
     """Token ids of ``episodes`` episodes of env ``env_id`` played by a uniformly random
     policy over the env's action vocabulary, formatted like rollouts. Episode ``i`` plays
-    task ``i % num_tasks`` (``i`` when ``num_tasks`` is None)."""
+    task ``i % num_tasks`` (``i`` when ``num_tasks`` is None). ``with_masks``: a list of
+    ``(ids, mask)`` pairs instead, ``mask[t] == 1`` on the policy's tokens (each action and
+    its end-of-turn token)."""
     from agentgym.engine.chat import ChatFormatter
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
@@ -75,7 +83,7 @@ def random_policy_transcripts(
     rng = random.Random(seed)
     vocab: list[str] = []
     seen: set[str] = set()
-    out: list[list[int]] = []
+    out: list = []
     task = 0
     while len(out) < episodes:
         k = min(n, episodes - len(out))
@@ -84,6 +92,7 @@ def random_policy_transcripts(
         obs = pool.reset(ids, tasks=tasks, max_turns=[max_turns] * k)
         task += k
         seqs = [fmt.initial_prompt(system, o) for o in obs]
+        masks = [[0] * len(x) for x in seqs]
         live = list(ids)
         for _turn in range(max_turns):
             if not live:
@@ -97,17 +106,20 @@ def random_policy_transcripts(
             o, _r, term, trunc = pool.step(live, actions)
             going, going_obs = [], []
             for j, i in enumerate(live):
-                seqs[i] += fmt.encode(action_template.format(action=actions[j]))
+                act = fmt.encode(action_template.format(action=actions[j]))
+                seqs[i] += act
                 seqs[i].append(fmt.end_of_turn_id)
+                masks[i] += [1] * (len(act) + 1)
                 if not (term[j] or trunc[j]):
                     going.append(i)
                     going_obs.append(o[j])
             for i, ob_ids in zip(going, fmt.observation_ids(going_obs)):
                 seqs[i] += ob_ids
+                masks[i] += [0] * len(ob_ids)
             live = going
         if live:
             pool.finish(live, "horizon")
-        out.extend(seqs)
+        out.extend(zip(seqs, masks) if with_masks else seqs)
     return out
 
 
@@ -177,11 +189,15 @@ def warmup_model(
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    seqs = [seq for env in ([env_id] if isinstance(env_id, str) else env_id)
-            for seq in random_policy_transcripts(
-                env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
-                env_kwargs=env_kwargs, action_template=cfg.action_template,
-                system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks)]
+    if cfg.loss_on not in ("all", "actions"):
+        raise ValueError(f"WarmupConfig.loss_on must be 'all' or 'actions', got {cfg.loss_on!r}")
+    pairs = [pair for env in ([env_id] if isinstance(env_id, str) else env_id)
+             for pair in random_policy_transcripts(
+                 env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
+                 env_kwargs=env_kwargs, action_template=cfg.action_template,
+                 system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks,
+                 with_masks=True)]
+    seqs = [ids for ids, _ in pairs]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     longest = max(len(s) for s in seqs)
@@ -209,10 +225,13 @@ def warmup_model(
         width = max(len(s) for s in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, s in enumerate(batch):
+        train = torch.zeros((len(batch), width), dtype=torch.bool)
+        for i, row in enumerate(rows):
+            s, policy = pairs[row]
             ids[i, : len(s)] = torch.tensor(s)
             mask[i, : len(s)] = 1
-        labels = ids.masked_fill(mask == 0, -100)
+            train[i, : len(s)] = True if cfg.loss_on == "all" else torch.tensor(policy).bool()
+        labels = ids.masked_fill(~train, -100)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
