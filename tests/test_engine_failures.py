@@ -65,8 +65,12 @@ async def test_tick_batcher_delivers_an_item_error_to_its_waiter_only(is_async):
         return results(items)
 
     batcher = TickBatcher(aresults if is_async else results, is_async=is_async)
-    out = await asyncio.gather(*(batcher.submit(x) for x in range(4)), return_exceptions=True)
-    assert out == [0, bad, 20, 30]
+    futs = [batcher.submit(x) for x in range(4)]
+    await asyncio.wait(futs)
+    assert futs[1].exception() is bad  # raised in its waiter, not handed over as a value
+    assert [futs[i].result() for i in (0, 2, 3)] == [0, 20, 30]
+    with pytest.raises(ValueError, match="item 1 is bad"):
+        await futs[1]
     assert batcher.batches == 1  # one batch, one failed item in it
 
 
@@ -186,9 +190,10 @@ def test_native_env_that_cannot_be_built_is_a_clear_error(tokenizer):
 
 # ---------------------------------------------------------------- the engine, Python envs
 class FragileEnv(BaseEnv):
-    """Test-only env for fault injection: task 1 raises in ``reset``, task 3 raises in its
-    second step, tasks outside ``[0, 10)`` are refused (``InvalidTaskError``); every other
-    episode ends after two turns of ``go``."""
+    """Test-only env for fault injection: task 1 raises in ``reset`` and leaves the instance
+    broken (any later step raises: a driver must not reuse it), task 3 raises in its second
+    step, tasks outside ``[0, 10)`` are refused (``InvalidTaskError``); every other episode
+    ends after two turns of ``go``."""
 
     instructions = "Say go."
     num_tasks = 10
@@ -197,11 +202,14 @@ class FragileEnv(BaseEnv):
         if not isinstance(task, int) or not 0 <= task < self.num_tasks:
             raise InvalidTaskError(f"task must be in [0, {self.num_tasks}), got {task!r}")
         if task == 1:
+            self.broken = True
             raise RuntimeError("reset exploded")
         self.task, self.t = task, 0
         return f"task {task}"
 
     def step(self, action):
+        if getattr(self, "broken", False):
+            raise RuntimeError("env reused after its reset crashed")
         self.t += 1
         if self.task == 3 and self.t == 2:
             raise RuntimeError("step exploded")
@@ -240,6 +248,7 @@ def test_python_env_reset_and_step_failures_end_only_their_episodes(tokenizer, m
 
 
 def test_process_pool_reset_and_step_failures_end_only_their_episodes(tokenizer):
+    # One slot per episode: a worker keeps an env whose reset raised (it resets it again).
     eng = engine(tokenizer, env_workers=2)
     try:
         batch = eng.collect_sync(FRAGILE_TASKS, FRAGILE)
@@ -249,9 +258,10 @@ def test_process_pool_reset_and_step_failures_end_only_their_episodes(tokenizer)
         eng.close()
 
 
-def test_remote_env_reset_and_step_failures_end_only_their_episodes(tokenizer):
+@pytest.mark.parametrize("max_concurrency", [256, 2])
+def test_remote_env_reset_and_step_failures_end_only_their_episodes(tokenizer, max_concurrency):
     with ServerThread(FRAGILE, max_envs=64) as server:
-        eng = engine(tokenizer)
+        eng = engine(tokenizer, max_concurrency=max_concurrency)
         try:
             batch = eng.collect_sync(FRAGILE_TASKS, f"remote:{FRAGILE}",
                                      env_kwargs={"url": server.url})
