@@ -47,6 +47,13 @@ class EnvPool:
         seeds: Sequence[int],
         max_turns: Sequence[int | None],
     ) -> list[str]: ...
+    def reset_rows(
+        self,
+        ids: Sequence[int] | npt.NDArray[np.integer],
+        tasks: Sequence[int | str],
+        seeds: Sequence[int],
+        max_turns: Sequence[int | None],
+    ) -> tuple[list[str], list[tuple[int, Exception]]]: ...
     def step(
         self, ids: Sequence[int] | npt.NDArray[np.integer], actions: Sequence[str]
     ) -> tuple[

@@ -73,12 +73,24 @@ class EnvPool:
         tasks: Sequence[int | str] | None = None,
         seeds: Sequence[int] | None = None,
         max_turns: int | None | Sequence[int | None] = ...,  # type: ignore[assignment]
-    ) -> list[str]:
+        errors: str = "raise",
+    ):
         """Start new episodes in slots ``ids`` (all slots when None); returns observations.
 
         ``tasks`` are task indices or the env's explicit task text; ``max_turns`` overrides
         the pool's horizon for these episodes (one value or one per slot; None = unlimited).
+
+        The whole batch always runs. With ``errors="raise"`` a task the env refuses raises
+        ``InvalidTaskError`` (an env that cannot be built, its named error) once the batch
+        is done; those slots end with ``stop_reason == "env_error"``, the others are reset.
+        With ``errors="return"`` nothing raises per row: the result is ``(observations,
+        failed)``, ``failed`` listing ``(row, exception)`` in row order for each row that
+        was refused, could not be built or panicked (its observation is ``""``, or the
+        panic's message). Under both, a panic inside an env only ends its own episode, as in
+        ``step``. Malformed batches (bad or repeated ids, mismatched lengths) raise.
         """
+        if errors not in ("raise", "return"):
+            raise ValueError(f'errors must be "raise" or "return", got {errors!r}')
         id_arr = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
         if id_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
@@ -105,7 +117,10 @@ class EnvPool:
                 if type(max_turns) is list
                 else [None if m is None else int(m) for m in max_turns]
             )
-        obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
+        if errors == "raise":
+            obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
+        else:
+            obs = self._pool.reset_rows(id_arr, task_list, seed_list, horizon)
         if id_arr.size == 1:  # scalar update: a fancy-index add costs microseconds
             self._counters[id_arr[0]] += np.uint64(1)
         else:

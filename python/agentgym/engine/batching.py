@@ -18,8 +18,12 @@ class TickBatcher(Generic[T, R]):
     The first submit of an iteration schedules a flush with ``call_soon``; every coroutine
     that becomes runnable in the same iteration submits before the flush runs, so batches
     form naturally without a timer. ``process`` may be sync (runs inline: right for
-    microsecond-scale native work) or async (runs as a task). A failing ``process`` fails
-    every future of its batch; a cancelled waiter's result is dropped.
+    microsecond-scale native work) or async (runs as a task).
+
+    Per-item failures: a result that is an exception instance (``BaseException``) is raised
+    in that item's waiter only; the other waiters get their results. A ``process`` that
+    raises (a fault of the batch as a whole) fails every future of its batch. A cancelled
+    waiter's result is dropped.
 
     The event loop is looked up once and cached while it runs on the same thread:
     ``asyncio.get_running_loop()`` makes a ``getpid()`` system call on every call (CPython's
@@ -82,7 +86,11 @@ class TickBatcher(Generic[T, R]):
                     fut.set_exception(error)
             return
         for fut, result in zip(futures, results):
-            if not fut.done():  # a cancelled waiter's result is dropped
+            if fut.done():  # a cancelled waiter's result is dropped
+                continue
+            if isinstance(result, BaseException):  # this item's own failure
+                fut.set_exception(result)
+            else:
                 fut.set_result(result)
 
     def _flush(self) -> None:

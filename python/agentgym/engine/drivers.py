@@ -8,8 +8,10 @@
   (:class:`agentgym.envs.workers.ProcessEnvPool`): real parallelism, and a hung or crashed
   env is killed and restarted without touching the other episodes.
 
-Both report failures as data: :class:`StepOutcome` carries the stop reason, and an env
-exception ends only its own episode with ``env_error``.
+All report failures as data: :class:`StepOutcome` carries the stop reason, and an env
+exception in a step ends only its own episode with ``env_error``. A reset that fails
+(refused task, env build error, crash) raises in that episode's own ``reset`` call only,
+batched native resets included; the engine records it as ``env_error``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from agentgym import _core
 from agentgym.engine.batching import TickBatcher
+from agentgym.errors import InvalidTaskError
 from agentgym.pool import EnvPool
 
 
@@ -33,6 +36,13 @@ class StepOutcome:
     #: ``done``/``horizon``/``env_error`` once the episode ended, else None.
     stop_reason: str | None = None
     error: str | None = None
+
+
+def _close_quietly(env) -> None:
+    try:
+        env.close()
+    except Exception:  # a crashed env may fail to close too; it is dropped either way
+        pass
 
 
 def is_native(env_id: str) -> bool:
@@ -52,12 +62,26 @@ class NativeDriver:
         # Called once per turn by scripted policies: straight to Rust.
         self.oracle_action = self.pool._pool.oracle_action
 
-    def reset_batch(self, items: list[tuple]) -> list[str]:
-        """Reset many ``(slot, task, seed, max_turns)`` in one Rust call; the observations."""
+    def reset_rows(self, items: list[tuple]) -> tuple[list[str], list[tuple[int, Exception]]]:
+        """Reset many ``(slot, task, seed, max_turns)`` in one Rust call: the observations
+        and ``(row, exception)`` of each row whose env refused its task, could not be built
+        or panicked (that episode ended with ``env_error``; the others are running)."""
         slots, tasks, seeds, horizons = zip(*items)
-        obs = self.pool.reset(list(slots), tasks=list(tasks), seeds=list(seeds),
-                              max_turns=list(horizons))
-        self._running.update(slots)
+        obs, failed = self.pool.reset(list(slots), tasks=list(tasks), seeds=list(seeds),
+                                      max_turns=list(horizons), errors="return")
+        if failed:
+            bad = {row for row, _ in failed}
+            self._running.update(s for row, s in enumerate(slots) if row not in bad)
+        else:
+            self._running.update(slots)
+        return obs, failed
+
+    def reset_batch(self, items: list[tuple]) -> list[str | Exception]:
+        """``reset_rows`` with each failed row's exception in place of its observation (a
+        :class:`TickBatcher` raises it in that episode's waiter only)."""
+        obs, failed = self.reset_rows(items)
+        for row, error in failed:
+            obs[row] = error
         return obs
 
     def step_batch(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
@@ -137,6 +161,8 @@ class PythonDriver:
         self._turns = [0] * capacity
         self._horizon: list[int | None] = [None] * capacity
         self._running: set[int] = set()
+        #: Envs dropped after a crash, until their close job has run.
+        self._dropped: dict[int, object] = {}
         self._max_workers = max_workers
         self._executor = ThreadPoolExecutor(max_workers=max_workers,
                                             thread_name_prefix=f"env-{env_id}")
@@ -174,12 +200,17 @@ class PythonDriver:
         loop = asyncio.get_running_loop()
         env = self._env(slot)
         options = {"task": task} if task is not None else {}
-        if self._inline(self.reset_cost, 1):
-            obs, _ = self._timed_reset(env, seed, options)
-        else:
-            obs, _ = await loop.run_in_executor(
-                self._executor, self._timed_reset, env, seed, options
-            )
+        try:
+            if self._inline(self.reset_cost, 1):
+                obs, _ = self._timed_reset(env, seed, options)
+            else:
+                obs, _ = await loop.run_in_executor(
+                    self._executor, self._timed_reset, env, seed, options
+                )
+        except Exception as e:  # ends only this episode (the engine records env_error)
+            if not isinstance(e, InvalidTaskError):  # a crashed env may be broken: rebuild
+                self._drop(slot)
+            raise
         self._turns[slot] = 0
         self._horizon[slot] = max_turns
         self._running.add(slot)
@@ -232,7 +263,7 @@ class PythonDriver:
     def _outcome(self, slot: int, result) -> StepOutcome:
         if isinstance(result, Exception):
             self._running.discard(slot)
-            self._envs[slot] = None
+            self._drop(slot)
             msg = f"{type(result).__name__}: {result}"
             return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
         obs, rew, term, trunc, _ = result
@@ -244,6 +275,19 @@ class PythonDriver:
         if reason:
             self._running.discard(slot)
         return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason)
+
+    def _drop(self, slot: int) -> None:
+        """Forget the env of ``slot`` after it raised (the next reset builds a new one) and
+        close it on the thread pool, off the event loop (a remote env sends a request)."""
+        env, self._envs[slot] = self._envs[slot], None
+        if env is not None:
+            self._dropped[id(env)] = env
+            self._executor.submit(self._close_dropped, id(env))
+
+    def _close_dropped(self, key: int) -> None:
+        env = self._dropped.pop(key, None)  # atomic: closed here or by ``close``, once
+        if env is not None:
+            _close_quietly(env)
 
     def finish(self, slot: int, reason: str) -> None:
         self._running.discard(slot)
@@ -261,6 +305,8 @@ class PythonDriver:
         for env in self._envs:
             if env is not None:
                 env.close()
+        for key in list(self._dropped):  # crashed envs whose close job had not run yet
+            self._close_dropped(key)
 
 
 class ProcessDriver:

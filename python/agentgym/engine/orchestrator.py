@@ -197,19 +197,31 @@ class _Run:
             for e, ids in fits:
                 e.ids.extend(ids)
 
-    def _begin_batch_native(self, eps: list[_Episode]) -> list[list[int] | None]:
+    def _begin_batch_native(self, eps: list[_Episode]) -> list[list[int] | Exception | None]:
         """Reset the tick's new episodes in one call, then their first prompts (the cached
         head plus each observation as a user turn) go to the store and come back as the
-        episodes' context lists, in one more. Episodes closed while waiting (a timeout or
-        cancellation) are skipped and get None."""
+        episodes' context lists, in one more. An episode whose reset failed (refused task,
+        env build error, panic) gets its exception, raised in its own coroutine only;
+        episodes closed while waiting (a timeout or cancellation) are skipped and get None."""
         live = [e for e in eps if not e.closed]
         if not live:
             return [None] * len(eps)
         max_turns = self.cfg.max_turns
-        obs = self.driver.reset_batch([(e.slot, e.task, e.seed, max_turns) for e in live])
-        prompts = self.codec.prompts(self.store, [e.key for e in live], self.head, obs)
-        if len(live) == len(eps):
-            return prompts
+        obs, failed = self.driver.reset_rows([(e.slot, e.task, e.seed, max_turns) for e in live])
+        if not failed:
+            prompts = self.codec.prompts(self.store, [e.key for e in live], self.head, obs)
+            if len(live) == len(eps):
+                return prompts
+        else:
+            errors = dict(failed)
+            ok = [k for k in range(len(live)) if k not in errors]
+            got = self.codec.prompts(self.store, [live[k].key for k in ok], self.head,
+                                     [obs[k] for k in ok]) if ok else []
+            prompts = [None] * len(live)
+            for k, p in zip(ok, got):
+                prompts[k] = p
+            for k, error in errors.items():
+                prompts[k] = error
         got = dict(zip(map(id, live), prompts))
         return [got.get(id(e)) for e in eps]
 

@@ -8,7 +8,8 @@
 //! chunk ([`Env::step_into`], [`Observations`]), so a step allocates nothing per row.
 //! A panic inside an env is caught at the episode boundary: that episode ends with stop
 //! reason `env_error`, its env is dropped (rebuilt on the next reset), the rest of the batch
-//! is untouched.
+//! is untouched. A reset batch reports each failed row on its own ([`RowError`]); only a
+//! malformed batch (bad or repeated slot ids) fails as a whole.
 
 mod obs;
 mod share;
@@ -60,6 +61,18 @@ pub struct ResetSpec {
     pub task: Task,
     pub seed: u64,
     pub max_turns: Option<u32>,
+}
+
+/// One failed row of a reset batch: its index in the batch and why. The row's episode is
+/// left finished with stop reason `env_error`; the other rows of the batch are unaffected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowError {
+    pub row: usize,
+    pub error: CoreError,
+    /// The env panicked (`error` is [`CoreError::EnvFailure`] and the row's observation
+    /// says `Environment error: ...`); else the env refused the request (its task, or
+    /// building the env) and the row's observation is empty.
+    pub panicked: bool,
 }
 
 /// Rows per chunk for a batch of `n`: all of it below [`PAR_MIN_LEN`], else about four
@@ -197,14 +210,16 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Resets one slot (building its env first if it has none), appending the observation to
-/// `text`; an error leaves the episode finished with `env_error` and the row empty.
+/// `text`. A failure leaves the episode finished with `env_error` and is returned with
+/// whether it was a panic: a refusal (`Err` from building the env or from its reset)
+/// leaves the row empty, a panic drops the env and writes `Environment error: ...`.
 fn reset_slot(
     slot: &mut Slot,
     spec: &ResetSpec,
     make: MakeFn,
     kwargs: &Kwargs,
     text: &mut TextChunk,
-) -> Result<()> {
+) -> std::result::Result<(), (CoreError, bool)> {
     slot.episode
         .start(spec.task.clone(), spec.seed, spec.max_turns);
     if slot.env.is_none() {
@@ -212,7 +227,7 @@ fn reset_slot(
             Ok(env) => slot.env = Some(env),
             Err(e) => {
                 slot.episode.finish(StopReason::EnvError);
-                return Err(e);
+                return Err((e, false));
             }
         }
     }
@@ -221,20 +236,33 @@ fn reset_slot(
     let result = catch_unwind(AssertUnwindSafe(|| {
         env.reset_into(&spec.task, spec.seed, out)
     }));
-    if !matches!(result, Ok(Ok(()))) {
-        let start = text.row_start();
-        text.text.truncate(start);
-        slot.episode.finish(StopReason::EnvError);
+    if matches!(result, Ok(Ok(()))) {
+        return Ok(());
     }
+    let start = text.row_start();
+    text.text.truncate(start);
+    slot.episode.finish(StopReason::EnvError);
     match result {
-        Ok(r) => r,
+        Ok(r) => r.map_err(|e| (e, false)),
         Err(payload) => {
             slot.env = None;
+            let message = panic_message(payload);
             text.text.push_str("Environment error: ");
-            text.text.push_str(&panic_message(payload));
-            Ok(())
+            text.text.push_str(&message);
+            Err((
+                CoreError::EnvFailure {
+                    slot: spec.slot,
+                    message,
+                },
+                true,
+            ))
         }
     }
+}
+
+/// The first row error that is a refusal (not a panic), for the raising [`EpisodePool::reset`].
+pub fn first_refusal(errors: Vec<RowError>) -> Option<CoreError> {
+    errors.into_iter().find(|e| !e.panicked).map(|e| e.error)
 }
 
 impl EpisodePool {
@@ -312,64 +340,76 @@ impl EpisodePool {
         Ok(())
     }
 
-    /// Reset the given slots. An env that rejects its task returns `InvalidTask` (after the
-    /// whole batch ran; the rejecting slots are left finished with `env_error`). A panicking
-    /// env ends its episode with `env_error` and its observation says so.
+    /// Reset the given slots. An env that refuses its task (or cannot be built) makes this
+    /// return that error, the first in row order, after the whole batch ran (the refusing
+    /// slots are left finished with `env_error`, the others are reset). A panicking env ends
+    /// its episode with `env_error` and its observation says so; that is not an error here,
+    /// as in [`step`](Self::step). [`reset_rows`](Self::reset_rows) reports every row.
     pub fn reset(&mut self, specs: &[ResetSpec]) -> Result<Observations> {
-        let rows = chunk_rows(specs.len());
-        let mut chunks = Vec::new();
-        self.reset_with(specs, |first, chunk| {
-            collect_chunk(&mut chunks, rows, first, chunk)
-        })?;
-        Ok(observations(rows, chunks))
+        let (obs, errors) = self.reset_rows(specs)?;
+        match first_refusal(errors) {
+            Some(e) => Err(e),
+            None => Ok(obs),
+        }
     }
 
-    /// [`reset`](Self::reset) that hands the observations to `sink` chunk by chunk, on the
-    /// calling thread, as soon as each chunk of consecutive rows is done (in any order):
-    /// `sink(first_row, chunk)`. Errors are those of `reset`; on an error the sink may
-    /// already have received chunks of the batch.
+    /// [`reset`](Self::reset) that reports each failed row ([`RowError`], in row order)
+    /// instead of failing the batch: a bad task, a failed env build or a panic ends only
+    /// its own episode. Errors are only those of the batch as a whole (slot ids).
+    pub fn reset_rows(&mut self, specs: &[ResetSpec]) -> Result<(Observations, Vec<RowError>)> {
+        let rows = chunk_rows(specs.len());
+        let mut chunks = Vec::new();
+        let errors = self.reset_with(specs, |first, chunk| {
+            collect_chunk(&mut chunks, rows, first, chunk)
+        })?;
+        Ok((observations(rows, chunks), errors))
+    }
+
+    /// [`reset_rows`](Self::reset_rows) that hands the observations to `sink` chunk by
+    /// chunk, on the calling thread, as soon as each chunk of consecutive rows is done (in
+    /// any order): `sink(first_row, chunk)`; every row is delivered, failed ones included
+    /// (empty, or the panic's message). Returns the failed rows in row order. A malformed
+    /// batch (slot ids) fails before anything is reset and the sink is not called.
     pub fn reset_with(
         &mut self,
         specs: &[ResetSpec],
         mut sink: impl FnMut(usize, TextChunk),
-    ) -> Result<()> {
+    ) -> Result<Vec<RowError>> {
         self.check_ids(specs.iter().map(|s| s.slot))?;
         let make = self.make;
         let kwargs = &self.kwargs;
         let slots = &self.slots;
         let rows = chunk_rows(specs.len());
         let bytes = rows * self.reset_bytes_hint;
-        let run = |specs: &[ResetSpec]| -> (TextChunk, Option<CoreError>) {
+        let run = |specs: &[ResetSpec]| -> (TextChunk, Vec<(usize, CoreError, bool)>) {
             let mut text = TextChunk::with_capacity(specs.len(), bytes);
-            let mut first_err = None;
+            let mut errors = Vec::new();
             for (k, spec) in specs.iter().enumerate() {
                 prefetch_ahead(slots, k, |i| specs.get(i).map(|s| s.slot));
-                if let Err(e) =
+                if let Err((e, panicked)) =
                     reset_slot(&mut slots[spec.slot].lock(), spec, make, kwargs, &mut text)
                 {
-                    first_err.get_or_insert(e);
+                    errors.push((k, e, panicked));
                 }
                 text.end_row();
             }
-            (text, first_err)
+            (text, errors)
         };
-        // The first error in row order, whichever chunk finished first.
-        let mut first_err: Option<(usize, CoreError)> = None;
+        let mut errors = Vec::new();
         let mut text_len = 0;
-        share::run_shared(specs.chunks(rows).collect(), run, |k, (text, err)| {
-            if let Some(e) = err {
-                if first_err.as_ref().is_none_or(|(at, _)| k < *at) {
-                    first_err = Some((k, e));
-                }
-            }
+        share::run_shared(specs.chunks(rows).collect(), run, |k, (text, errs)| {
+            errors.extend(errs.into_iter().map(|(i, error, panicked)| RowError {
+                row: k * rows + i,
+                error,
+                panicked,
+            }));
             text_len += text.text_len();
             sink(k * rows, text);
         });
-        if let Some((_, e)) = first_err {
-            return Err(e);
-        }
+        // Chunks finish in any order; rows within a chunk are in order.
+        errors.sort_unstable_by_key(|e| e.row);
         self.reset_bytes_hint = size_hint(text_len, specs.len());
-        Ok(())
+        Ok(errors)
     }
 
     /// Step the given slots with one action each. Errors (out of range, duplicate id, a slot
@@ -628,6 +668,129 @@ mod tests {
             &pool.step(&[17], &["noop"]).unwrap().observations[0],
             "step 1 noop"
         );
+    }
+
+    /// `specs(0..n)` with the task text `text` at the rows in `at`.
+    fn specs_with(n: usize, at: &[usize], text: &str) -> Vec<ResetSpec> {
+        let mut out = specs(0..n, None);
+        for &i in at {
+            out[i].task = Task::Spec(text.into());
+        }
+        out
+    }
+
+    /// Every slot but `bad` is running and steps normally, in one batch.
+    fn others_step_normally(pool: &mut EpisodePool, n: usize, bad: &[usize]) {
+        let ids: Vec<usize> = (0..n).filter(|i| !bad.contains(i)).collect();
+        let out = pool.step(&ids, &vec!["noop"; ids.len()]).unwrap();
+        assert!(out.observations.iter().all(|o| o == "step 1 noop"));
+        assert!(out.rewards.iter().all(|&r| r == 1.0));
+        for (i, reason) in pool.stop_reasons().into_iter().enumerate().take(n) {
+            let want = bad.contains(&i).then_some(StopReason::EnvError);
+            assert_eq!(reason, want, "slot {i}");
+        }
+    }
+
+    #[test]
+    fn panic_in_reset_ends_only_that_episode() {
+        // Over PAR_MIN_LEN rows: several chunks, possibly on several threads.
+        let n = 600;
+        let bad = [3, 450];
+        let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();
+        let (obs, errors) = pool.reset_rows(&specs_with(n, &bad, "panic")).unwrap();
+        assert_eq!(errors.iter().map(|e| e.row).collect::<Vec<_>>(), bad);
+        for e in &errors {
+            assert!(e.panicked);
+            assert!(matches!(&e.error, CoreError::EnvFailure { slot, message }
+                if *slot == e.row && message.contains("panic on reset")));
+            assert!(obs[e.row].starts_with("Environment error: test env asked to panic"));
+        }
+        assert_eq!(&obs[4], "reset task=Index(4) seed=1");
+        others_step_normally(&mut pool, n, &bad);
+        assert!(matches!(
+            pool.step(&[3], &["noop"]),
+            Err(CoreError::EpisodeFinished { slot: 3, .. })
+        ));
+        // The raising `reset` treats a panic as `step` does: the episode ends, no error.
+        let obs = pool.reset(&specs_with(4, &[1], "panic")).unwrap();
+        assert!(obs[1].starts_with("Environment error"));
+        assert_eq!(pool.stop_reasons()[1], Some(StopReason::EnvError));
+        // The panicked slot's env was dropped; the next reset rebuilds it.
+        pool.reset(&specs([3], None)).unwrap();
+        assert_eq!(
+            &pool.step(&[3], &["noop"]).unwrap().observations[0],
+            "step 1 noop"
+        );
+    }
+
+    #[test]
+    fn partial_reset_batch_rejects_only_the_bad_rows() {
+        let n = 600;
+        let bad = [5, 300, 599];
+        let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();
+        let (obs, errors) = pool.reset_rows(&specs_with(n, &bad, "reject")).unwrap();
+        assert_eq!(errors.iter().map(|e| e.row).collect::<Vec<_>>(), bad);
+        for e in &errors {
+            assert!(!e.panicked);
+            assert!(matches!(&e.error, CoreError::InvalidTask { env, .. } if env == "_test_panic"));
+            assert_eq!(&obs[e.row], "");
+        }
+        assert_eq!(&obs[6], "reset task=Index(6) seed=1");
+        others_step_normally(&mut pool, n, &bad);
+        // The raising reset: same effect on the pool, the first refusal comes back.
+        let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();
+        let err = pool.reset(&specs_with(n, &bad, "reject")).unwrap_err();
+        assert!(matches!(err, CoreError::InvalidTask { .. }));
+        others_step_normally(&mut pool, n, &bad);
+        // A refused slot keeps its env: a valid task resets it again.
+        pool.reset(&specs([5], None)).unwrap();
+        assert_eq!(
+            &pool.step(&[5], &["noop"]).unwrap().observations[0],
+            "step 1 noop"
+        );
+    }
+
+    #[test]
+    fn malformed_reset_batch_fails_whole_and_changes_nothing() {
+        let mut pool = EpisodePool::new("_test_panic", 4, Kwargs::new()).unwrap();
+        let mut bad = specs(0..3, None);
+        bad[2].slot = 0;
+        assert!(matches!(
+            pool.reset_rows(&bad),
+            Err(CoreError::DuplicateSlot { slot: 0 })
+        ));
+        assert_eq!(pool.stop_reasons(), vec![None; 4]);
+        assert!(matches!(
+            pool.step(&[1], &["noop"]),
+            Err(CoreError::EpisodeNotStarted { slot: 1 })
+        ));
+    }
+
+    #[test]
+    fn env_construction_failure_is_a_clear_error() {
+        let mut kw = Kwargs::new();
+        kw.insert("fail_make".into(), serde_json::Value::from(true));
+        let err = EpisodePool::new("_test_panic", 4, kw.clone())
+            .err()
+            .unwrap();
+        assert!(matches!(&err, CoreError::InvalidArgument(m) if m.contains("construction failed")));
+        assert!(registry::make_env("_test_panic", &kw).is_err());
+        // Envs are built lazily: a build that fails at a slot's first reset fails that row
+        // only (slot 0 holds the env built by `new`, the others have none yet).
+        let n = 4;
+        let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();
+        pool.kwargs = kw;
+        let (obs, errors) = pool.reset_rows(&specs(0..n, None)).unwrap();
+        assert_eq!(errors.iter().map(|e| e.row).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(errors
+            .iter()
+            .all(|e| !e.panicked && matches!(e.error, CoreError::InvalidArgument(_))));
+        assert_eq!(&obs[0], "reset task=Index(0) seed=1");
+        others_step_normally(&mut pool, n, &[1, 2, 3]);
+        assert!(matches!(
+            pool.reset(&specs([2], None)),
+            Err(CoreError::InvalidArgument(_))
+        ));
     }
 
     #[test]

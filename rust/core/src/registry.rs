@@ -93,7 +93,7 @@ static SPECS: &[EnvSpec] = &[
     },
     EnvSpec {
         id: "_test_panic",
-        description: "Test-only env that panics on the action `panic`",
+        description: "Test-only env that panics or fails on demand (see testenv.rs)",
         hidden: true,
         make: crate::testenv::make,
         splits: &[],

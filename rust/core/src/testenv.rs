@@ -1,8 +1,12 @@
-//! `_test_panic`: a hidden test-only env. It counts steps and panics on the action `panic`,
-//! so that tests can show one panicking episode never takes its batch down.
+//! `_test_panic`: a hidden test-only env. It counts steps and fails on demand, so that tests
+//! can show one failing episode never takes its batch down:
+//! - the action `panic` panics inside `step`;
+//! - the task text `panic` panics inside `reset`;
+//! - the task text `reject` is refused by `reset` (`InvalidTask`);
+//! - the kwarg `fail_make=true` makes construction fail (`InvalidArgument`).
 
 use crate::env::{Env, Step, Task};
-use crate::error::Result;
+use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 
 #[derive(Default)]
@@ -11,12 +15,27 @@ pub struct PanicEnv {
 }
 
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
-    KwargsReader::new("_test_panic", kwargs, &[])?;
+    let kw = KwargsReader::new("_test_panic", kwargs, &["fail_make"])?;
+    if kw.bool_or("fail_make", false)? {
+        return Err(CoreError::InvalidArgument(
+            "_test_panic: construction failed (fail_make=true)".into(),
+        ));
+    }
     Ok(Box::new(PanicEnv::default()))
 }
 
 impl Env for PanicEnv {
     fn reset(&mut self, task: &Task, seed: u64) -> Result<String> {
+        match task {
+            Task::Spec(s) if s == "panic" => panic!("test env asked to panic on reset"),
+            Task::Spec(s) if s == "reject" => {
+                return Err(CoreError::InvalidTask {
+                    env: "_test_panic".into(),
+                    message: "the task text \"reject\" is refused".into(),
+                })
+            }
+            _ => {}
+        }
         self.count = 0;
         Ok(format!("reset task={task:?} seed={seed}"))
     }

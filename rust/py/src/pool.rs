@@ -3,7 +3,7 @@
 
 use crate::batch::{self, Actions};
 use crate::errors::to_py;
-use agentgym_core::pool::ResetSpec;
+use agentgym_core::pool::{first_refusal, ResetSpec, RowError};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -34,6 +34,9 @@ type StepResult<'py> = (
     Bound<'py, PyArray1<bool>>,
 );
 
+/// `(observations, [(row, exception), ...])` of `reset_rows`.
+type RowsResult<'py> = (Bound<'py, PyList>, Vec<(usize, Py<PyAny>)>);
+
 fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
     match serde_json::from_str::<serde_json::Value>(kwargs_json) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
@@ -49,25 +52,17 @@ pub struct PyEnvPool {
     pub(crate) inner: EpisodePool,
 }
 
-#[pymethods]
 impl PyEnvPool {
-    #[new]
-    #[pyo3(signature = (env_id, num_envs, kwargs_json = "{}"))]
-    fn new(env_id: &str, num_envs: usize, kwargs_json: &str) -> PyResult<Self> {
-        let kwargs = parse_kwargs(kwargs_json)?;
-        let inner = EpisodePool::new(env_id, num_envs, kwargs).map_err(to_py)?;
-        Ok(Self { inner })
-    }
-
-    /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each.
-    fn reset<'py>(
+    /// The core reset of a batch given as Python arguments (the GIL released while it
+    /// runs): the observations and the failed rows.
+    fn reset_batch<'py>(
         &mut self,
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
         tasks: Vec<TaskArg>,
         seeds: &Bound<'py, PyAny>,
         max_turns: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Bound<'py, PyList>, Vec<RowError>)> {
         let ids = batch::slot_ids(ids)?;
         // Lists of ints (or anything `int()` takes) for seeds, of ints or None for horizons.
         let seeds: Vec<u64> = match seeds.cast::<PyList>() {
@@ -103,9 +98,57 @@ impl PyEnvPool {
             })
             .collect();
         let inner = &mut self.inner;
-        let (list, ()) =
-            batch::with_str_list(py, specs.len(), |sink| inner.reset_with(&specs, sink))?;
-        Ok(list)
+        batch::with_str_list(py, specs.len(), |sink| inner.reset_with(&specs, sink))
+    }
+}
+
+#[pymethods]
+impl PyEnvPool {
+    #[new]
+    #[pyo3(signature = (env_id, num_envs, kwargs_json = "{}"))]
+    fn new(env_id: &str, num_envs: usize, kwargs_json: &str) -> PyResult<Self> {
+        let kwargs = parse_kwargs(kwargs_json)?;
+        let inner = EpisodePool::new(env_id, num_envs, kwargs).map_err(to_py)?;
+        Ok(Self { inner })
+    }
+
+    /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each; the
+    /// observations. A task the env refuses (or an env that cannot be built) raises its
+    /// named error after the whole batch ran (those slots end with `env_error`); a panic
+    /// only ends its own episode, its observation says so.
+    fn reset<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        tasks: Vec<TaskArg>,
+        seeds: &Bound<'py, PyAny>,
+        max_turns: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (list, errors) = self.reset_batch(py, ids, tasks, seeds, max_turns)?;
+        match first_refusal(errors) {
+            Some(e) => Err(to_py(e)),
+            None => Ok(list),
+        }
+    }
+
+    /// `reset` that reports failed rows instead of raising: `(observations, errors)`, where
+    /// `errors` lists `(row, exception)` in row order for each row whose env refused its
+    /// task, could not be built or panicked (that row's episode ends with `env_error`; its
+    /// observation is empty, or the panic's message). Only a malformed batch raises.
+    fn reset_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        tasks: Vec<TaskArg>,
+        seeds: &Bound<'py, PyAny>,
+        max_turns: &Bound<'py, PyAny>,
+    ) -> PyResult<RowsResult<'py>> {
+        let (list, errors) = self.reset_batch(py, ids, tasks, seeds, max_turns)?;
+        let errors = errors
+            .into_iter()
+            .map(|e| (e.row, to_py(e.error).into_value(py).into_any()))
+            .collect();
+        Ok((list, errors))
     }
 
     /// Step slots `ids` (a list or numpy array of ints) with one action each (a list of
