@@ -7,8 +7,8 @@ env's action vocabulary (the union of every valid action seen so far, so for the
 four moves, walls included — no oracle and no filtering by outcome), rendered exactly as the
 rollout engine renders them (:class:`~agentgym.engine.chat.ChatFormatter`: chat template
 once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn) and fitted with
-plain next-token cross-entropy on every token (``loss_on="actions"``: on the policy's tokens
-only). After it, the model's policy is the random
+next-token cross-entropy on the policy's tokens (each action and its end-of-turn token;
+``loss_on="all"``: on every token). After it, the model's policy is the random
 policy, so whatever success rate RL adds on top is RL's.
 """
 
@@ -37,10 +37,10 @@ class WarmupConfig:
     #: Padded tokens per step: fewer rows than ``batch_size`` when transcripts are long (a
     #: Python env's long observations), so a step costs about the same on every env.
     max_tokens_per_step: int = 8192
-    #: ``"all"``: next-token loss on every token; ``"actions"``: on the policy's tokens only
-    #: (each action and its end-of-turn token), which teaches the format faster where long
-    #: observations would dominate the loss.
-    loss_on: str = "all"
+    #: ``"actions"``: next-token loss on the policy's tokens only (each action and its
+    #: end-of-turn token), which teaches the format where long observations would dominate
+    #: the loss; ``"all"``: on every token.
+    loss_on: str = "actions"
     #: Padded tokens over the whole warm-up: fewer steps than ``steps`` on envs whose
     #: transcripts are long (the format is learned from the turns, not from the text).
     max_tokens: int = 600_000
