@@ -32,7 +32,9 @@ EXPECTED = {
 
 
 def test_every_registered_env_is_covered():
-    assert set(agentgym.list_envs()) == set(EXPECTED)
+    # ids that tests register ("_name", and "user:..." from LLMAgent) are not shipped envs
+    shipped = {e for e in agentgym.list_envs() if not e.startswith(("_", "user:"))}
+    assert shipped == set(EXPECTED)
 
 
 @pytest.mark.parametrize("env_id", sorted(EXPECTED))
