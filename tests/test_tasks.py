@@ -31,10 +31,14 @@ EXPECTED = {
 }
 
 
-def test_every_registered_env_is_covered():
-    # ids that tests register ("_name", and "user:..." from LLMAgent) are not shipped envs
-    shipped = {e for e in agentgym.list_envs() if not e.startswith(("_", "user:"))}
+def test_every_shipped_env_is_covered():
+    from agentgym import _core
+    from agentgym.envs.scenarios import SCENARIOS
+    from agentgym.envs.simulators import SIMULATORS
+
+    shipped = set(_core.native_env_ids()) | set(SCENARIOS) | set(SIMULATORS)
     assert shipped == set(EXPECTED)
+    assert shipped <= set(agentgym.list_envs())
 
 
 @pytest.mark.parametrize("env_id", sorted(EXPECTED))
