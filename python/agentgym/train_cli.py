@@ -1,6 +1,6 @@
 """``agentgym-rl train`` and ``agentgym-rl eval``: argument parsers and entry functions.
 
-The lead's ``cli.py`` wires them::
+``agentgym.cli`` wires them::
 
     p = sub.add_parser("train", help="multi-turn RL training (ScalingInter-RL, GRPO, PPO, ...)")
     add_train_args(p); p.set_defaults(func=run_train)
