@@ -4,6 +4,7 @@ the split helpers of the Python-written envs (:class:`TaskSplits`, :func:`parse_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass
@@ -159,11 +160,10 @@ def plan_tasks(env_id: str, env_kwargs: dict[str, Any], eval_tasks: int,
     - Unbounded envs without splits evaluate on indices from :data:`HELD_OUT_BASE` up, and
       train below it.
     """
-    kwargs = dict(env_kwargs)
-    ts = task_set(env_id, **kwargs)
-    if ts.held_out is not None and "split" not in kwargs:
-        kwargs["split"] = "train"
-        ts = task_set(env_id, **kwargs)
+    ts = task_set(env_id, **env_kwargs)
+    if ts.held_out is not None and "split" not in env_kwargs:
+        ts = ts.with_split("train")
+    kwargs = ts.kwargs
     if eval_env_kwargs is not None or (ts.held_out is not None and ts.split != ts.held_out):
         ev_kwargs = {**kwargs, **(eval_env_kwargs if eval_env_kwargs is not None
                                   else {"split": ts.held_out})}
@@ -186,8 +186,7 @@ def plan_tasks(env_id: str, env_kwargs: dict[str, Any], eval_tasks: int,
                         f"train: tasks 0..{n - eval_tasks - 1} of {_describe(ts)}; eval: "
                         f"the last {eval_tasks}")
     if num_train_tasks:
-        plan = TaskPlan(plan.train_kwargs, min(plan.train_hi, num_train_tasks),
-                        plan.eval_kwargs, plan.eval_ids, plan.note)
+        plan = dataclasses.replace(plan, train_hi=min(plan.train_hi, num_train_tasks))
     return plan
 
 
