@@ -13,6 +13,7 @@ from agentgym.backends.base import BackendError
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.envs import BaseEnv
+from agentgym.parse import parse_action
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_oracle_trajectories_are_token_exact(tokenizer, env_id):
         for k, ids in enumerate(model_runs):
             text = tokenizer.decode(ids[:-1])
             messages.append({"role": "assistant", "content": text})
-            action = agentgym.parse.parse_action(text)
+            action = parse_action(text)
             (obs,), rew, term, _ = pool.step([0], [action])
             assert float(rew[0]) == traj.turn_rewards[k]
             if k < len(model_runs) - 1:
@@ -379,30 +380,29 @@ async def test_drivers_answer_aborted_for_slots_no_longer_running():
     from agentgym.engine.drivers import NativeDriver, PythonDriver
 
     native = NativeDriver("maze", 3)
-    native.reset_batch([(0, 0, 1, None), (1, 1, 2, None)])
-    native.finish(1, "timeout")  # ended from outside (a timeout)
-    action = native.oracle_action(0)
-    outs = native.step_batch([(2, "go north"), (0, action), (1, "go north")])
+    await native.reset_many([(0, 0, 1, None), (1, 1, 2, None)])
+    native.finish([(1, "timeout")])  # ended from outside (a timeout)
+    action = await native.oracle_action(0)
+    outs = await native.step_many([(2, "go north"), (0, action), (1, "go north")])
     assert [o.stop_reason for o in (outs[0], outs[2])] == ["aborted", "aborted"]
     assert outs[1].stop_reason != "aborted" and outs[1].observation
     assert native.pool.turns.tolist() == [1, 0, 0]  # only the running slot stepped
     assert native.pool.stop_reasons([1]) == ["timeout"]
-    assert (await native.step(2, "go north")).stop_reason == "aborted"  # the batched path
 
     agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
     ThreadProbeEnv.step_threads = []
     py = PythonDriver("test/thread_probe", 3, max_workers=2)
     try:
-        await py.reset(0, 0, 1, None)
-        await py.reset(1, 1, 2, None)
-        py.finish(1, "timeout")
+        assert await py.reset_many([(0, 0, 1, None), (1, 1, 2, None)]) == ["start", "start"]
+        py.finish([(1, "timeout")])
         outs = await py.step_many([(2, "go"), (0, "go"), (1, "go")])
         assert [o.stop_reason for o in outs] == ["aborted", None, "aborted"]
         assert outs[1].observation == "turn 1" and outs[0].error == "episode no longer running"
         for _ in range(2):  # slot 0's episode ends after its third step ...
-            last = await py.step(0, "go")
+            (last,) = await py.step_many([(0, "go")])
         assert last.stop_reason == "done"
-        assert (await py.step(0, "go")).stop_reason == "aborted"  # ... and then is aborted
+        (after,) = await py.step_many([(0, "go")])
+        assert after.stop_reason == "aborted"  # ... and then is aborted
         assert len(ThreadProbeEnv.step_threads) == 3  # no aborted slot reached its env
     finally:
         py.close()
@@ -457,7 +457,7 @@ async def test_worker_crash_ends_its_episode_and_the_pool_restarts(tokenizer):
 async def test_engine_failure_with_a_process_pool_is_raised_not_hung(tokenizer, monkeypatch):
     from agentgym.engine.drivers import ProcessDriver
 
-    def broken_finish(self, slot, reason):  # fault injection: a driver call outside any
+    def broken_finish(self, items):  # fault injection: a driver call outside any
         raise RuntimeError("driver bookkeeping failed")  # episode's own error handling
 
     agentgym.register("test/worker_crash", WorkerCrashEnv, override=True)

@@ -121,17 +121,14 @@ def test_pool_env_construction_failure_is_a_named_error():
         agentgym.EnvPool("_test_panic", 2, fail_make=True)
 
 
-async def test_native_driver_resets_of_one_tick_fail_per_episode():
+async def test_native_driver_resets_fail_per_episode():
     driver = NativeDriver("_test_panic", 4)
-    calls = [driver.reset(0, 0, 1, None), driver.reset(1, "reject", 1, None),
-             driver.reset(2, "panic", 1, None), driver.reset(3, 3, 1, None)]
-    out = await asyncio.gather(*calls, return_exceptions=True)
-    assert driver._resets.batches == 1  # all four in one batched reset
+    out = await driver.reset_many([(0, 0, 1, None), (1, "reject", 1, None),
+                                   (2, "panic", 1, None), (3, 3, 1, None)])
     assert out[0] == "reset task=Index(0) seed=1" and out[3] == "reset task=Index(3) seed=1"
     assert isinstance(out[1], InvalidTaskError) and "reject" in str(out[1])
     assert isinstance(out[2], EnvError) and "panic on reset" in str(out[2])
-    steps = await asyncio.gather(driver.step(0, "noop"), driver.step(3, "stop"),
-                                 driver.step(1, "noop"))
+    steps = await driver.step_many([(0, "noop"), (3, "stop"), (1, "noop")])
     assert [s.stop_reason for s in steps] == [None, "done", "aborted"]
 
 

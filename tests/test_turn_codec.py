@@ -1,9 +1,11 @@
 """``_core.TurnCodec``: the engine's per-turn Rust call (decode, parse, env step, templated
 observation tokens, trajectory appends). Its tokenization must equal the Python tokenizer's,
-and the engine's native path must produce the same trajectories as the Python path."""
+and a turn must be recorded the same whether the codec steps a native env or a driver
+hands it the step results."""
 
 import gc
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,8 @@ from agentgym import _core
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.chat import ChatFormatter
+from agentgym.engine.drivers import StepOutcome
+from agentgym.engine.orchestrator import Turn
 from agentgym.errors import TrajectoryError
 
 
@@ -61,104 +65,97 @@ def _setup(fmt, n, env_id="maze", **kw):
     return pool, store, obs
 
 
-def test_step_turns_appends_exactly_what_it_returns(fmt, codec):
-    pool, store, _ = _setup(fmt, 4)
-    acts = [a or "" for a in pool.oracle_actions(range(4))]
-    replies = [fmt.encode(f"Action: {a}") + [fmt.end_of_turn_id] for a in acts]
-    replies[1] = replies[1][:-1]  # cut before its end-of-turn token
-    lps = [[-0.5] * len(r) for r in replies]
-    twin = agentgym.EnvPool("maze", 4, max_turns=3)
-    twin.reset()
-    obs, rew, term, trunc = twin.step(range(4), acts)
-    rewards, stop, errors, appended = codec.step_turns(
-        pool._pool, store, [100, 101, 102, 103], [0, 1, 2, 3], replies, [True, False, True, True],
-        10_000, lps)
-    assert rewards.tolist() == rew.tolist() and errors == []
-    for k in range(4):
-        expect = list(replies[k]) + ([] if k != 1 else [fmt.end_of_turn_id])
-        if stop[k] < 0:
-            expect += fmt.observation_ids([obs[k]])[0]
-        else:
-            assert (term | trunc)[k]
-        assert appended[k] == expect
-    # Equal token ids share one int object (contexts hold pointers, not new ints).
-    assert appended[0][0] is appended[2][0]
-    store.finish_batch(np.array([100, 101, 102, 103], np.uint64), "done")
-    p = store.drain()
-    for k in range(4):
-        a, b = p["offsets"][k], p["offsets"][k + 1]
-        ids, mask = p["token_ids"][a:b].tolist(), p["loss_mask"][a:b].tolist()
-        head = len(fmt.encode("hi"))
-        assert ids == fmt.encode("hi") + appended[k]
-        n = len(replies[k])
-        assert mask[head:head + n] == [1] * n and not any(mask[head + n:])
-        assert p["logprobs"][a + head:a + head + n].tolist() == [-0.5] * n
-
-
-def test_step_turns_errors_are_named_and_change_nothing(fmt, codec):
-    pool, store, _ = _setup(fmt, 2)
-    r = fmt.encode("Action: move north")
-    before = store.num_tokens(100)
-    with pytest.raises(ValueError, match="lengths must match"):
-        codec.step_turns(pool._pool, store, [100], [0, 1], [r], [True], 100)
-    with pytest.raises(IndexError):
-        codec.step_turns(pool._pool, store, [100], [7], [r], [True], 100)
-    with pytest.raises(ValueError, match="more than once"):
-        codec.step_turns(pool._pool, store, [100, 101], [0, 0], [r, r], [True, True], 100)
-    with pytest.raises(TrajectoryError):
-        codec.step_turns(pool._pool, store, [999], [0], [r], [True], 100)
-    with pytest.raises(ValueError, match="logprobs"):
-        codec.step_turns(pool._pool, store, [100], [0], [r], [True], 100, [[0.0]])
-    with pytest.raises(TypeError):
-        codec.step_turns(pool._pool, store, [100], [0], ["Action: x"], [True], 100)
-    assert store.num_tokens(100) == before
-    assert pool.turns.tolist() == [0, 0]
-
-
 def test_panicking_env_and_full_context_end_only_their_episode(fmt, codec):
     pool, store, _ = _setup(fmt, 3, env_id="_test_panic")
     replies = [fmt.encode(f"Action: {a}") for a in ("noop", "panic", "noop")]
-    _, stop, errors, appended = codec.step_turns(
-        pool._pool, store, [100, 101, 102], [0, 1, 2], replies, [False] * 3, 10_000, None)
-    reasons = [None if s < 0 else _core.STOP_REASONS[s] for s in stop.tolist()]
-    assert reasons == [None, "env_error", None]
+    contexts = [[] for _ in range(3)]
+    turns = [Turn(100 + k, k, replies[k], None, False, contexts[k], None) for k in range(3)]
+    stopped, errors = codec.step_turn_batch(pool._pool, store, turns, 10_000)
+    assert [(i, _core.STOP_REASONS[c]) for i, c in stopped] == [(1, "env_error")]
     assert errors[0][0] == 1 and "asked to panic" in errors[0][1]
     # A context cap that leaves no room for the observation ends with "length".
     cap = store.num_tokens(102) + len(replies[2]) + 2
-    _, stop, _, appended = codec.step_turns(pool._pool, store, [102], [2], [replies[2]],
-                                            [False], cap)
-    assert _core.STOP_REASONS[stop[0]] == "length"
-    assert appended[0] == replies[2] + [fmt.end_of_turn_id]
+    last = Turn(102, 2, replies[2], None, False, [], None)
+    stopped, _ = codec.step_turn_batch(pool._pool, store, [last], cap)
+    assert [_core.STOP_REASONS[c] for _, c in stopped] == ["length"]
+    assert last.context == replies[2] + [fmt.end_of_turn_id]
 
 
-def test_float_list_shares_zero():
-    values = np.array([0.0, -1.25, 0.0, -0.0, 3.0], np.float32)
-    out = _core.float_list(values)
-    assert out == [0.0, -1.25, 0.0, -0.0, 3.0]
-    assert out[0] is out[2] and str(out[3]) == "-0.0"
+class _PoolAsPython(gym.Env):
+    """A native env as a plain Gymnasium env (one pool slot, the episode seed passed through
+    as is): the engine drives it with a ``PythonDriver`` and records its turns from step
+    results."""
+
+    env_id = "maze"
+
+    def __init__(self):
+        self.pool = agentgym.EnvPool(self.env_id, 1)
+        self.instructions = self.pool.instructions
+
+    def reset(self, *, seed=None, options=None):
+        return self.pool.reset([0], tasks=[options["task"]], seeds=[seed])[0], {}
+
+    def step(self, action):
+        (obs,), rew, term, _ = self.pool.step([0], [action])
+        return obs, float(rew[0]), bool(term[0]), False, {}
+
+    def valid_actions(self):
+        return self.pool.valid_actions(0)
 
 
 @pytest.mark.parametrize("env_id", ["maze", "textcraft"])
-def test_native_turn_path_equals_python_path(fmt, env_id, monkeypatch):
+def test_native_and_driver_stepped_turns_give_equal_trajectories(fmt, env_id):
     tok = fmt.tokenizer
+    driven = f"test/{env_id}-as-python"
+    agentgym.register(driven, type(driven, (_PoolAsPython,), {"env_id": env_id}), override=True)
 
-    def run():
+    def run(run_env):
         eng = RolloutEngine(ScriptedBackend(tok, policy="random", seed=3), tok, max_turns=6,
                             max_total_tokens=900, max_concurrency=5)
         eng.reseed(0, run_id="same")  # the random policy is seeded by request id
-        return eng.collect_sync(8, env_id)
+        try:
+            return eng.collect_sync(8, run_env)
+        finally:
+            eng.close()
 
-    fast = run()
-    # Without a fast tokenizer the engine decodes, parses and tokenizes in Python.
-    monkeypatch.setattr(ChatFormatter, "codec", lambda self, action_format="auto": None)
-    slow = run()
-    assert [t.stop_reason for t in fast] == [t.stop_reason for t in slow]
-    assert {t.stop_reason for t in fast} >= {"horizon"}
-    for a, b in zip(fast, slow):
-        assert a.token_ids == b.token_ids
+    native, python = run(env_id), run(driven)
+    assert [t.stop_reason for t in native] == [t.stop_reason for t in python]
+    assert {t.stop_reason for t in native} >= {"horizon"}
+    for a, b in zip(native, python):
+        assert a.token_ids == b.token_ids and len(a.token_ids) > a.prompt_len
         assert a.loss_mask == b.loss_mask and a.logprobs == b.logprobs
         assert a.turn_rewards == b.turn_rewards and a.num_turns == b.num_turns
     gc.collect()
+
+
+def test_record_turn_batch_records_a_driver_step_like_a_native_step(fmt, codec):
+    pool, native_store, _ = _setup(fmt, 4)
+    _, driven_store, _ = _setup(fmt, 4)
+    replies, (obs, rew, term, trunc) = _twin_replies(fmt, 4)
+    replies[1] = replies[1][:-1]  # cut before its end-of-turn token
+    head = fmt.encode("hi")
+    a = [Turn(100 + k, k, replies[k], None, k != 1, list(head), None) for k in range(4)]
+    b = [Turn(100 + k, k, replies[k], None, k != 1, list(head), None) for k in range(4)]
+    stepped = codec.step_turn_batch(pool._pool, native_store, a, 10_000)
+    outcomes = [StepOutcome(obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]),
+                            ("done" if term[k] else "horizon") if (term | trunc)[k] else None)
+                for k in range(4)]
+    assert codec.record_turn_batch(driven_store, b, outcomes, 10_000) == stepped
+    assert [t.context for t in a] == [t.context for t in b]
+    for store in (native_store, driven_store):
+        store.finish_batch(np.array([100, 101, 102, 103], np.uint64), "done")
+    p, q = native_store.drain(), driven_store.drain()
+    for field in ("token_ids", "loss_mask", "turn_rewards", "offsets"):
+        assert p[field].tolist() == q[field].tolist()
+    assert q["turn_rewards"].tolist() == rew.tolist()
+    # Outcomes read by name: a wrong count, a bad stop reason or a missing field are errors.
+    with pytest.raises(ValueError, match="step results"):
+        codec.record_turn_batch(driven_store, b[:1], [], 10_000)
+    with pytest.raises(ValueError, match="stop reason"):
+        codec.record_turn_batch(driven_store, b[:1], [StepOutcome("x", 0.0, True, False,
+                                                                  "finished")], 10_000)
+    with pytest.raises(AttributeError):
+        codec.record_turn_batch(driven_store, b[:1], [object()], 10_000)
 
 
 def _twin_replies(fmt, n):
@@ -176,8 +173,8 @@ def test_step_turn_batch_extends_each_context_with_what_it_stores(fmt, codec):
     replies[1] = replies[1][:-1]  # cut before its end-of-turn token
     head = fmt.encode("hi")
     contexts = [list(head) for _ in range(4)]
-    turns = [(100 + k, k, replies[k], [-0.5] * len(replies[k]) if k != 2 else None, k != 1,
-              contexts[k], "extra items are ignored") for k in range(4)]
+    turns = [Turn(100 + k, k, replies[k], [-0.5] * len(replies[k]) if k != 2 else None, k != 1,
+                  contexts[k], "extra fields are ignored") for k in range(4)]
     stopped, errors = codec.step_turn_batch(pool._pool, store, turns, 10_000)
     assert errors == []
     assert [i for i, _ in stopped] == [k for k in range(4) if (term | trunc)[k]]
@@ -209,6 +206,10 @@ def test_step_turn_batch_errors_are_named_and_change_nothing(fmt, codec):
         codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True)], 100)
     with pytest.raises(TypeError, match="context"):
         codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True, (1, 2))], 100)
+    with pytest.raises(IndexError):
+        codec.step_turn_batch(pool._pool, store, [(100, 7, r, None, True, ctx)], 100)
+    with pytest.raises(TypeError):
+        codec.step_turn_batch(pool._pool, store, [(100, 0, ["Action: x"], None, True, ctx)], 100)
     with pytest.raises(ValueError, match="more than once"):
         codec.step_turn_batch(pool._pool, store, [(100, 0, r, None, True, ctx),
                                                   (101, 0, r, None, True, ctx)], 100)

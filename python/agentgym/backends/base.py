@@ -73,10 +73,13 @@ class Backend(Protocol):
     request early: its ``generate`` returns with ``finish_reason="abort"``; an unknown or
     finished id is ignored. ``update_weights`` takes a ``{name: tensor}`` state dict (Hugging
     Face parameter names) or a path to a safetensors file or model folder, and increments
-    ``policy_version`` once the new weights serve requests.
+    ``policy_version`` once the new weights serve requests. ``needs_context``: the engine
+    passes ``context=(driver, slot)`` to ``generate`` (a policy that reads the env, such as
+    :class:`~agentgym.backends.scripted.ScriptedBackend`); False for models.
     """
 
     policy_version: int
+    needs_context: bool
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None

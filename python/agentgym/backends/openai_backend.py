@@ -41,6 +41,8 @@ class OpenAIBackend:
     ``update_weights`` is not available over this API (the server owns the weights).
     """
 
+    needs_context = False
+
     def __init__(
         self,
         base_url: str,

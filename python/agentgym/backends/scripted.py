@@ -9,7 +9,6 @@ It needs the engine's episode context (``needs_context = True``): the engine pas
 
 from __future__ import annotations
 
-import inspect
 import random
 import zlib
 
@@ -41,16 +40,9 @@ class ScriptedBackend:
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
 
-    async def _choose(self, driver, slot: int, request_id: str | None, oracle) -> str:
-        """The action when the oracle's answer (``oracle``) is not a plain str: awaited if the
-        env answers asynchronously, else a seeded random valid action."""
-        if inspect.isawaitable(oracle):  # envs in worker processes answer asynchronously
-            oracle = await oracle
-        if oracle is not None:
-            return oracle
-        valid = driver.valid_actions(slot)
-        if not isinstance(valid, list) and inspect.isawaitable(valid):
-            valid = await valid
+    async def _random(self, driver, slot: int, request_id: str | None) -> str:
+        """A uniformly random valid action, seeded by the request id ("" if none)."""
+        valid = await driver.valid_actions(slot)
         if not valid:
             return ""
         rng = random.Random(zlib.crc32(f"{self.seed}:{request_id}".encode()))
@@ -62,9 +54,9 @@ class ScriptedBackend:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1
         driver, slot = context
-        action = driver.oracle_action(slot) if self.policy == "oracle" else None
-        if not isinstance(action, str):  # no oracle, or one that answers asynchronously
-            action = await self._choose(driver, slot, request_id, action)
+        action = await driver.oracle_action(slot) if self.policy == "oracle" else None
+        if action is None:
+            action = await self._random(driver, slot, request_id)
         hit = self._cache.get(action)
         if hit is None or hit[2].policy_version != self.policy_version:
             ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]

@@ -47,6 +47,8 @@ class TransformersBackend:
     or their order; requests without an id share one generator seeded by ``seed``.
     """
 
+    needs_context = False
+
     def __init__(
         self,
         model_dir: str | Path,

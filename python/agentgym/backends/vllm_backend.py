@@ -32,6 +32,8 @@ class VLLMBackend:
     (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on).
     """
 
+    needs_context = False
+
     def __init__(
         self,
         model_dir: str | Path,

@@ -26,12 +26,18 @@ class ChatFormatter:
     """Builds prompt and observation token ids from a Hugging Face tokenizer.
 
     ``end_of_turn`` is the token that ends an assistant message (``<|im_end|>`` for ChatML);
-    by default the tokenizer's ``eos_token``.
+    by default the tokenizer's ``eos_token``. The tokenizer must be a fast one (backed by
+    ``tokenizers``, as ``AutoTokenizer`` loads by default): the Rust turn codec tokenizes
+    with the same ``tokenizer.json``.
     """
 
     def __init__(self, tokenizer, end_of_turn: str | None = None):
         self.tokenizer = tokenizer
         self.fast = getattr(tokenizer, "backend_tokenizer", None)
+        if self.fast is None:
+            raise ChatTemplateError(
+                f"{type(tokenizer).__name__} is a slow tokenizer; load a fast one "
+                "(AutoTokenizer.from_pretrained(..., use_fast=True))")
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         if not self.end_of_turn:
             raise ChatTemplateError("tokenizer has no eos_token; pass end_of_turn explicitly")
@@ -40,22 +46,17 @@ class ChatFormatter:
             raise ChatTemplateError(f"end-of-turn {self.end_of_turn!r} is not a single token")
         self.end_of_turn_id: int = int(eot_ids[0])
         self.obs_prefix, self.obs_suffix = self._observation_wrapper()
-        self._obs_cache: dict[str, list[int]] = {}
         self._head_cache: dict[str, list[int] | None] = {}
         self._codecs: dict[str, _core.TurnCodec] = {}
-        self.cache_size = 65536
-        self.cache_max_chars = 2048
 
-    def codec(self, action_format: str = "auto") -> _core.TurnCodec | None:
+    def codec(self, action_format: str = "auto") -> _core.TurnCodec:
         """The Rust :class:`agentgym._core.TurnCodec` of this tokenizer and template (one per
-        action format), or None when the tokenizer has no fast (``tokenizers``) backend.
+        action format).
 
         It decodes replies, parses actions, and tokenizes templated observations with the
         same ``tokenizer.json`` (so its ids equal :meth:`encode`'s), in parallel and
-        without the GIL; the engine's native path does a whole turn in it.
+        without the GIL; the engine does a whole turn's token bookkeeping in it.
         """
-        if self.fast is None:
-            return None
         codec = self._codecs.get(action_format)
         if codec is None:
             codec = _core.TurnCodec(self.fast.to_str(), self.obs_prefix, self.obs_suffix,
@@ -93,20 +94,11 @@ class ChatFormatter:
 
     def encode(self, text: str) -> list[int]:
         """Tokenize text (special-token markers in it are recognised, none are added)."""
-        if self.fast is not None:
-            return self.fast.encode(text, add_special_tokens=False).ids
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        if self.fast is not None:
-            return [e.ids for e in self.fast.encode_batch(list(texts), add_special_tokens=False)]
-        return [self.encode(t) for t in texts]
+        return self.fast.encode(text, add_special_tokens=False).ids
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Model text for action parsing (special tokens dropped)."""
-        if self.fast is not None:
-            return self.fast.decode_batch([list(x) for x in ids], skip_special_tokens=True)
-        return [self.tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+        return self.fast.decode_batch([list(x) for x in ids], skip_special_tokens=True)
 
     def system_ids(self, system: str) -> list[int] | None:
         """Token ids of the conversation head before the first user turn (cached per system
@@ -141,30 +133,7 @@ class ChatFormatter:
             return self.encode(self._render(messages, add_generation_prompt=True))
         return head + self.observation_ids([observation])[0]
 
-    def observation_texts(self, observations: Sequence[str]) -> list[str]:
-        return [self.obs_prefix + o + self.obs_suffix for o in observations]
-
     def observation_ids(self, observations: Sequence[str]) -> list[list[int]]:
-        """Each observation as a user turn plus the next assistant header, tokenized once.
-
-        Observations repeat a lot across episodes (the same feedback line, the same cell of
-        a maze), so token ids are memoised in a bounded cache; only misses are tokenized,
-        in one batch call (in Rust when the tokenizer is fast). Cached lists may be shared:
-        callers must not mutate them.
-        """
-        codec = self.codec()
-        if codec is not None:
-            return codec.observation_ids(list(observations))
-        cache = self._obs_cache
-        out: list[list[int] | None] = [cache.get(o) for o in observations]
-        misses = [i for i, ids in enumerate(out) if ids is None]
-        if misses:
-            texts = [observations[i] for i in misses]
-            encoded = self.encode_batch(self.observation_texts(texts))
-            if len(cache) + len(misses) > self.cache_size:
-                cache.clear()
-            for i, text, ids in zip(misses, texts, encoded):
-                out[i] = ids
-                if len(text) <= self.cache_max_chars:
-                    cache[text] = ids
-        return out  # type: ignore[return-value]
+        """Each observation as a user turn plus the next assistant header, tokenized once
+        (memoised in the codec: observations repeat a lot across episodes)."""
+        return self.codec().observation_ids(list(observations))

@@ -3,12 +3,13 @@
 One coroutine per episode (reset, generate, parse, step, append, repeat), at most
 ``max_concurrency`` live at once, a finished episode's slot refilled at once: there is no
 barrier between episodes or turns. Per event-loop tick the work of all episodes that reached
-the same point is batched. For native envs that is one Rust call
-(:class:`agentgym._core.TurnCodec`, GIL released): decode the replies, parse the actions,
-step the envs, tokenize the templated observations (``tokenizers`` crate, same
+the same point is batched. A turn's token bookkeeping is one Rust call
+(:class:`agentgym._core.TurnCodec`, GIL released) for every kind of env: decode the replies,
+parse the actions, tokenize the templated observations (``tokenizers`` crate, same
 ``tokenizer.json``), append everything to the ``TrajectoryStore``; Python gets back only the
-tokens to append to each context. For Python envs the same steps run as batched calls around
-the env driver.
+tokens to append to each context. A native env is stepped inside that call; any other env
+is stepped by its driver (:mod:`agentgym.engine.drivers`) between ``TurnCodec.actions`` and
+``TurnCodec.record_turn_batch``.
 
 Failures are data: a backend error (after bounded retries with fresh request ids), an env
 exception, a timeout or cancellation ends only that episode with stop reason
@@ -26,23 +27,22 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
 
 from agentgym import _core
-from agentgym.backends.base import BackendError, SamplingParams
+from agentgym.backends.base import Backend, BackendError, SamplingParams
 from agentgym.data.schemas import STOP_REASONS, Trajectory
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
-from agentgym.engine.drivers import NativeDriver, StepOutcome, make_driver
+from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
-from agentgym.parse import parse_actions
 from agentgym.pool import episode_seeds
 
 log = logging.getLogger(__name__)
-_LENGTH = STOP_REASONS.index("length")
 
 
 @dataclass(slots=True, eq=False)
@@ -69,12 +69,27 @@ class _WorkerFailure:
     error: BaseException
 
 
-#: One model reply on its way to the turn batch, a plain tuple (built in C, once per turn)
-#: ``(key, slot, tokens, logprobs, ended, context, ep)``, laid out as
-#: ``TurnCodec.step_turn_batch`` reads it: ``ended`` says the model emitted the end-of-turn
-#: token itself, ``context`` is the episode's token list.
-_Turn = tuple
-_TOKENS, _LOGPROBS, _ENDED, _EP = 2, 3, 4, 6
+class Turn(NamedTuple):
+    """One model reply on its way to the turn batch. ``TurnCodec.step_turn_batch`` and
+    ``record_turn_batch`` read the first six fields by position."""
+
+    #: The episode's trajectory-store key.
+    key: int
+    #: Its slot in the env driver.
+    slot: int
+    #: The generated token ids, as the backend returned them (never mutated).
+    tokens: list[int]
+    #: One behaviour logprob per token (or empty / None: all 0.0).
+    logprobs: list[float] | None
+    #: The model emitted the end-of-turn token itself.
+    ended: bool
+    #: The episode's token list, extended in place with what the turn appends.
+    context: list[int]
+    episode: _Episode
+
+
+#: ``Turn(...)`` without the Python-level ``__new__`` of a named tuple (once per turn).
+_new_turn = tuple.__new__
 
 
 @dataclass(repr=False)
@@ -103,39 +118,30 @@ class RolloutBatch:
         return pack(self.trajectories)
 
 
-def _flat(seqs, dtype, n) -> np.ndarray:
-    return np.fromiter(itertools.chain.from_iterable(seqs), dtype, n)
-
-
 class _Run:
     """One ``stream`` call: driver, trajectory store and the per-tick batchers."""
 
-    def __init__(self, engine: RolloutEngine, driver, cfg: RolloutConfig):
+    def __init__(self, engine: RolloutEngine, driver: EnvDriver, cfg: RolloutConfig):
         self.engine = engine
         self.cfg = cfg
         self.driver = driver
         self.fmt = engine.formatter
         self.store = _core.TrajectoryStore()
         self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
-        self.native = isinstance(driver, NativeDriver)
-        self.needs_context = bool(getattr(engine.backend, "needs_context", False))
-        #: Rust decode/parse/tokenize (None without a fast tokenizer).
+        self.needs_context = engine.backend.needs_context
+        #: Rust decode, parse, tokenize and store appends: the turn's one bookkeeping path.
         self.codec = self.fmt.codec(cfg.action_format)
+        #: The conversation head before the first user turn (None: the template does not
+        #: split there, and each first prompt is rendered whole).
+        self.head = self.fmt.system_ids(self.system)
         loop = asyncio.get_running_loop()  # a run lives inside one ``stream`` call
-        if self.native and self.codec is not None:
-            # The whole turn (decode, parse, step, observation tokens, store) in one call.
+        self.pool = driver.core_pool
+        if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
-        elif self.native:
-            self.turn_batcher = TickBatcher(self._turn_batch, loop=loop)
         else:
-            self.turn_batcher = TickBatcher(self._turn_batch_async, is_async=True, loop=loop)
+            self.turn_batcher = TickBatcher(self._turn_batch_driven, is_async=True, loop=loop)
+        self.begin_batcher = TickBatcher(self._begin_batch, is_async=True, loop=loop)
         self.close_batcher = TickBatcher(self._close_batch, loop=loop)
-        #: Native env + Rust codec + a template whose head splits cleanly: resets, first
-        #: prompts and their store appends are batched per tick too.
-        self.head = self.fmt.system_ids(self.system) if self.codec is not None else None
-        self.begin_batcher = None
-        if self.native and self.head is not None:
-            self.begin_batcher = TickBatcher(self._begin_batch_native, loop=loop)
         self.sampling = SamplingParams(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -145,137 +151,73 @@ class _Run:
         )
 
     # -- batched work, once per event-loop tick -------------------------------------------
-    def _segments(self, eps: list[_Episode], seqs, is_model: bool, logprobs=None) -> None:
-        if not eps:
-            return
-        lens = np.fromiter((len(x) for x in seqs), np.int64, len(seqs))
-        offsets = np.zeros(len(seqs) + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        n = int(offsets[-1])
-        keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
-        lp = None if logprobs is None else _flat(logprobs, np.float32, n)
-        model = np.full(len(eps), is_model, np.bool_)
-        self.store.append_batch(keys, _flat(seqs, np.uint32, n), offsets, model, lp)
-
-    def _actions(self, turns: list[_Turn]) -> list[str]:
-        if self.codec is not None:
-            return self.codec.actions([t[_TOKENS] for t in turns])
-        texts = self.fmt.decode_batch([t[_TOKENS] for t in turns])
-        return [a or "" for a in parse_actions(texts, self.cfg.action_format)]
-
-    def _record(self, turns: list[_Turn], outcomes: list[StepOutcome]) -> None:
-        """Append model tokens, turn rewards and (for going-on episodes) the observation."""
-        eot = self.fmt.end_of_turn_id
-        eps = [t[_EP] for t in turns]
-        self._segments(eps, [t[_TOKENS] for t in turns], True, [t[_LOGPROBS] for t in turns])
-        # A turn cut before its end-of-turn token gets one appended as a prompt token (mask
-        # 0): the conversation stays well-formed and the token is not trained on.
-        cut = [t[_EP] for t in turns if not t[_ENDED]]
-        self._segments(cut, [[eot]] * len(cut), False)
-        rewards = np.fromiter((o.reward for o in outcomes), np.float32, len(outcomes))
-        self.store.add_turns(np.fromiter((e.key for e in eps), np.uint64, len(eps)), rewards)
-        for t, o in zip(turns, outcomes):
-            ep = t[_EP]
-            ep.ids.extend(t[_TOKENS])
-            if not t[_ENDED]:
-                ep.ids.append(eot)
-            if o.stop_reason is not None:
-                ep.stop_reason = o.stop_reason
-                ep.error = o.error
-        going = [(t[_EP], o.observation) for t, o in zip(turns, outcomes)
-                 if o.stop_reason is None]
-        if going:
-            obs_ids = self.fmt.observation_ids([obs for _, obs in going])
-            cap = self.cfg.max_total_tokens
-            fits = []
-            for (e, _), ids in zip(going, obs_ids):
-                if len(e.ids) + len(ids) < cap:
-                    fits.append((e, ids))
-                else:  # no room for the observation and a reply: the context is full
-                    e.stop_reason = "length"
-            self._segments([e for e, _ in fits], [ids for _, ids in fits], False)
-            for e, ids in fits:
-                e.ids.extend(ids)
-
-    def _begin_batch_native(self, eps: list[_Episode]) -> list[list[int] | Exception | None]:
-        """Reset the tick's new episodes in one call, then their first prompts (the cached
+    async def _begin_batch(self, eps: list[_Episode]) -> list[list[int] | Exception | None]:
+        """Reset the tick's new episodes in one driver call; their first prompts (the cached
         head plus each observation as a user turn) go to the store and come back as the
-        episodes' context lists, in one more. An episode whose reset failed (refused task,
-        env build error, panic) gets its exception, raised in its own coroutine only;
-        episodes closed while waiting (a timeout or cancellation) are skipped and get None."""
+        episodes' context lists. An episode whose reset failed (refused task, env build
+        error, crash) gets its exception, raised in its own coroutine only; episodes closed
+        while waiting (a timeout or cancellation) are skipped and get None."""
         live = [e for e in eps if not e.closed]
         if not live:
             return [None] * len(eps)
         max_turns = self.cfg.max_turns
-        obs, failed = self.driver.reset_rows([(e.slot, e.task, e.seed, max_turns) for e in live])
-        if not failed:
-            prompts = self.codec.prompts(self.store, [e.key for e in live], self.head, obs)
-            if len(live) == len(eps):
-                return prompts
+        obs = await self.driver.reset_many([(e.slot, e.task, e.seed, max_turns) for e in live])
+        ok = [k for k, (e, o) in enumerate(zip(live, obs))
+              if not e.closed and not isinstance(o, BaseException)]
+        out: list = [None] * len(live)
+        for k, o in enumerate(obs):
+            if isinstance(o, BaseException):
+                out[k] = o
+        if ok and self.head is not None:
+            prompts = self.codec.prompts(self.store, [live[k].key for k in ok], self.head,
+                                         [obs[k] for k in ok])
         else:
-            errors = dict(failed)
-            ok = [k for k in range(len(live)) if k not in errors]
-            got = self.codec.prompts(self.store, [live[k].key for k in ok], self.head,
-                                     [obs[k] for k in ok]) if ok else []
-            prompts = [None] * len(live)
-            for k, p in zip(ok, got):
-                prompts[k] = p
-            for k, error in errors.items():
-                prompts[k] = error
-        got = dict(zip(map(id, live), prompts))
+            prompts = [self.fmt.initial_prompt(self.system, obs[k]) for k in ok]
+            for k, ids in zip(ok, prompts):
+                self.store.append(live[k].key, np.array(ids, np.uint32), False)
+        for k, ids in zip(ok, prompts):
+            out[k] = ids
+        if len(live) == len(eps):
+            return out
+        got = dict(zip(map(id, live), out))
         return [got.get(id(e)) for e in eps]
 
-    def _turn_batch_native(self, turns: list[_Turn]) -> list[bool]:
+    def _apply(self, turns: list[Turn], stopped, errors) -> None:
+        """The stop reasons and env errors a turn call returned, onto the episodes."""
+        for i, code in stopped:
+            turns[i].episode.stop_reason = STOP_REASONS[code]
+        for i, message in errors:
+            turns[i].episode.error = message
+
+    def _turn_batch_native(self, turns: list[Turn]) -> list[bool]:
         """One Rust call for the tick's turns of a native env: decode and parse each reply,
         step the envs, append reply, reward and templated observation to the store and the
         same tokens to each episode's context list."""
-        live = [t for t in turns if not t[_EP].closed]
+        live = [t for t in turns if not t.episode.closed]
         if live:
-            stopped, errors = self.codec.step_turn_batch(
-                self.driver.core_pool, self.store, live, self.cfg.max_total_tokens)
-            ended = []  # slots whose pool episode ended (not ``length``: the engine's own cap)
-            for i, code in stopped:
-                e = live[i][_EP]
-                e.stop_reason = STOP_REASONS[code]
-                if code != _LENGTH:
-                    ended.append(e.slot)
-            for i, message in errors:
-                live[i][_EP].error = message
-            if ended:
-                self.driver.ended(ended)
+            self._apply(live, *self.codec.step_turn_batch(
+                self.pool, self.store, live, self.cfg.max_total_tokens))
         if len(live) == len(turns):
             return [True] * len(turns)
-        return [not t[_EP].closed for t in turns]
+        return [not t.episode.closed for t in turns]
 
-    def _turn_batch(self, turns: list[_Turn]) -> list[StepOutcome | None]:
-        live = [t for t in turns if not t[_EP].closed]
-        outcomes: dict[int, StepOutcome] = {}
+    async def _turn_batch_driven(self, turns: list[Turn]) -> list[bool]:
+        """The tick's turns of an env its driver steps: the actions parsed in Rust, one
+        ``step_many`` call, then the same bookkeeping call as a native turn."""
+        live = [t for t in turns if not t.episode.closed]
         if live:
-            actions = self._actions(live)
-            outs = self.driver.step_batch([(t[_EP].slot, a) for t, a in zip(live, actions)])
-            self._record(live, outs)
-            outcomes = {id(t): o for t, o in zip(live, outs)}
-        return [outcomes.get(id(t)) for t in turns]
-
-    async def _turn_batch_async(self, turns: list[_Turn]) -> list[StepOutcome | None]:
-        live = [t for t in turns if not t[_EP].closed]
-        if not live:
-            return [None] * len(turns)
-        actions = self._actions(live)
-        if hasattr(self.driver, "step_many"):
-            outs = await self.driver.step_many([(t[_EP].slot, a) for t, a in zip(live, actions)])
-        else:
-            outs = await asyncio.gather(
-                *(self.driver.step(t[_EP].slot, a) for t, a in zip(live, actions))
-            )
-        live = [t for t in live if not t[_EP].closed]  # closed while the env was stepping
-        keep = {id(t) for t in live}
-        pairs = [(t, o) for t, o in zip(turns, outs) if id(t) in keep]
-        self._record([t for t, _ in pairs], [o for _, o in pairs])
-        outcomes = {id(t): o for t, o in pairs}
-        return [outcomes.get(id(t)) for t in turns]
+            actions = self.codec.actions([t.tokens for t in live])
+            outs = await self.driver.step_many([(t.slot, a) for t, a in zip(live, actions)])
+            if any(t.episode.closed for t in live):  # closed while the env was stepping
+                pairs = [(t, o) for t, o in zip(live, outs) if not t.episode.closed]
+                live, outs = [t for t, _ in pairs], [o for _, o in pairs]
+            if live:
+                self._apply(live, *self.codec.record_turn_batch(
+                    self.store, live, outs, self.cfg.max_total_tokens))
+        return [not t.episode.closed for t in turns]
 
     def _close_batch(self, eps: list[_Episode]) -> list[Trajectory]:
+        self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
         rows = {r[0]: r for r in self.store.drain_rows()}
@@ -331,18 +273,14 @@ class _Run:
 
     async def _play(self, ep: _Episode) -> None:
         cfg = self.cfg
-        if self.begin_batcher is not None:
-            ep.ids = await self.begin_batcher.submit(ep)
-        else:
-            obs = await self.driver.reset(ep.slot, ep.task, ep.seed, cfg.max_turns)
-            ep.ids = self.fmt.initial_prompt(self.system, obs)
-            self.store.append(ep.key, np.array(ep.ids, np.uint32), False)
+        ep.ids = await self.begin_batcher.submit(ep)
         ep.prompt_len = len(ep.ids)
-        ep.policy_version = int(getattr(self.engine.backend, "policy_version", 0))
+        ep.policy_version = self.engine.backend.policy_version
         # Hot loop (once per turn): attribute lookups hoisted. Without a turn timeout the
         # first attempt calls the backend directly (no wrapper coroutine per turn).
         cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id
         generate, submit, clock = self._generate, self.turn_batcher.submit, time.perf_counter
+        new_turn, store = _new_turn, self.store
         direct = self.engine.backend.generate if cfg.turn_timeout_s is None else None
         context = (self.driver, ep.slot) if self.needs_context else None
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
@@ -373,11 +311,12 @@ class _Run:
             ended = bool(toks) and toks[-1] == eot
             if res.finish_reason == "length" and not ended:
                 # The turn hit max_new_tokens (or the context cap): keep the tokens, end.
-                self._segments([ep], [toks], True, [res.logprobs])
-                ep.ids.extend(toks)
+                store.append(key, np.array(toks, np.uint32), True,
+                             np.array(res.logprobs, np.float32) if res.logprobs else None)
+                ids.extend(toks)
                 ep.stop_reason = "length"
                 break
-            if not await submit((key, slot, toks, res.logprobs, ended, ids, ep)):
+            if not await submit(new_turn(Turn, (key, slot, toks, res.logprobs, ended, ids, ep))):
                 break  # closed meanwhile (timeout/abort)
             ep.turns += 1
 
@@ -403,12 +342,11 @@ class _Run:
         if ep.stop_reason is None:
             ep.stop_reason = "aborted"
         ep.closed = True
-        self.driver.finish(ep.slot, ep.stop_reason)
         return await self.close_batcher.submit(ep)
 
     def _close_now(self, ep: _Episode) -> None:
         ep.closed = True
-        self.driver.finish(ep.slot, ep.stop_reason or "aborted")
+        self.driver.finish([(ep.slot, ep.stop_reason or "aborted")])
         if self.store.is_live(ep.key):
             self.store.discard(ep.key)
 
@@ -420,8 +358,13 @@ class RolloutEngine:
     turn unless ``end_of_turn`` is given). Keyword arguments override :class:`RolloutConfig`.
     """
 
-    def __init__(self, backend, tokenizer, config: RolloutConfig | None = None,
+    def __init__(self, backend: Backend, tokenizer, config: RolloutConfig | None = None,
                  end_of_turn: str | None = None, **overrides):
+        if not isinstance(backend, Backend):
+            missing = [m for m in ("generate", "abort", "update_weights", "close",
+                                   "policy_version", "needs_context") if not hasattr(backend, m)]
+            raise TypeError(f"{type(backend).__name__} is not an inference backend: it lacks "
+                            f"{', '.join(missing)} (see agentgym.backends.Backend)")
         self.backend = backend
         self.tokenizer = tokenizer
         self.formatter = ChatFormatter(tokenizer, end_of_turn=end_of_turn)
@@ -441,9 +384,11 @@ class RolloutEngine:
             self.run_id = run_id
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
-        key = (env_id, cfg.max_concurrency, cfg.env_workers, repr(sorted(env_kwargs.items())))
+        key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
+               repr(sorted(env_kwargs.items())))
         if key not in self._drivers:
-            driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers, **env_kwargs)
+            driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers,
+                                 cfg.inline_env_budget_s, **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 
@@ -467,8 +412,6 @@ class RolloutEngine:
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
-            if hasattr(driver, "inline_budget_s"):
-                driver.inline_budget_s = cfg.inline_env_budget_s
             episodes = self._episodes(tasks, cfg)
             capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)

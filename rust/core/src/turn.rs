@@ -1,15 +1,19 @@
-//! One rollout turn for many episodes in one call: the per-turn text work of the engine.
+//! One rollout turn for many episodes in one call: the token bookkeeping of the engine.
 //!
-//! For each episode that just received a model reply, [`TurnCodec::step_turns`]:
-//! 1. decodes the reply's token ids (special tokens dropped) and parses the action;
-//! 2. steps the native env (one [`EpisodePool::step`] batch);
-//! 3. appends the reply to the trajectory (model tokens, mask 1, behaviour logprobs), plus
-//!    an end-of-turn token as a prompt token when the reply was cut before it, and the turn
-//!    reward;
-//! 4. for episodes that go on, wraps the observation in the chat template's user-turn markers
-//!    (prefix/suffix computed once from the template by the Python side), tokenizes it with
-//!    the same `tokenizer.json` the Python side uses, and appends it as prompt tokens, unless
-//!    the context would reach `max_total_tokens` (stop reason `length`).
+//! This is the one implementation of a turn's bookkeeping, for every kind of env. For each
+//! episode that just received a model reply:
+//! 1. the reply's token ids are decoded (special tokens dropped) and the action parsed
+//!    ([`TurnCodec::actions`]);
+//! 2. the env steps: a native env inside [`TurnCodec::step_turns`] (one
+//!    [`EpisodePool::step`] batch); any other env is stepped by its driver, which hands
+//!    the results to [`TurnCodec::record_turns`];
+//! 3. [`TurnCodec::record_turns`] appends the reply to the trajectory (model tokens, mask 1,
+//!    behaviour logprobs), plus an end-of-turn token as a prompt token when the reply was
+//!    cut before it, and the turn reward;
+//! 4. for episodes that go on, it wraps the observation in the chat template's user-turn
+//!    markers (prefix/suffix computed once from the template by the Python side), tokenizes
+//!    it with the same `tokenizer.json` the Python side uses, and appends it as prompt
+//!    tokens, unless the context would reach `max_total_tokens` (stop reason `length`).
 //!
 //! Decoding, parsing and tokenizing run in parallel (rayon); observation token ids are
 //! memoised (observations repeat a lot across episodes). The caller gets, per episode, the
@@ -44,7 +48,20 @@ pub struct TurnInput<'a> {
     pub ended: bool,
 }
 
-/// What happened to each episode of a [`TurnCodec::step_turns`] batch (input order).
+/// What the env did with one episode's action this turn.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepResult<'a> {
+    /// The next observation (ignored once the episode stopped).
+    pub observation: &'a str,
+    pub reward: f32,
+    /// `None` while the episode goes on; else why it ended (`done`, `horizon`, `env_error`,
+    /// `aborted`, ...).
+    pub stop: Option<StopReason>,
+    /// The env's error message of an `env_error` episode.
+    pub error: Option<&'a str>,
+}
+
+/// What happened to each episode of a turn batch (input order).
 #[derive(Debug, Default)]
 pub struct TurnOutput {
     pub rewards: Vec<f32>,
@@ -202,20 +219,8 @@ impl TurnCodec {
         Ok((ids, misses.len()))
     }
 
-    /// Process one turn of many episodes; see the module docs. Validation happens before
-    /// anything changes: unknown keys, out-of-range slots, a slot twice, or logprobs of the
-    /// wrong length fail the whole call. A slot whose episode is no longer running is not
-    /// stepped: its reply is recorded and it ends with `aborted`.
-    pub fn step_turns(
-        &mut self,
-        pool: &mut EpisodePool,
-        store: &mut TrajectoryStore,
-        turns: &[TurnInput<'_>],
-        max_total_tokens: usize,
-    ) -> Result<TurnOutput> {
-        let n = turns.len();
-        // Range and uniqueness of the slots, and which of them still run.
-        let running = pool.running_of(turns.iter().map(|t| t.slot))?;
+    /// Validation shared by both turn calls: every key live, logprobs one per token.
+    fn check_turns(store: &TrajectoryStore, turns: &[TurnInput<'_>]) -> Result<()> {
         for t in turns {
             if !store.is_live(t.key) {
                 return Err(CoreError::Trajectory(format!(
@@ -232,20 +237,27 @@ impl TurnCodec {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// One turn of many episodes of a native env; see the module docs. Validation happens
+    /// before anything changes: unknown keys, out-of-range slots, a slot twice, or logprobs
+    /// of the wrong length fail the whole call. A slot whose episode is no longer running is
+    /// not stepped: its reply is recorded and it ends with `aborted`.
+    pub fn step_turns(
+        &mut self,
+        pool: &mut EpisodePool,
+        store: &mut TrajectoryStore,
+        turns: &[TurnInput<'_>],
+        max_total_tokens: usize,
+    ) -> Result<TurnOutput> {
+        // Range and uniqueness of the slots, and which of them still run.
+        let running = pool.running_of(turns.iter().map(|t| t.slot))?;
+        Self::check_turns(store, turns)?;
         let replies: Vec<&[u32]> = turns.iter().map(|t| t.tokens).collect();
         let actions = self.actions(&replies)?;
 
-        let mut out = TurnOutput {
-            rewards: vec![0.0; n],
-            stop: vec![None; n],
-            errors: vec![None; n],
-            appended: Vec::with_capacity(n),
-            tokenized: 0,
-        };
-        let live: Vec<usize> = (0..n).filter(|&i| running[i]).collect();
-        for i in (0..n).filter(|&i| !running[i]) {
-            out.stop[i] = Some(StopReason::Aborted);
-        }
+        let live: Vec<usize> = (0..turns.len()).filter(|&i| running[i]).collect();
         let slots: Vec<usize> = live.iter().map(|&i| turns[i].slot).collect();
         let acts: Vec<&str> = live.iter().map(|&i| actions[i].as_str()).collect();
         let batch = pool.step(&slots, &acts)?;
@@ -253,27 +265,72 @@ impl TurnCodec {
             .filter(|&k| batch.terminated[k] || batch.truncated[k])
             .collect();
         let reasons = pool.stop_reasons_of(&ended.iter().map(|&k| slots[k]).collect::<Vec<_>>())?;
+
+        let aborted = StepResult {
+            stop: Some(StopReason::Aborted),
+            ..StepResult::default()
+        };
+        let mut results = vec![aborted; turns.len()];
+        for (k, &i) in live.iter().enumerate() {
+            results[i] = StepResult {
+                observation: &batch.observations[k],
+                reward: batch.rewards[k],
+                stop: None,
+                error: None,
+            };
+        }
         for (&k, reason) in ended.iter().zip(reasons) {
-            let i = live[k];
-            out.stop[i] = Some(reason.unwrap_or(StopReason::Done));
-            if reason == Some(StopReason::EnvError) {
-                out.errors[i] = Some(batch.observations[k].to_string());
+            let r = &mut results[live[k]];
+            r.stop = Some(reason.unwrap_or(StopReason::Done));
+            if r.stop == Some(StopReason::EnvError) {
+                r.error = Some(r.observation);
             }
         }
-        for (k, &i) in live.iter().enumerate() {
-            out.rewards[i] = batch.rewards[k];
+        self.record_turns(store, turns, &results, max_total_tokens)
+    }
+
+    /// The bookkeeping of one turn of many episodes, given what the env did with each
+    /// action (`results[i]` for `turns[i]`, however the env was stepped): the reply (mask 1,
+    /// behaviour logprobs), a closing end-of-turn token (mask 0) where the model did not emit
+    /// it, the turn reward, and for episodes that go on the templated observation (mask 0)
+    /// unless the context would reach `max_total_tokens` (then the episode stops with
+    /// `length`). Unknown keys or logprobs of the wrong length fail the whole call before
+    /// anything changes.
+    pub fn record_turns(
+        &mut self,
+        store: &mut TrajectoryStore,
+        turns: &[TurnInput<'_>],
+        results: &[StepResult<'_>],
+        max_total_tokens: usize,
+    ) -> Result<TurnOutput> {
+        if results.len() != turns.len() {
+            return Err(CoreError::InvalidArgument(format!(
+                "{} step results for {} turns; pass one per turn",
+                results.len(),
+                turns.len()
+            )));
         }
-        let going: Vec<usize> = (0..live.len())
-            .filter(|&k| out.stop[live[k]].is_none())
+        Self::check_turns(store, turns)?;
+        let going: Vec<usize> = (0..turns.len())
+            .filter(|&i| results[i].stop.is_none())
             .collect();
-        let texts: Vec<&str> = going.iter().map(|&k| &batch.observations[k]).collect();
+        let texts: Vec<&str> = going.iter().map(|&i| results[i].observation).collect();
         let (obs_ids, misses) = self.observation_ids(&texts)?;
-        out.tokenized = misses;
-        let mut observation: Vec<Option<Arc<[u32]>>> = vec![None; n];
-        for (&k, ids) in going.iter().zip(obs_ids) {
-            observation[live[k]] = Some(ids);
+        let mut observation: Vec<Option<Arc<[u32]>>> = vec![None; turns.len()];
+        for (&i, ids) in going.iter().zip(obs_ids) {
+            observation[i] = Some(ids);
         }
 
+        let mut out = TurnOutput {
+            rewards: results.iter().map(|r| r.reward).collect(),
+            stop: results.iter().map(|r| r.stop).collect(),
+            errors: results
+                .iter()
+                .map(|r| r.error.map(str::to_string))
+                .collect(),
+            appended: Vec::with_capacity(turns.len()),
+            tokenized: misses,
+        };
         for (i, t) in turns.iter().enumerate() {
             let close = (!t.ended).then_some(self.end_of_turn);
             let obs = observation[i].take();

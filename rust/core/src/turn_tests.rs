@@ -253,3 +253,85 @@ fn decode_drops_special_tokens_and_survives_unknown_ids() {
     assert!(TurnCodec::new("{", "", "", 0, ActionParser::default()).is_err());
     assert!(TurnCodec::new(&tokenizer_json(), "", "", 77, ActionParser::default()).is_err());
 }
+
+#[test]
+fn recorded_results_of_a_driver_stepped_env_append_like_a_native_step() {
+    // Two stores fed the same turn: one by stepping the native env, one from the same step
+    // results handed in by a driver. Both must hold the same tokens and return the same tail.
+    let mut c = codec();
+    let (mut pool, mut native) = setup(2);
+    let (_, mut driven) = setup(2);
+    let r0 = reply(&c, "noop");
+    let r1 = reply(&c, "stop");
+    let turns = [input(0, &r0, &[], true), input(1, &r1, &[], true)];
+    let stepped = c.step_turns(&mut pool, &mut native, &turns, 1000).unwrap();
+    let results = [
+        StepResult {
+            observation: "step 1 noop",
+            reward: 1.0,
+            ..StepResult::default()
+        },
+        StepResult {
+            observation: "ignored once stopped",
+            reward: 1.0,
+            stop: Some(StopReason::Done),
+            error: None,
+        },
+    ];
+    let recorded = c.record_turns(&mut driven, &turns, &results, 1000).unwrap();
+    assert_eq!(recorded.appended, stepped.appended);
+    assert_eq!(recorded.stop, stepped.stop);
+    assert_eq!(recorded.rewards, stepped.rewards);
+    for key in [100, 101] {
+        native.finish(key, StopReason::Done, None).unwrap();
+        driven.finish(key, StopReason::Done, None).unwrap();
+    }
+    let (a, b) = (native.drain(None), driven.drain(None));
+    assert_eq!(a.token_ids, b.token_ids);
+    assert_eq!(a.loss_mask, b.loss_mask);
+    assert_eq!(a.turn_rewards, b.turn_rewards);
+}
+
+#[test]
+fn recorded_results_keep_env_errors_and_apply_the_length_cap() {
+    let mut c = codec();
+    let (_, mut store) = setup(2);
+    let r = reply(&c, "noop");
+    let turns = [input(0, &r, &[], true), input(1, &r, &[], false)];
+    let results = [
+        StepResult {
+            observation: "Environment error: boom",
+            stop: Some(StopReason::EnvError),
+            error: Some("boom"),
+            ..StepResult::default()
+        },
+        StepResult {
+            observation: "step 1 noop",
+            ..StepResult::default()
+        },
+    ];
+    // Episode 101 holds 2 prompt tokens; the reply, its closing token and the observation
+    // would reach the cap, so it stops with `length` and gets no observation.
+    let cap = 2 + r.len() + 1 + 3;
+    let out = c.record_turns(&mut store, &turns, &results, cap).unwrap();
+    assert_eq!(
+        out.stop,
+        vec![Some(StopReason::EnvError), Some(StopReason::Length)]
+    );
+    assert_eq!(out.errors, vec![Some("boom".to_string()), None]);
+    assert_eq!(out.appended[0], r);
+    let mut closed = r.clone();
+    closed.push(EOT);
+    assert_eq!(out.appended[1], closed);
+    // A result count that does not match, or an unknown key, changes nothing.
+    assert!(c
+        .record_turns(&mut store, &turns, &results[..1], cap)
+        .is_err());
+    let unknown = [TurnInput {
+        key: 999,
+        ..turns[0]
+    }];
+    assert!(c
+        .record_turns(&mut store, &unknown, &results[..1], cap)
+        .is_err());
+}

@@ -213,6 +213,11 @@ impl PyEnvPool {
             .collect())
     }
 
+    /// Whether each of slots `ids` holds a running episode (ids in range, each once).
+    fn running(&mut self, ids: Vec<usize>) -> PyResult<Vec<bool>> {
+        self.inner.running_of(ids.iter().copied()).map_err(to_py)
+    }
+
     #[pyo3(signature = (slot, max_turns))]
     fn set_max_turns(&mut self, slot: usize, max_turns: Option<u32>) -> PyResult<()> {
         self.inner.set_max_turns(slot, max_turns).map_err(to_py)

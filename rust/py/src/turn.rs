@@ -1,27 +1,25 @@
 //! `_core.TurnCodec`: one rollout turn of many episodes in one call (decode, parse, env
 //! step, templated observation tokens, trajectory appends), with the GIL released.
+//!
+//! A turn row is the engine's `agentgym.engine.orchestrator.Turn` record, a named tuple
+//! whose first six fields are read by position: `(key, slot, tokens, logprobs, ended,
+//! context, ...)`.
 
 use crate::batch::list_item;
 use crate::errors::to_py;
 use crate::parse::parser;
 use crate::pool::PyEnvPool;
 use crate::trajectory::PyTrajectoryStore;
+use agentgym_core::episode::StopReason;
 use agentgym_core::parse::DEFAULT_MAX_CHARS;
-use agentgym_core::turn::{TurnCodec, TurnInput, TurnOutput};
-use numpy::{IntoPyArray, PyArray1};
+use agentgym_core::turn::{StepResult, TurnCodec, TurnInput, TurnOutput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::Borrowed;
 
-type TurnResult<'py> = (
-    Bound<'py, PyArray1<f32>>,
-    Bound<'py, PyArray1<i8>>,
-    Vec<(usize, String)>,
-    Bound<'py, PyList>,
-);
-
-/// `(stopped, errors)` of `step_turn_batch`: `(i, stop code)` and `(i, message)` rows.
+/// `(stopped, errors)` of `step_turn_batch` and `record_turn_batch`: `(i, stop code)` and `(i, message)` rows.
 type BatchResult = (Vec<(usize, u8)>, Vec<(usize, String)>);
 
 /// Token ids above this are converted without the shared-int cache.
@@ -83,7 +81,7 @@ pub(crate) fn untrack(list: &Bound<'_, PyList>) {
     unsafe { pyo3::ffi::PyObject_GC_UnTrack(list.as_ptr().cast()) }
 }
 
-/// One row of `step_turn_batch`, read from a tuple `(key, slot, tokens, logprobs, ended,
+/// One row of a turn batch, read from a `Turn` record `(key, slot, tokens, logprobs, ended,
 /// context, ...)`.
 struct TurnRow {
     key: u64,
@@ -128,39 +126,66 @@ impl TurnRow {
     }
 }
 
-/// The core turn over `rows`, with the GIL released.
-fn run_turns(
-    py: Python<'_>,
-    codec: &mut TurnCodec,
-    pool: &mut PyEnvPool,
-    store: &mut PyTrajectoryStore,
-    rows: &[TurnRow],
-    max_total_tokens: usize,
-) -> PyResult<TurnOutput> {
-    let (pool, store) = (&mut pool.inner, &mut store.inner);
-    py.detach(|| {
-        let inputs: Vec<TurnInput> = rows
-            .iter()
-            .map(|r| TurnInput {
-                key: r.key,
-                slot: r.slot,
-                tokens: &r.tokens,
-                logprobs: &r.logprobs,
-                ended: r.ended,
-            })
-            .collect();
-        codec.step_turns(pool, store, &inputs, max_total_tokens)
-    })
-    .map_err(to_py)
+fn inputs(rows: &[TurnRow]) -> Vec<TurnInput<'_>> {
+    rows.iter()
+        .map(|r| TurnInput {
+            key: r.key,
+            slot: r.slot,
+            tokens: &r.tokens,
+            logprobs: &r.logprobs,
+            ended: r.ended,
+        })
+        .collect()
 }
 
-/// `(i, message)` of the episodes that have an error message.
-fn error_rows(errors: Vec<Option<String>>) -> Vec<(usize, String)> {
-    errors
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, e)| e.map(|m| (i, m)))
-        .collect()
+/// The rows of a turn batch and their context lists.
+fn extract_rows<'py>(
+    turns: &Bound<'py, PyList>,
+) -> PyResult<(Vec<TurnRow>, Vec<Bound<'py, PyList>>)> {
+    let mut rows = Vec::with_capacity(turns.len());
+    let mut contexts = Vec::with_capacity(turns.len());
+    let mut i = 0;
+    while i < turns.len() {
+        let (row, context) = TurnRow::extract(list_item(turns, i)?)?;
+        rows.push(row);
+        contexts.push(context);
+        i += 1;
+    }
+    Ok((rows, contexts))
+}
+
+/// One env step result, read from a `StepOutcome` (`observation`, `reward`, `stop_reason`,
+/// `error` attributes).
+struct OutcomeRow {
+    observation: String,
+    reward: f32,
+    stop: Option<StopReason>,
+    error: Option<String>,
+}
+
+impl OutcomeRow {
+    fn extract(outcome: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let stop: Option<String> = outcome
+            .getattr(intern!(outcome.py(), "stop_reason"))?
+            .extract()?;
+        let stop =
+            match stop {
+                None => None,
+                Some(name) => Some(StopReason::parse(&name).ok_or_else(|| {
+                    PyValueError::new_err(format!("unknown stop reason {name:?}"))
+                })?),
+            };
+        Ok(Self {
+            observation: outcome
+                .getattr(intern!(outcome.py(), "observation"))?
+                .extract()?,
+            reward: outcome
+                .getattr(intern!(outcome.py(), "reward"))?
+                .extract()?,
+            stop,
+            error: outcome.getattr(intern!(outcome.py(), "error"))?.extract()?,
+        })
+    }
 }
 
 #[pymethods]
@@ -198,7 +223,7 @@ impl PyTurnCodec {
         self.inner.parser().format.as_str()
     }
 
-    /// Change the action format (and cap) used by `actions` and `step_turns`.
+    /// Change the action format (and cap) used by `actions` and `step_turn_batch`.
     #[pyo3(signature = (action_format, max_action_chars = DEFAULT_MAX_CHARS))]
     fn set_action_format(&mut self, action_format: &str, max_action_chars: usize) -> PyResult<()> {
         self.inner
@@ -246,75 +271,6 @@ impl PyTurnCodec {
             })
             .map_err(to_py)?;
         ids.iter().map(|a| self.int_list(py, a)).collect()
-    }
-
-    /// One turn of many episodes. Returns `(rewards float32[n], stop int8[n], errors,
-    /// appended)`: `stop[i]` is -1 while episode i goes on, else its `StopReason` code
-    /// (index into `STOP_REASONS`); `errors` lists `(i, message)` of `env_error` episodes;
-    /// `appended[i]` are the tokens added to episode i's context this turn.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (pool, store, keys, slots, tokens, ended, max_total_tokens,
-                        logprobs = None))]
-    fn step_turns<'py>(
-        &mut self,
-        py: Python<'py>,
-        mut pool: PyRefMut<'py, PyEnvPool>,
-        mut store: PyRefMut<'py, PyTrajectoryStore>,
-        keys: Vec<u64>,
-        slots: Vec<usize>,
-        tokens: Vec<Vec<u32>>,
-        ended: Vec<bool>,
-        max_total_tokens: usize,
-        logprobs: Option<Vec<Vec<f32>>>,
-    ) -> PyResult<TurnResult<'py>> {
-        let n = keys.len();
-        let lp_len = logprobs.as_ref().map_or(n, Vec::len);
-        if slots.len() != n || tokens.len() != n || ended.len() != n || lp_len != n {
-            return Err(PyValueError::new_err(format!(
-                "step_turns got {n} keys, {} slots, {} token lists, {} ended flags and {lp_len} \
-                 logprob lists; lengths must match",
-                slots.len(),
-                tokens.len(),
-                ended.len()
-            )));
-        }
-        let mut logprobs = logprobs.map(Vec::into_iter);
-        let rows: Vec<TurnRow> = keys
-            .into_iter()
-            .zip(slots)
-            .zip(tokens)
-            .zip(ended)
-            .map(|(((key, slot), tokens), ended)| TurnRow {
-                key,
-                slot,
-                tokens,
-                logprobs: logprobs
-                    .as_mut()
-                    .and_then(Iterator::next)
-                    .unwrap_or_default(),
-                ended,
-            })
-            .collect();
-        let out = run_turns(
-            py,
-            &mut self.inner,
-            &mut pool,
-            &mut store,
-            &rows,
-            max_total_tokens,
-        )?;
-        let stop: Vec<i8> = out.stop.iter().map(|s| s.map_or(-1, |r| r as i8)).collect();
-        let appended = out
-            .appended
-            .iter()
-            .map(|a| self.int_list(py, a))
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok((
-            out.rewards.into_pyarray(py),
-            stop.into_pyarray(py),
-            error_rows(out.errors),
-            PyList::new(py, appended)?,
-        ))
     }
 
     /// The first prompt of many episodes: `head` (the conversation's token ids before the
@@ -366,13 +322,15 @@ impl PyTurnCodec {
             .collect()
     }
 
-    /// `step_turns` for an engine that keeps each episode's context as a Python list:
-    /// `turns` are tuples `(key, slot, tokens, logprobs, ended, context, ...)` (extra items
-    /// are ignored; `logprobs` may be None). Each `context` list is extended in place with
-    /// exactly the tokens appended to the store (reply, closing end-of-turn token where the
-    /// model did not emit it, templated observation). Returns `(stopped, errors)`:
-    /// `(i, code)` for each episode that ended this turn (`code` indexes `STOP_REASONS`) and
-    /// `(i, message)` of `env_error` episodes. A failing call changes nothing.
+    /// One turn of many episodes of the native env in `pool`: each reply decoded and its
+    /// action parsed, the envs stepped, and reply, closing end-of-turn token (where the model
+    /// did not emit it), reward and templated observation appended to the store, with the
+    /// GIL released. `turns` are `Turn` records `(key, slot, tokens, logprobs, ended,
+    /// context, ...)` (extra fields are ignored; `logprobs` may be None). Each `context`
+    /// list is extended in place with exactly the tokens appended to the store. Returns
+    /// `(stopped, errors)`: `(i, code)` for each episode that ended this turn (`code`
+    /// indexes `STOP_REASONS`) and `(i, message)` of `env_error` episodes. A failing call
+    /// changes nothing.
     fn step_turn_batch<'py>(
         &mut self,
         py: Python<'py>,
@@ -381,23 +339,56 @@ impl PyTurnCodec {
         turns: &Bound<'py, PyList>,
         max_total_tokens: usize,
     ) -> PyResult<BatchResult> {
-        let mut rows = Vec::with_capacity(turns.len());
-        let mut contexts = Vec::with_capacity(turns.len());
-        let mut i = 0;
-        while i < turns.len() {
-            let (row, context) = TurnRow::extract(list_item(turns, i)?)?;
-            rows.push(row);
-            contexts.push(context);
-            i += 1;
-        }
-        let out = run_turns(
-            py,
-            &mut self.inner,
-            &mut pool,
-            &mut store,
-            &rows,
-            max_total_tokens,
-        )?;
+        let (rows, contexts) = extract_rows(turns)?;
+        let (codec, pool, store) = (&mut self.inner, &mut pool.inner, &mut store.inner);
+        let out = py
+            .detach(|| codec.step_turns(pool, store, &inputs(&rows), max_total_tokens))
+            .map_err(to_py)?;
+        self.finish_batch(&contexts, out)
+    }
+
+    /// `step_turn_batch` for an env its driver stepped: `outcomes[i]` (a `StepOutcome`:
+    /// `observation`, `reward`, `stop_reason`, `error`) is what the env did with the action
+    /// of `turns[i]`. The same bookkeeping, the same result; a failing call changes nothing.
+    fn record_turn_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        mut store: PyRefMut<'py, PyTrajectoryStore>,
+        turns: &Bound<'py, PyList>,
+        outcomes: &Bound<'py, PyList>,
+        max_total_tokens: usize,
+    ) -> PyResult<BatchResult> {
+        let (rows, contexts) = extract_rows(turns)?;
+        let results: Vec<OutcomeRow> = outcomes
+            .iter()
+            .map(|o| OutcomeRow::extract(&o))
+            .collect::<PyResult<_>>()?;
+        let (codec, store) = (&mut self.inner, &mut store.inner);
+        let out = py
+            .detach(|| {
+                let results: Vec<StepResult> = results
+                    .iter()
+                    .map(|r| StepResult {
+                        observation: &r.observation,
+                        reward: r.reward,
+                        stop: r.stop,
+                        error: r.error.as_deref(),
+                    })
+                    .collect();
+                codec.record_turns(store, &inputs(&rows), &results, max_total_tokens)
+            })
+            .map_err(to_py)?;
+        self.finish_batch(&contexts, out)
+    }
+}
+
+impl PyTurnCodec {
+    /// Extend each context with its appended tokens; the `(stopped, errors)` rows.
+    fn finish_batch(
+        &mut self,
+        contexts: &[Bound<'_, PyList>],
+        out: TurnOutput,
+    ) -> PyResult<BatchResult> {
         for (context, tail) in contexts.iter().zip(&out.appended) {
             self.extend_ints(context, tail)?;
         }
@@ -407,7 +398,13 @@ impl PyTurnCodec {
             .enumerate()
             .filter_map(|(i, s)| s.map(|r| (i, r as u8)))
             .collect();
-        Ok((stopped, error_rows(out.errors)))
+        let errors = out
+            .errors
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.map(|m| (i, m)))
+            .collect();
+        Ok((stopped, errors))
     }
 }
 

@@ -1,0 +1,44 @@
+"""Env drivers: how the engine resets and steps the episodes of one env id.
+
+- :class:`NativeDriver`: a Rust ``EnvPool``; resets and steps of one event-loop tick go to
+  Rust in one batched call (GIL released).
+- :class:`PythonDriver`: one Gymnasium env per slot (``agentgym.make``), stepped in a thread
+  pool so a slow env never blocks the event loop.
+- :class:`ProcessDriver`: Python envs and simulators hosted in worker processes: real
+  parallelism, and a hung or crashed env is killed and restarted without touching the other
+  episodes.
+
+All follow :class:`EnvDriver` and report failures as data: a failed reset or step ends only
+its own episode, which the engine records with ``env_error``.
+"""
+
+from __future__ import annotations
+
+from agentgym.engine.drivers.base import NOT_RUNNING, EnvDriver, ResetItem, StepOutcome
+from agentgym.engine.drivers.native import NativeDriver, is_native
+from agentgym.engine.drivers.process import ProcessDriver
+from agentgym.engine.drivers.python import PythonDriver
+
+__all__ = [
+    "NOT_RUNNING",
+    "EnvDriver",
+    "NativeDriver",
+    "ProcessDriver",
+    "PythonDriver",
+    "ResetItem",
+    "StepOutcome",
+    "is_native",
+    "make_driver",
+]
+
+
+def make_driver(env_id: str, capacity: int, env_workers: int = 0,
+                inline_budget_s: float = 0.002, **env_kwargs) -> EnvDriver:
+    """The driver for ``env_id``: native envs in the Rust pool; Python envs on a thread pool
+    (work of a tick under ``inline_budget_s`` runs inline), or in ``env_workers`` processes
+    when that is > 0."""
+    if is_native(env_id):
+        return NativeDriver(env_id, capacity, **env_kwargs)
+    if env_workers > 0:
+        return ProcessDriver(env_id, capacity, num_workers=env_workers, **env_kwargs)
+    return PythonDriver(env_id, capacity, inline_budget_s=inline_budget_s, **env_kwargs)

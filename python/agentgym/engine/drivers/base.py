@@ -1,0 +1,65 @@
+"""The driver protocol: how the rollout engine resets and steps the episodes of one env id.
+
+Every driver has the same methods, each either sync or async for all of them:
+
+- ``async reset_many(items)``: reset ``(slot, task, seed, max_turns)`` rows; one first
+  observation per row, or the exception of a row whose env refused its task, could not be
+  built or crashed (only that episode ends, with ``env_error``);
+- ``async step_many(items)``: step ``(slot, action)`` rows; one :class:`StepOutcome` each
+  (an env exception ends only its own episode, with ``env_error``);
+- ``finish(items)``: ``(slot, stop_reason)`` rows of episodes the engine ended itself
+  (context full, timeout, backend error, cancellation);
+- ``async oracle_action(slot)`` / ``async valid_actions(slot)``: for scripted policies;
+- ``close()``.
+
+``core_pool`` is the Rust pool of a native env, which the engine steps in the same call as
+the turn's token bookkeeping (``TurnCodec.step_turn_batch``); None for every other driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentgym import _core
+
+#: ``(slot, task, seed, max_turns)`` of one reset.
+ResetItem = tuple[int, "int | str | None", int, "int | None"]
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What the env did with one action (read by ``TurnCodec.record_turn_batch``)."""
+
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    #: ``done``/``horizon``/``env_error``/``aborted`` once the episode ended, else None.
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+#: The outcome of a step on a slot whose episode is no longer running.
+NOT_RUNNING = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
+
+
+class EnvDriver(Protocol):
+    """What the rollout engine needs from the envs of one env id (see the module docs)."""
+
+    env_id: str
+    #: The env's instructions, the default system prompt.
+    instructions: str
+    core_pool: _core.EnvPool | None
+
+    async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]: ...
+
+    async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]: ...
+
+    def finish(self, items: list[tuple[int, str]]) -> None: ...
+
+    async def oracle_action(self, slot: int) -> str | None: ...
+
+    async def valid_actions(self, slot: int) -> list[str]: ...
+
+    def close(self) -> None: ...

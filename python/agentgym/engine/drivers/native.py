@@ -1,0 +1,70 @@
+"""``NativeDriver``: the episodes of a native env in one Rust ``EnvPool``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from agentgym import _core
+from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
+from agentgym.pool import EnvPool
+
+
+def is_native(env_id: str) -> bool:
+    """Whether ``env_id`` is an env of the Rust core."""
+    return env_id in _core.native_env_ids() or env_id.startswith("_test")
+
+
+class NativeDriver:
+    """Drives ``capacity`` slots of a native env through one ``EnvPool``: the resets and
+    steps of one event-loop tick are one Rust call each (GIL released). The engine steps
+    ``core_pool`` itself, together with the turn's token bookkeeping."""
+
+    def __init__(self, env_id: str, capacity: int, **env_kwargs):
+        self.env_id = env_id
+        self.pool = EnvPool(env_id, capacity, **env_kwargs)
+        self.instructions = self.pool.instructions
+        self.core_pool: _core.EnvPool = self.pool._pool
+        self._oracle = self.core_pool.oracle_action
+
+    async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
+        """Reset many rows in one Rust call; a row whose env refused its task, could not be
+        built or panicked gets its exception in place of the observation."""
+        slots, tasks, seeds, horizons = zip(*items)
+        obs, failed = self.pool.reset(list(slots), tasks=list(tasks), seeds=list(seeds),
+                                      max_turns=list(horizons), errors="return")
+        for row, error in failed:
+            obs[row] = error
+        return obs
+
+    async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
+        """Step many slots in one Rust call (slots no longer running get ``aborted``)."""
+        running = self.core_pool.running([slot for slot, _ in items])
+        live = [(i, slot, action) for i, ((slot, action), up) in enumerate(zip(items, running))
+                if up]
+        out = [NOT_RUNNING] * len(items)
+        if live:
+            _, slots, actions = zip(*live)
+            obs, rew, term, trunc = self.pool.step(list(slots), list(actions))
+            ended = (term | trunc).nonzero()[0].tolist()
+            reasons = dict(zip(ended, self.pool.stop_reasons([slots[k] for k in ended])))
+            for k, (i, _, _) in enumerate(live):
+                reason = reasons.get(k)
+                out[i] = StepOutcome(obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]), reason,
+                                     obs[k] if reason == "env_error" else None)
+        return out
+
+    def finish(self, items: list[tuple[int, str]]) -> None:
+        by_reason: dict[str, list[int]] = defaultdict(list)
+        for slot, reason in items:
+            by_reason[reason].append(slot)
+        for reason, slots in by_reason.items():  # episodes that ended already are left as is
+            self.pool.finish(slots, reason)
+
+    async def oracle_action(self, slot: int) -> str | None:
+        return self._oracle(slot)
+
+    async def valid_actions(self, slot: int) -> list[str]:
+        return self.pool.valid_actions(slot)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,61 @@
+"""``ProcessDriver``: Python envs and simulators hosted in worker processes
+(:class:`agentgym.envs.workers.ProcessEnvPool`): real parallelism, and a hung or crashed env
+is killed and restarted without touching the other episodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentgym.engine.drivers.base import ResetItem, StepOutcome
+
+
+class ProcessDriver:
+    """``capacity`` episodes of a Python env spread over ``num_workers`` processes."""
+
+    core_pool = None
+
+    def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
+                 timeout_s: float = 120.0, **env_kwargs):
+        import agentgym
+        from agentgym.envs.workers import ProcessEnvPool
+
+        self.env_id = env_id
+        probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
+        self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
+        probe.close()
+        per_worker = -(-capacity // num_workers)
+        self.pool = ProcessEnvPool(env_id, num_workers, per_worker, timeout_s=timeout_s,
+                                   **env_kwargs)
+
+    async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
+        """Reset each row in its worker (concurrently); a failed row gets its exception."""
+        return await asyncio.gather(*(self._reset(*item) for item in items),
+                                    return_exceptions=True)
+
+    async def _reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
+        obs, _ = await self.pool.reset(slot, task, seed, max_turns=max_turns)
+        return str(obs)
+
+    async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
+        """Step each row in its worker (concurrently)."""
+        return list(await asyncio.gather(*(self._step(slot, a) for slot, a in items)))
+
+    async def _step(self, slot: int, action: str) -> StepOutcome:
+        obs, rew, term, trunc, info = await self.pool.step(slot, action)
+        reason = info.get("stop_reason") or ("done" if term else ("horizon" if trunc else None))
+        return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
+                           info.get("error"))
+
+    def finish(self, items: list[tuple[int, str]]) -> None:
+        pass  # the worker's episode is simply reset when the slot is reused
+
+    async def oracle_action(self, slot: int) -> str | None:
+        return await self.pool.oracle_action(slot)
+
+    async def valid_actions(self, slot: int) -> list[str]:
+        return await self.pool.valid_actions(slot)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
