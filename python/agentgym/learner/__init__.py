@@ -1,10 +1,10 @@
 """The learner: packed trajectory batches -> advantages -> PPO-style policy update, plus the
 ScalingInter-RL horizon schedule.
 
-``horizon``, ``advantages`` and ``microbatch`` need only numpy (``microbatch.collate`` needs
-torch when called); ``losses`` and ``update`` need
-torch and are imported lazily, so ``from agentgym.learner import HorizonSchedule`` works
-without torch installed.
+``horizon``, ``advantages`` and ``microbatch`` need only numpy (``collate`` imports torch
+when called); ``losses`` and ``update`` need torch and are imported lazily, so ``from
+agentgym.learner import HorizonSchedule`` works without torch installed. The packed batch
+they consume is ``agentgym.data.PackedBatch``.
 """
 
 from __future__ import annotations
