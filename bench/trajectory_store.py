@@ -1,6 +1,6 @@
-"""Benchmark of the TrajectoryStore: batched appends of a multi-turn rollout and one packed
-drain, against a pure-Python baseline (per-episode lists, numpy packing) on the same data.
-Prints one JSON object."""
+"""Benchmark of the TrajectoryStore (``agentgym._core``): batched appends of a multi-turn
+rollout and one packed drain (read into a ``PackedBatch``), against a pure-Python baseline
+(per-episode lists, numpy packing) on the same data. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 
-from agentgym.trajectory import TrajectoryStore
+from agentgym._core import TrajectoryStore
+from agentgym.data import PackedBatch
 
 
 def workload(n: int, turns: int, obs_len: int, gen_len: int, seed: int = 0):
@@ -31,14 +32,15 @@ def run_rust(n, steps, turns):
     keys = np.arange(n, dtype=np.uint64)
     s = TrajectoryStore()
     t0 = time.perf_counter()
-    s.begin_batch(keys, group_ids=keys // 8, sample_indices=keys % 8)
+    zeros = np.zeros(n, dtype=np.uint32)
+    s.begin_batch(keys, keys // 8, (keys % 8).astype(np.uint32), zeros, np.zeros_like(keys))
     for i, (flat, offsets, is_model, lps) in enumerate(steps):
-        s.append_batch(keys, flat, offsets, is_model, lps)
+        s.append_batch(keys, flat, offsets, np.full(n, is_model), lps)
         if i % 2:
             s.add_turns(keys, np.ones(n, dtype=np.float32))
     t1 = time.perf_counter()
     s.finish_batch(keys, "done")
-    b = s.drain()
+    b = PackedBatch.from_dict(s.drain())
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, b.num_tokens
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the env test modules (importable as ``helpers`` under pytest)."""
+"""Helpers shared by the test modules (importable as ``helpers`` under pytest)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,21 @@ import random
 import numpy as np
 
 import agentgym
+from agentgym.data import Trajectory
+
+
+def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:
+    """A ``Trajectory`` with ``token_ids`` and ``loss_mask`` and defaults for every other
+    field: logprobs 0.0, reward 0, no turn rewards, ``num_turns`` = number of model-token
+    runs, ``prompt_len`` = tokens before the first model token, stop reason ``done``, group,
+    sample, policy version and task 0."""
+    mask = [int(m) for m in loss_mask]
+    runs = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+    prompt_len = next((i for i, m in enumerate(mask) if m), len(mask))
+    defaults = dict(task_id=0, env_id="test", group_id=0, sample_index=0,
+                    logprobs=[0.0] * len(mask), prompt_len=prompt_len, turn_rewards=[],
+                    reward=0.0, num_turns=runs, stop_reason="done", policy_version=0)
+    return Trajectory(token_ids=list(token_ids), loss_mask=mask, **{**defaults, **fields})
 
 
 def play_to_end(pool: agentgym.EnvPool, policy: str, rng: random.Random) -> np.ndarray:

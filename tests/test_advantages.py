@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
+from helpers import make_trajectory
 
+from agentgym.data import BatchFormatError, PackedBatch, pack
 from agentgym.learner.advantages import (
     compute_advantages,
     gae,
@@ -10,19 +12,14 @@ from agentgym.learner.advantages import (
     place_token_rewards,
     rloo_advantages,
 )
-from agentgym.learner.batch import (
-    BatchFormatError,
-    PackedBatch,
-    pack_trajectories,
-    plan_micro_batches,
-)
+from agentgym.learner.microbatch import plan_micro_batches
 
 
 def traj(reward, group=0, stop="done", n_model=2, prompt=2, **kw):
     ids = list(range(1, prompt + n_model + 1))
     mask = [0] * prompt + [1] * n_model
-    return {"token_ids": ids, "loss_mask": mask, "reward": reward, "group_id": group,
-            "stop_reason": stop, "turn_rewards": [reward], **kw}
+    return make_trajectory(ids, mask, reward=reward, group_id=group, stop_reason=stop,
+                           turn_rewards=[reward], **kw)
 
 
 def test_grpo_group_normalisation_by_hand():
@@ -46,7 +43,7 @@ def test_rloo_leave_one_out():
 
 
 def test_failed_episodes_get_zero_and_leave_group_stats():
-    batch = pack_trajectories([traj(1.0), traj(0.0), traj(0.0), traj(0.0),
+    batch = pack([traj(1.0), traj(0.0), traj(0.0), traj(0.0),
                                traj(5.0, stop="env_error"), traj(5.0, stop="backend_error"),
                                traj(5.0, stop="timeout"), traj(5.0, stop="aborted")])
     res = compute_advantages(batch, "grpo", eps=0.0)
@@ -63,7 +60,7 @@ def test_failed_episodes_get_zero_and_leave_group_stats():
      ("drop", [True, True, False], [1.0, 0.0, 1.0])],
 )
 def test_truncated_episode_options(mode, valid, scores):
-    batch = pack_trajectories([traj(1.0), traj(0.0), traj(1.0, stop="horizon")])
+    batch = pack([traj(1.0), traj(0.0), traj(1.0, stop="horizon")])
     res = compute_advantages(batch, "rloo", truncated=mode)
     assert res.valid.tolist() == valid
     assert res.scores.tolist() == scores
@@ -79,7 +76,7 @@ def test_truncated_episode_options(mode, valid, scores):
 )
 def test_overlong_episode_options(mode, valid, scores, returns):
     """``overlong`` acts on stop reason ``length`` only (the truncated one stays kept)."""
-    batch = pack_trajectories([traj(1.0), traj(0.0), traj(1.0, stop="horizon"),
+    batch = pack([traj(1.0), traj(0.0), traj(1.0, stop="horizon"),
                                traj(1.0, stop="length")])
     res = compute_advantages(batch, "rloo", overlong=mode)
     assert res.valid.tolist() == valid
@@ -94,7 +91,7 @@ def test_overlong_episode_options(mode, valid, scores, returns):
 
 
 def test_bad_options_raise():
-    batch = pack_trajectories([traj(1.0), traj(0.0)])
+    batch = pack([traj(1.0), traj(0.0)])
     with pytest.raises(ValueError, match="bootstrap"):
         compute_advantages(batch, "grpo", truncated="bootstrap")
     with pytest.raises(ValueError):
@@ -105,9 +102,8 @@ def test_bad_options_raise():
 
 def multi_turn_batch(stop="done"):
     # [prompt, prompt, m1, m2, obs, obs, m3]: turn 1 = (m1, m2), turn 2 = (m3)
-    return pack_trajectories([{
-        "token_ids": [1, 2, 3, 4, 5, 6, 7], "loss_mask": [0, 0, 1, 1, 0, 0, 1],
-        "turn_rewards": [0.5, 1.0], "reward": 1.5, "stop_reason": stop}])
+    return pack([make_trajectory([1, 2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 0, 0, 1],
+                                 turn_rewards=[0.5, 1.0], reward=1.5, stop_reason=stop)])
 
 
 def test_turn_rewards_sit_at_last_model_token_of_each_turn():
@@ -144,11 +140,11 @@ def test_gae_bootstrap_for_truncated_episodes():
 
 
 def test_reinforce_pp_returns_are_whitened_and_kl_penalised():
-    batch = pack_trajectories([
-        {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "reward": 1.0, "turn_rewards": [1.0],
-         "logprobs": [0, -1.0, -1.0]},
-        {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "reward": 0.0, "turn_rewards": [0.0],
-         "logprobs": [0, -1.0, -1.0]},
+    batch = pack([
+        make_trajectory([1, 2, 3], [0, 1, 1], reward=1.0, turn_rewards=[1.0],
+                        logprobs=[0, -1.0, -1.0]),
+        make_trajectory([1, 2, 3], [0, 1, 1], reward=0.0, turn_rewards=[0.0],
+                        logprobs=[0, -1.0, -1.0]),
     ])
     res = compute_advantages(batch, "reinforce_pp", gamma=1.0)
     assert res.returns.tolist() == pytest.approx([0, 1, 1, 0, 0, 0])
@@ -162,7 +158,7 @@ def test_reinforce_pp_returns_are_whitened_and_kl_penalised():
 
 
 def test_reinforce_pp_baseline_and_metrics():
-    batch = pack_trajectories([traj(1.0), traj(0.0), traj(0.5, group=1), traj(0.5, group=1)])
+    batch = pack([traj(1.0), traj(0.0), traj(0.5, group=1), traj(0.5, group=1)])
     res = compute_advantages(batch, "reinforce_pp_baseline")
     model = res.advantages[batch.loss_mask == 1]
     assert model[:2].tolist() == pytest.approx([model[0]] * 2)
@@ -172,17 +168,17 @@ def test_reinforce_pp_baseline_and_metrics():
 
 
 def test_packed_batch_validation_errors():
-    good = pack_trajectories([traj(1.0)])
+    good = pack([traj(1.0)])
     d = {f: getattr(good, f) for f in good.__dataclass_fields__}
-    PackedBatch.from_any(d)
+    PackedBatch.from_dict(d)
     bad = dict(d, offsets=np.array([0, 3]))
     with pytest.raises(BatchFormatError, match="offsets"):
-        PackedBatch.from_any(bad)
+        PackedBatch.from_dict(bad)
     missing = {k: v for k, v in d.items() if k != "logprobs"}
     with pytest.raises(BatchFormatError, match="logprobs"):
-        PackedBatch.from_any(missing)
+        PackedBatch.from_dict(missing)
     with pytest.raises(BatchFormatError, match="rewards"):
-        PackedBatch.from_any(dict(d, rewards=np.zeros(3, np.float32)))
+        PackedBatch.from_dict(dict(d, rewards=np.zeros(3, np.float32)))
 
 
 def test_micro_batch_plan_respects_budget_and_sorts():

@@ -88,7 +88,7 @@ def test_group_sampling_shares_task_seed_and_prompt(tokenizer):
     assert len({t.seed for t in g0}) == 1
     assert len({tuple(t.token_ids[: t.prompt_len]) for t in g0}) == 1
     packed = batch.packed()
-    assert packed["offsets"][-1] == len(packed["token_ids"]) == sum(len(t.token_ids) for t in batch)
+    assert packed.offsets[-1] == packed.num_tokens == sum(len(t.token_ids) for t in batch)
 
 
 def test_horizon_and_length_limits(tokenizer):

@@ -7,7 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agentgym.learner.batch import pack_trajectories  # noqa: E402
+from helpers import make_trajectory  # noqa: E402
+
+from agentgym.data import pack  # noqa: E402
 from agentgym.learner.losses import (  # noqa: E402
     agg_loss,
     entropy_from_logits,
@@ -149,14 +151,11 @@ def test_staleness_weights_drop_and_downweight():
 
 def test_filter_stale_keeps_recent_trajectories():
     trajs = [
-        {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "reward": 1.0, "policy_version": 3,
-         "turn_rewards": [1.0]},
-        {"token_ids": [4, 5], "loss_mask": [0, 1], "reward": 2.0, "policy_version": 0,
-         "turn_rewards": [0.5, 1.5]},
-        {"token_ids": [6, 7, 8, 9], "loss_mask": [0, 0, 1, 1], "reward": 3.0,
-         "policy_version": 2},
+        make_trajectory([1, 2, 3], [0, 1, 1], reward=1.0, policy_version=3, turn_rewards=[1.0]),
+        make_trajectory([4, 5], [0, 1], reward=2.0, policy_version=0, turn_rewards=[0.5, 1.5]),
+        make_trajectory([6, 7, 8, 9], [0, 0, 1, 1], reward=3.0, policy_version=2),
     ]
-    batch = pack_trajectories(trajs)
+    batch = pack(trajs)
     kept_batch, kept = filter_stale(batch, current_version=3, max_staleness=1)
     assert kept.tolist() == [0, 2]
     assert kept_batch.token_ids.tolist() == [1, 2, 3, 6, 7, 8, 9]

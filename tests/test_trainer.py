@@ -197,7 +197,7 @@ def test_resume_continues_identically(tmp_path, tiny_model_dir):
         orig = trainer.update
 
         def update(batch, step):
-            tokens.append(np.asarray(batch.packed()["token_ids"]).copy())
+            tokens.append(batch.packed().token_ids.copy())
             return orig(batch, step)
 
         trainer.update = update

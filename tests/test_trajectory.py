@@ -1,26 +1,80 @@
-"""TrajectoryStore and PackedBatch: packed export against a Python-side model of the episodes,
-mask/logprob alignment, failure masking, error mapping, and a 10,000-episode drain."""
+"""``_core.TrajectoryStore`` and ``agentgym.data``'s ``PackedBatch``: the drained layout against
+a Python-side model of the episodes, mask/logprob alignment, failure masking, error mapping,
+a 10,000-episode drain, and ``pack`` of ``Trajectory`` structs giving the store's layout."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
+from helpers import make_trajectory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgym import TrajectoryError
-from agentgym.trajectory import (
-    FAILURE_REASONS,
+from agentgym import TrajectoryError, _core
+from agentgym.data import (
+    FAILED_STOP_CODES,
+    FAILED_STOP_REASONS,
+    STOP_CODES,
     STOP_REASONS,
+    BatchFormatError,
     PackedBatch,
-    TrajectoryStore,
+    Trajectory,
+    pack,
 )
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_stop_reason_codes_match_core():
-    assert STOP_REASONS == (
+def u32(x):
+    return np.asarray(x, dtype=np.uint32)
+
+
+def u64(x):
+    return np.asarray(x, dtype=np.uint64)
+
+
+def f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def begin_batch(s, keys, group_ids=0, sample_indices=0, policy_versions=0, task_ids=0):
+    """``begin_batch`` with each metadata column given per key or as one value for all."""
+    k = u64(keys)
+
+    def col(v, dtype):
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype), k.shape))
+
+    s.begin_batch(k, col(group_ids, np.uint64), col(sample_indices, np.uint32),
+                  col(policy_versions, np.uint32), col(task_ids, np.uint64))
+
+
+def append_segments(s, keys, segments, is_model, logprobs=None):
+    """``append_batch`` of one token list per key (flattened here)."""
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in segments])]).astype(np.int64)
+    flat = u32([t for seg in segments for t in seg])
+    lp = None if logprobs is None else f32([x for seg in logprobs for x in seg])
+    model = np.ascontiguousarray(np.broadcast_to(np.asarray(is_model, bool), (len(keys),)))
+    s.append_batch(u64(keys), flat, offsets, model, lp)
+
+
+def drain(s, max=None):
+    """The raw drained dict and the ``PackedBatch`` read from it."""
+    d = s.drain(max)
+    return d, PackedBatch.from_dict(d)
+
+
+def row(b: PackedBatch, i: int) -> dict:
+    """Trajectory ``i`` of ``b``: its token, mask, logprob and turn-reward slices."""
+    a, z = int(b.offsets[i]), int(b.offsets[i + 1])
+    ta, tz = int(b.turn_offsets[i]), int(b.turn_offsets[i + 1])
+    return {"token_ids": b.token_ids[a:z], "loss_mask": b.loss_mask[a:z],
+            "logprobs": b.logprobs[a:z], "turn_rewards": b.turn_rewards[ta:tz]}
+
+
+def test_stop_reason_codes_come_from_core():
+    assert STOP_REASONS == _core.STOP_REASONS == (
         "done",
         "horizon",
         "length",
@@ -29,135 +83,137 @@ def test_stop_reason_codes_match_core():
         "timeout",
         "aborted",
     )
+    assert [STOP_CODES[r] for r in STOP_REASONS] == list(range(len(STOP_REASONS)))
+    assert FAILED_STOP_REASONS == {"env_error", "backend_error", "timeout", "aborted"}
+    assert FAILED_STOP_CODES == (3, 4, 5, 6)
 
 
 def test_single_episode_layout():
-    s = TrajectoryStore()
-    s.begin(42, group_id=7, sample_index=2, policy_version=5, task_id=99)
-    s.append(42, [10, 11, 12])
-    s.append(42, [13, 14], is_model=True, logprobs=[-0.5, -1.5])
+    s = _core.TrajectoryStore()
+    s.begin(42, 7, 2, 5, 99)
+    s.append(42, u32([10, 11, 12]), False)
+    s.append(42, u32([13, 14]), True, f32([-0.5, -1.5]))
     s.add_turn(42, 0.25)
-    s.append(42, [15], is_model=False)
-    s.append(42, np.array([16], dtype=np.uint32), True, np.array([-2.0], dtype=np.float32))
+    s.append(42, u32([15]), False)
+    s.append(42, u32([16]), True, f32([-2.0]))
     s.add_turn(42, 1.0)
     assert 42 in s and s.num_tokens(42) == 7 and s.num_turns(42) == 2
     s.finish(42, "done")
     assert 42 not in s and s.num_completed == 1
-    b = s.drain()
+    d, b = drain(s)
     assert len(b) == 1 and b.num_tokens == 7
     assert b.token_ids.dtype == np.uint32 and b.offsets.dtype == np.int64
     assert b.loss_mask.dtype == np.uint8 and b.logprobs.dtype == np.float32
-    t = b.trajectory(0)
-    assert t.key == 42 and t.group_id == 7 and t.sample_index == 2
-    assert t.policy_version == 5 and t.task_id == 99
-    assert t.token_ids.tolist() == [10, 11, 12, 13, 14, 15, 16]
-    assert t.loss_mask.tolist() == [0, 0, 0, 1, 1, 0, 1]
-    assert t.logprobs.tolist() == [0.0, 0.0, 0.0, -0.5, -1.5, 0.0, -2.0]
-    assert t.turn_rewards.tolist() == [0.25, 1.0]
-    assert t.reward == 1.25 and t.num_turns == 2 and t.prompt_len == 3
-    assert t.stop_reason == "done"
-    # Views, not copies.
-    assert np.shares_memory(t.token_ids, b.token_ids)
-    assert len(s.drain()) == 0
+    assert d["keys"].tolist() == [42] and d["task_id"].tolist() == [99]
+    assert b.group_id.tolist() == [7] and b.sample_index.tolist() == [2]
+    assert b.policy_version.tolist() == [5]
+    t = row(b, 0)
+    assert t["token_ids"].tolist() == [10, 11, 12, 13, 14, 15, 16]
+    assert t["loss_mask"].tolist() == [0, 0, 0, 1, 1, 0, 1]
+    assert t["logprobs"].tolist() == [0.0, 0.0, 0.0, -0.5, -1.5, 0.0, -2.0]
+    assert t["turn_rewards"].tolist() == [0.25, 1.0]
+    assert b.rewards.tolist() == [1.25] and b.num_turns.tolist() == [2]
+    assert b.prompt_len.tolist() == [3] and b.stop_reason_names() == ["done"]
+    # from_dict keeps the drained arrays (already of the right dtype): no copies.
+    for f in fields(b):
+        assert np.shares_memory(getattr(b, f.name), d[f.name]) or d[f.name].size == 0, f.name
+    assert len(s.drain()["offsets"]) == 1
 
 
 def test_failure_zeroes_mask_and_overrides():
-    s = TrajectoryStore()
+    s = _core.TrajectoryStore()
     keys = list(range(len(STOP_REASONS)))
-    s.begin_batch(keys, group_ids=keys)
-    s.append_segments(keys, [[1, 2]] * len(keys), is_model=False)
-    s.append_segments(keys, [[3, 4]] * len(keys), is_model=True, logprobs=[[-1, -2]] * len(keys))
-    s.add_turns(keys, [1.0] * len(keys))
-    s.finish_batch(keys, list(STOP_REASONS), [None, 5.0] + [None] * (len(keys) - 2))
-    b = s.drain()
+    begin_batch(s, keys, group_ids=keys)
+    append_segments(s, keys, [[1, 2]] * len(keys), is_model=False)
+    append_segments(s, keys, [[3, 4]] * len(keys), is_model=True, logprobs=[[-1, -2]] * len(keys))
+    s.add_turns(u64(keys), f32([1.0] * len(keys)))
+    over = f32([np.nan, 5.0] + [np.nan] * (len(keys) - 2))  # NaN: the sum of turn rewards
+    s.finish_batch(u64(keys), list(STOP_REASONS), over)
+    _, b = drain(s)
     assert b.stop_reason_names() == list(STOP_REASONS)
-    for t in b:
-        want = [0, 0, 0, 0] if t.stop_reason in FAILURE_REASONS else [0, 0, 1, 1]
-        assert t.loss_mask.tolist() == want
-        assert t.logprobs.tolist() == [0, 0, -1, -2]  # logprobs stay for analysis
-        assert t.prompt_len == 2
-    assert b.failed.tolist() == [r in FAILURE_REASONS for r in STOP_REASONS]
+    for i, reason in enumerate(STOP_REASONS):
+        t = row(b, i)
+        # The Rust store zeroes the mask of exactly the reasons in FAILED_STOP_REASONS.
+        want = [0, 0, 0, 0] if reason in FAILED_STOP_REASONS else [0, 0, 1, 1]
+        assert t["loss_mask"].tolist() == want, reason
+        assert t["logprobs"].tolist() == [0, 0, -1, -2]  # logprobs stay for analysis
+    assert b.prompt_len.tolist() == [2] * len(keys)
+    assert b.failed.tolist() == [r in FAILED_STOP_REASONS for r in STOP_REASONS]
     assert b.rewards.tolist() == [1.0, 5.0] + [1.0] * (len(keys) - 2)
 
 
 def test_errors_map_to_named_exceptions():
-    s = TrajectoryStore()
+    s = _core.TrajectoryStore()
     with pytest.raises(TrajectoryError, match="unknown episode key 3"):
-        s.append(3, [1])
+        s.append(3, u32([1]), False)
     s.begin(3)
     with pytest.raises(TrajectoryError, match="already begun"):
         s.begin(3)
     with pytest.raises(TrajectoryError, match="already begun"):
-        s.begin_batch([4, 4])
+        begin_batch(s, [4, 4])
     assert 4 not in s
+    with pytest.raises(TrajectoryError, match="lengths must match"):
+        s.begin_batch(u64([4, 5]), u64([0]), u32([0, 0]), u32([0, 0]), u64([0, 0]))
+    assert 4 not in s and 5 not in s
     with pytest.raises(TrajectoryError, match="logprobs"):
-        s.append(3, [1, 2], True, [0.0])
+        s.append(3, u32([1, 2]), True, f32([0.0]))
     with pytest.raises(TrajectoryError, match="offsets"):
-        s.append_batch([3], [1, 2], [0, 1], [False])
+        s.append_batch(u64([3]), u32([1, 2]), np.array([0, 1], np.int64), np.array([False]))
     with pytest.raises(TrajectoryError, match="lengths"):
-        s.add_turns([3, 3], [1.0])
+        s.add_turns(u64([3, 3]), f32([1.0]))
     # A batch naming an unknown key changes nothing.
     with pytest.raises(TrajectoryError, match="99"):
-        s.append_batch([3, 99], [1, 2], [0, 1, 2], [False, False])
+        s.append_batch(u64([3, 99]), u32([1, 2]), np.array([0, 1, 2], np.int64),
+                       np.array([False, False]))
     assert s.num_tokens(3) == 0
     with pytest.raises(ValueError, match="stop reason"):
         s.finish(3, "exploded")
-    with pytest.raises(ValueError, match="outside"):
-        s.append(3, [-1])
-    with pytest.raises(ValueError, match="integers"):
-        s.append(3, [1.5])
+    # Arrays of the wrong dtype (or lists) are a TypeError, never a silent cast.
+    with pytest.raises(TypeError):
+        s.append(3, np.array([-1]), False)
+    with pytest.raises(TypeError):
+        s.append(3, np.array([1.5]), False)
+    with pytest.raises(TypeError):
+        s.append(3, [1], False)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         s.finish("3", "done")  # type: ignore[arg-type]
+    assert s.num_tokens(3) == 0
     s.finish(3, "done")
     with pytest.raises(TrajectoryError, match="has finished"):
-        s.append(3, [1])
+        s.append(3, u32([1]), False)
     with pytest.raises(TrajectoryError, match="has finished"):
         s.add_turn(3, 1.0)
 
 
-def test_drain_max_concat_and_padding():
-    s = TrajectoryStore()
-    s.begin_batch([1, 2, 3], task_ids=[10, 20, 30])
-    s.append_segments([1, 2, 3], [[5], [6, 7], []], is_model=[False, True, True])
-    s.finish_batch([2, 1, 3], "horizon")
-    first, rest = s.drain(max=2), s.drain()
-    assert first.keys.tolist() == [2, 1] and rest.keys.tolist() == [3]
+def test_drain_max_and_concat():
+    s = _core.TrajectoryStore()
+    begin_batch(s, [1, 2, 3], task_ids=[10, 20, 30])
+    append_segments(s, [1, 2, 3], [[5], [6, 7], []], is_model=[False, True, True])
+    s.finish_batch(u64([2, 1, 3]), "horizon")
+    (d1, first), (d2, rest) = drain(s, max=2), drain(s)
+    assert d1["keys"].tolist() == [2, 1] and d2["keys"].tolist() == [3]
+    assert d1["task_id"].tolist() == [20, 10] and d2["task_id"].tolist() == [30]
     both = PackedBatch.concat([first, rest, PackedBatch.empty()])
-    assert both.keys.tolist() == [2, 1, 3]
-    assert both.offsets.tolist() == [0, 2, 3, 3]
-    assert both.trajectory(-1).token_ids.size == 0
-    assert both.trajectory(1).token_ids.tolist() == [5]
-    with pytest.raises(IndexError):
-        both.trajectory(3)
-    pad = both.to_padded(pad_token_id=-1)
-    assert pad["input_ids"].tolist() == [[6, 7], [5, -1], [-1, -1]]
-    assert pad["attention_mask"].tolist() == [[1, 1], [1, 0], [0, 0]]
-    assert pad["loss_mask"].tolist() == [[1, 1], [0, 0], [0, 0]]
-    assert PackedBatch.empty().to_padded()["input_ids"].shape == (0, 0)
-
-
-def test_to_torch_shares_memory():
-    torch = pytest.importorskip("torch")
-    s = TrajectoryStore()
-    s.begin(1)
-    s.append(1, [1, 2, 3], True, [-0.1, -0.2, -0.3])
-    s.finish(1, "done")
-    b = s.drain()
-    t = b.to_torch()
-    assert t["logprobs"].dtype == torch.float32
-    t["logprobs"][0] = 7.0
-    assert b.logprobs[0] == 7.0
-    assert t["token_ids"].long().tolist() == [1, 2, 3]
+    assert len(both) == 3 and both.offsets.tolist() == [0, 2, 3, 3]
+    assert both.token_ids.tolist() == [6, 7, 5] and both.loss_mask.tolist() == [1, 1, 0]
+    assert row(both, 2)["token_ids"].size == 0
+    assert both.stop_reason_names() == ["horizon"] * 3
+    assert both.lengths.tolist() == [2, 1, 0]
+    assert both.trajectory_index().tolist() == [0, 0, 1]
+    assert len(PackedBatch.empty()) == 0 and PackedBatch.empty().num_tokens == 0
+    PackedBatch.empty().validate()
+    assert PackedBatch.concat([]).offsets.tolist() == [0]
 
 
 def test_finish_all_and_discard():
-    s = TrajectoryStore()
-    s.begin_batch(np.arange(5, dtype=np.uint64))
+    s = _core.TrajectoryStore()
+    begin_batch(s, np.arange(5))
     s.discard(4)
-    assert s.finish_all() == 4
-    b = s.drain()
-    assert sorted(b.keys.tolist()) == [0, 1, 2, 3]
+    assert s.finish_all("aborted") == 4
+    d, b = drain(s)
+    assert sorted(d["keys"].tolist()) == [0, 1, 2, 3]
     assert set(b.stop_reason_names()) == {"aborted"}
+    assert b.failed.all()
 
 
 segment = st.tuples(
@@ -175,8 +231,8 @@ op = st.one_of(segment, st.tuples(st.integers(0, 5), st.floats(-10, 10, width=32
 )
 def test_round_trip_matches_python_model(ops, reasons):
     keys = [1000 + 3 * i for i in range(6)]
-    s = TrajectoryStore()
-    s.begin_batch(keys, group_ids=[k // 2 for k in keys], sample_indices=range(6))
+    s = _core.TrajectoryStore()
+    begin_batch(s, keys, group_ids=[k // 2 for k in keys], sample_indices=range(6))
     model = {k: {"tok": [], "mask": [], "lp": [], "turns": []} for k in keys}
     lp_next = -0.0
     for o in ops:
@@ -187,72 +243,149 @@ def test_round_trip_matches_python_model(ops, reasons):
             lp_next -= 0.25 * len(toks)
             # Mix single appends and batched ones.
             if len(toks) % 2:
-                s.append(k, toks, is_model, lps)
+                s.append(k, u32(toks), is_model, f32(lps))
             else:
-                s.append_batch([k], toks, [0, len(toks)], [is_model], lps)
+                s.append_batch(u64([k]), u32(toks), np.array([0, len(toks)], np.int64),
+                               np.array([is_model]), f32(lps))
             model[k]["tok"] += toks
             model[k]["mask"] += [int(is_model)] * len(toks)
             model[k]["lp"] += lps if is_model else [0.0] * len(toks)
         else:
             s.add_turn(k, o[1])
             model[k]["turns"].append(o[1])
-    s.finish_batch(keys, reasons)
-    b = s.drain()
-    assert b.keys.tolist() == keys
+    s.finish_batch(u64(keys), reasons)
+    d, b = drain(s)
+    assert d["keys"].tolist() == keys
     assert b.offsets[-1] == b.num_tokens == b.token_ids.size == b.loss_mask.size
     for i, (k, reason) in enumerate(zip(keys, reasons, strict=True)):
-        t, m = b.trajectory(i), model[k]
-        assert t.token_ids.tolist() == m["tok"]
-        mask = [0] * len(m["mask"]) if reason in FAILURE_REASONS else m["mask"]
-        assert t.loss_mask.tolist() == mask
-        np.testing.assert_array_equal(t.logprobs, np.array(m["lp"], dtype=np.float32))
-        np.testing.assert_array_equal(t.turn_rewards, np.array(m["turns"], dtype=np.float32))
-        assert t.num_turns == len(m["turns"])
-        assert t.reward == pytest.approx(sum(np.float32(x) for x in m["turns"]), abs=1e-4)
-        assert t.prompt_len == next((j for j, x in enumerate(m["mask"]) if x), len(m["tok"]))
-        assert t.stop_reason == reason and t.group_id == k // 2 and t.sample_index == i
+        t, m = row(b, i), model[k]
+        assert t["token_ids"].tolist() == m["tok"]
+        mask = [0] * len(m["mask"]) if reason in FAILED_STOP_REASONS else m["mask"]
+        assert t["loss_mask"].tolist() == mask
+        np.testing.assert_array_equal(t["logprobs"], np.array(m["lp"], dtype=np.float32))
+        np.testing.assert_array_equal(t["turn_rewards"], np.array(m["turns"], dtype=np.float32))
+        assert b.num_turns[i] == len(m["turns"])
+        assert b.rewards[i] == pytest.approx(sum(np.float32(x) for x in m["turns"]), abs=1e-4)
+        assert b.prompt_len[i] == next((j for j, x in enumerate(m["mask"]) if x), len(m["tok"]))
+        assert b.stop_reason_names()[i] == reason
+        assert b.group_id[i] == k // 2 and b.sample_index[i] == i
 
 
 def test_ten_thousand_episodes_drained_at_once():
     n, turns = 10_000, 3
     keys = np.arange(n, dtype=np.uint64) * 7 + 1
-    s = TrajectoryStore()
-    s.begin_batch(keys, group_ids=keys // 8, sample_indices=keys % 8, policy_versions=4)
+    s = _core.TrajectoryStore()
+    begin_batch(s, keys, group_ids=keys // 8, sample_indices=keys % 8, policy_versions=4)
     rng = np.random.default_rng(0)
     want_tokens: list[list[np.ndarray]] = [[] for _ in range(n)]
     for _ in range(turns):
         for is_model in (False, True):
             lengths = rng.integers(1, 12, size=n)
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             flat = rng.integers(0, 50_000, size=offsets[-1], dtype=np.uint32)
             lps = -rng.random(offsets[-1], dtype=np.float32) if is_model else None
-            s.append_batch(keys, flat, offsets, is_model, lps)
+            s.append_batch(keys, flat, offsets, np.full(n, is_model), lps)
             for i in (0, n // 2, n - 1):
                 want_tokens[i].append(flat[offsets[i] : offsets[i + 1]])
         s.add_turns(keys, np.full(n, 0.5, dtype=np.float32))
     reasons = ["done"] * (n - 100) + ["timeout"] * 100
     s.finish_batch(keys, reasons)
     assert s.num_live == 0 and s.num_completed == n
-    b = s.drain()
-    assert len(b) == n and np.array_equal(b.keys, keys)
+    d, b = drain(s)
+    assert len(b) == n and np.array_equal(d["keys"], keys)
     assert np.all(b.num_turns == turns) and np.allclose(b.rewards, 1.5)
     assert np.array_equal(b.policy_version, np.full(n, 4, dtype=np.uint32))
     for i in (0, n // 2, n - 1):
-        np.testing.assert_array_equal(b.trajectory(i).token_ids, np.concatenate(want_tokens[i]))
+        np.testing.assert_array_equal(row(b, i)["token_ids"], np.concatenate(want_tokens[i]))
     # Masks: model tokens of successful episodes only; logprobs nonzero exactly there.
     ok_tokens = b.offsets[n - 100]
     assert b.loss_mask[ok_tokens:].sum() == 0
     model_lp = b.logprobs[:ok_tokens][b.loss_mask[:ok_tokens] == 1]
     assert np.all(model_lp <= 0) and b.loss_mask[:ok_tokens].sum() == model_lp.size
     assert np.all(b.logprobs[:ok_tokens][b.loss_mask[:ok_tokens] == 0] == 0)
+    assert b.failed.sum() == 100 and b.failed[n - 100 :].all()
     assert s.heap_bytes() < 10_000_000  # the drained buffers left the store
+
+
+def test_pack_gives_the_layout_the_store_drains():
+    """The same episodes recorded in the Rust store and packed from ``Trajectory`` structs
+    (as the engine builds them: a failed one already has a zero mask) give equal batches,
+    field for field and dtype for dtype."""
+    # (segments as (tokens, is_model, logprobs), turn rewards, stop reason)
+    episodes = [
+        ([([1, 2, 3], False, None), ([4, 5], True, [-0.5, -0.25]), ([6], False, None),
+          ([7], True, [-1.0])], [0.0, 1.0], "done"),
+        ([([8], False, None), ([9, 10, 11], True, [-0.1, -0.2, -0.3])], [0.5], "length"),
+        ([([12, 13], False, None), ([14], True, [-2.0])], [0.25], "env_error"),
+        ([([15, 16], False, None)], [], "horizon"),
+    ]
+    s = _core.TrajectoryStore()
+    trajs = []
+    for key, (segs, turns, reason) in enumerate(episodes):
+        s.begin(key, 100 + key // 2, key % 2, 3 + key, 0)
+        ids, mask, lps = [], [], []
+        for toks, is_model, lp in segs:
+            s.append(key, u32(toks), is_model, None if lp is None else f32(lp))
+            ids += toks
+            mask += [int(is_model and reason not in FAILED_STOP_REASONS)] * len(toks)
+            lps += lp if lp is not None else [0.0] * len(toks)
+        for r in turns:
+            s.add_turn(key, r)
+        s.finish(key, reason)
+        is_model = [m for toks, m, _ in segs for _ in toks]
+        prompt_len = is_model.index(True) if True in is_model else len(is_model)
+        trajs.append(make_trajectory(
+            ids, mask, logprobs=lps, turn_rewards=turns, reward=float(sum(turns)),
+            num_turns=len(turns), stop_reason=reason, group_id=100 + key // 2,
+            sample_index=key % 2, policy_version=3 + key, prompt_len=prompt_len))
+    _, drained = drain(s)
+    packed = pack(trajs)
+    assert len(packed) == 4 and packed.prompt_len.tolist() == [3, 1, 2, 2]
+    for f in fields(PackedBatch):
+        got, want = getattr(packed, f.name), getattr(drained, f.name)
+        assert got.dtype == want.dtype, f.name
+        np.testing.assert_array_equal(got, want, err_msg=f.name)
+    assert packed.failed.tolist() == [False, False, True, False]
+    # concat of two packed halves is the packed whole
+    halves = PackedBatch.concat([pack(trajs[:1]), pack(trajs[1:])])
+    for f in fields(PackedBatch):
+        np.testing.assert_array_equal(getattr(halves, f.name), getattr(packed, f.name))
+    assert len(pack([])) == 0 and pack([]).offsets.tolist() == [0]
+
+
+def test_pack_rejects_inconsistent_trajectories():
+    good = make_trajectory([1, 2, 3], [0, 1, 1])
+    pack([good])
+    short_mask = make_trajectory([1, 2, 3], [0, 1, 1], logprobs=[0.0] * 3)
+    short_mask.loss_mask = [0, 1]
+    with pytest.raises(BatchFormatError, match="trajectory 1: loss_mask has 2 entries"):
+        pack([good, short_mask])
+    long_lp = make_trajectory([1, 2, 3], [0, 1, 1], logprobs=[0.0] * 4)
+    with pytest.raises(BatchFormatError, match="trajectory 0: logprobs has 4 entries"):
+        pack([long_lp, good])
+    unknown = make_trajectory([1, 2, 3], [0, 1, 1], stop_reason="exploded")
+    with pytest.raises(BatchFormatError, match="unknown stop reason 'exploded'"):
+        pack([good, unknown])
+
+
+def test_from_dict_reports_bad_fields():
+    d = {f.name: getattr(pack([make_trajectory([1, 2], [0, 1])]), f.name)
+         for f in fields(PackedBatch)}
+    PackedBatch.from_dict({**d, "keys": np.zeros(1, np.uint64)})  # extra entries are fine
+    with pytest.raises(BatchFormatError, match="missing field 'turn_offsets'"):
+        PackedBatch.from_dict({k: v for k, v in d.items() if k != "turn_offsets"})
+    with pytest.raises(BatchFormatError, match="1-D"):
+        PackedBatch.from_dict({**d, "rewards": np.zeros((1, 1), np.float32)})
+    with pytest.raises(BatchFormatError, match="stop_reason codes"):
+        PackedBatch.from_dict({**d, "stop_reason": np.array([len(STOP_REASONS)], np.uint8)})
+    with pytest.raises(BatchFormatError, match="turn_offsets"):
+        PackedBatch.from_dict({**d, "turn_offsets": np.array([0, 1], np.int64)})
 
 
 def test_exports_match_a_hand_built_trajectory():
     """``to_verl``, ``to_skyrl`` and ``pack`` of two trajectories, field by field, against
     values written out by hand."""
-    from agentgym.data.exports import pack, to_skyrl, to_verl
-    from agentgym.data.schemas import Trajectory
+    from agentgym.data.exports import to_skyrl, to_verl
 
     a = Trajectory(task_id=3, env_id="maze", group_id=7, sample_index=1,
                    token_ids=[101, 102, 103, 11, 12, 201, 13],
@@ -300,12 +433,9 @@ def test_exports_match_a_hand_built_trajectory():
         "prompt_len": ([3, 2], np.uint32),
     }
     packed = pack([a, b])
-    assert packed.keys() == want.keys()
+    assert {f.name for f in fields(packed)} == want.keys()
     for name, (values, dtype) in want.items():
-        assert packed[name].dtype == dtype, name
-        np.testing.assert_array_equal(packed[name], np.array(values, dtype), err_msg=name)
-    # the learner reads the packed layout as the same two trajectories
-    from agentgym.learner.batch import PackedBatch
-
-    pb = PackedBatch.from_any(packed)
-    assert pb.lengths.tolist() == [7, 3] and pb.rewards.tolist() == [1.0, 0.5]
+        got = getattr(packed, name)
+        assert got.dtype == dtype, name
+        np.testing.assert_array_equal(got, np.array(values, dtype), err_msg=name)
+    assert packed.lengths.tolist() == [7, 3] and packed.rewards.tolist() == [1.0, 0.5]

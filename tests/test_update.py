@@ -9,13 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from helpers import make_trajectory  # noqa: E402
+
 import agentgym.learner.update as update_mod  # noqa: E402
-from agentgym.learner.batch import (  # noqa: E402
-    StopReason,
-    collate,
-    make_micro_batches,
-    pack_trajectories,
-)
+from agentgym.data import STOP_CODES, pack  # noqa: E402
+from agentgym.learner.microbatch import collate, make_micro_batches  # noqa: E402
 from agentgym.learner.update import (  # noqa: E402
     LearnerConfig,
     compute_logprobs,
@@ -103,16 +101,14 @@ def two_turn_trajs(n_groups=2, per_group=4, seed=0):
             ids = prompt + [a1, 1] + obs + [a2, 1]
             mask = [0] * len(prompt) + [1, 1] + [0] * len(obs) + [1, 1]
             r = 1.0 if a1 == GOOD else 0.0
-            trajs.append({"token_ids": ids, "loss_mask": mask, "reward": r,
-                          "turn_rewards": [0.0, r], "group_id": g, "sample_index": i})
+            trajs.append(make_trajectory(ids, mask, reward=r, turn_rewards=[0.0, r],
+                                         group_id=g, sample_index=i))
     return trajs
 
 
 def test_collate_shifts_masks_for_next_token_prediction():
-    batch = pack_trajectories([{"token_ids": [11, 12, 13, 14], "loss_mask": [0, 1, 0, 1],
-                                "logprobs": [0, -0.5, 0, -0.25]},
-                               {"token_ids": [21, 22], "loss_mask": [0, 1],
-                                "logprobs": [0, -1.0]}])
+    batch = pack([make_trajectory([11, 12, 13, 14], [0, 1, 0, 1], logprobs=[0, -0.5, 0, -0.25]),
+                  make_trajectory([21, 22], [0, 1], logprobs=[0, -1.0])])
     adv = np.arange(6, dtype=np.float32)
     mb = collate(batch, np.array([0, 1]), {"advantages": adv}, pad_token_id=0)
     assert mb.input_ids.tolist() == [[11, 12, 13, 14], [21, 22, 0, 0]]
@@ -124,7 +120,7 @@ def test_collate_shifts_masks_for_next_token_prediction():
 
 def test_compute_logprobs_matches_log_softmax_and_ignores_padding():
     model = tiny_qwen2()
-    batch = pack_trajectories(two_turn_trajs(1, 4))
+    batch = pack(two_turn_trajs(1, 4))
     mb = collate(batch, np.arange(4))
     logp, ent = compute_logprobs(model, mb)
     with torch.no_grad():
@@ -144,7 +140,7 @@ def test_compute_logprobs_matches_log_softmax_and_ignores_padding():
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 def test_micro_batching_gives_the_same_gradient(agg):
     base = tiny_qwen2()
-    batch = behaviour_logprobs(base, pack_trajectories(two_turn_trajs(2, 4)))
+    batch = behaviour_logprobs(base, pack(two_turn_trajs(2, 4)))
     # perturb the behaviour logprobs so that ratios are not all 1
     batch.logprobs = batch.logprobs - 0.1 * batch.loss_mask
     deltas = []
@@ -178,7 +174,7 @@ def action_logprobs(model, batch):
 def test_update_raises_logprob_of_advantaged_tokens(estimator):
     model = tiny_qwen2()
     ref = copy.deepcopy(model)
-    batch = pack_trajectories(two_turn_trajs(2, 4))
+    batch = pack(two_turn_trajs(2, 4))
     cfg = LearnerConfig(adv_estimator=estimator, lr=3e-3, use_kl_loss=True, kl_coef=1e-3)
     opt = make_optimizer(model, cfg)
     good0, bad0 = action_logprobs(model, batch)
@@ -198,7 +194,7 @@ def test_update_raises_logprob_of_advantaged_tokens(estimator):
 @pytest.mark.slow
 def test_gae_with_value_model_trains_critic_and_policy():
     model, critic = tiny_qwen2(0), tiny_qwen2(1, token_classifier=True)
-    batch = pack_trajectories(two_turn_trajs(2, 4))
+    batch = pack(two_turn_trajs(2, 4))
     cfg = LearnerConfig(adv_estimator="gae", lr=3e-3, gamma=1.0, lam=0.95, use_kl_loss=False)
     opt = make_optimizer(model, cfg)
     copt = make_optimizer(critic, cfg, lr=3e-3, critic=True)
@@ -218,10 +214,10 @@ def test_failed_and_stale_trajectories_are_not_trained():
     model = tiny_qwen2()
     trajs = two_turn_trajs(1, 4)
     for t in trajs:
-        t["policy_version"] = 5
-    trajs[0]["stop_reason"] = "env_error"
-    trajs[1]["policy_version"] = 2  # 3 versions behind: too stale
-    batch = behaviour_logprobs(model, pack_trajectories(trajs))
+        t.policy_version = 5
+    trajs[0].stop_reason = "env_error"
+    trajs[1].policy_version = 2  # 3 versions behind: too stale
+    batch = behaviour_logprobs(model, pack(trajs))
     cfg = LearnerConfig(max_staleness=2, use_kl_loss=False)
     m = policy_update(model, make_optimizer(model, cfg), batch, cfg)
     assert m["learner/num_trajectories"] == 4
@@ -232,7 +228,7 @@ def test_failed_and_stale_trajectories_are_not_trained():
 
 def test_recompute_with_tis_minibatches_and_bf16_autocast():
     model = tiny_qwen2()
-    batch = pack_trajectories(two_turn_trajs(2, 4))
+    batch = pack(two_turn_trajs(2, 4))
     batch.logprobs = (np.float32(-2.0) * batch.loss_mask).astype(np.float32)  # stale-ish
     cfg = LearnerConfig(old_logprob_source="recompute", tis_cap=2.0, num_mini_batches=2,
                         ppo_epochs=2, bf16=True, use_kl_loss=False, lr=1e-3,
@@ -250,7 +246,7 @@ def test_kl_in_reward_lowers_returns_by_coef_times_kl(monkeypatch):
     ``kl_reward_coef * (logp_behaviour - logp_ref)``, so with gamma 1 the returns drop by
     the coefficient times the KL summed from that token to the end of the trajectory."""
     model, ref = tiny_qwen2(0), tiny_qwen2(1)  # a different reference: KL of both signs
-    batch = behaviour_logprobs(model, pack_trajectories(two_turn_trajs(2, 4)))
+    batch = behaviour_logprobs(model, pack(two_turn_trajs(2, 4)))
     kl = batch.logprobs.astype(np.float64) - model_logprobs(ref, batch)
     seen = spy_advantages(monkeypatch)
     coef = 0.1
@@ -280,8 +276,8 @@ def test_dr_grpo_advantage_is_reward_minus_group_mean(monkeypatch):
     model = tiny_qwen2()
     trajs = two_turn_trajs(2, 4)
     for t, r in zip(trajs, [1.0, 0.0, 0.0, 0.0, 2.0, 1.0, 1.0, 0.0], strict=True):
-        t["reward"], t["turn_rewards"] = r, [0.0, r]
-    batch = behaviour_logprobs(model, pack_trajectories(trajs))
+        t.reward, t.turn_rewards = r, [0.0, r]
+    batch = behaviour_logprobs(model, pack(trajs))
     seen = spy_advantages(monkeypatch)
     cfg = LearnerConfig(norm_adv_by_std=False, loss_agg_mode="seq-mean-token-sum-norm",
                         use_kl_loss=False)
@@ -303,10 +299,10 @@ def test_overlong_episodes_kept_zeroed_or_dropped(mode):
     on it like a finished one, ``zero`` like one with reward 0, ``drop`` like a batch
     without it (also out of its group's baseline)."""
     base = tiny_qwen2()
-    batch = behaviour_logprobs(base, pack_trajectories(two_turn_trajs(2, 4)), jitter=0.4)
+    batch = behaviour_logprobs(base, pack(two_turn_trajs(2, 4)), jitter=0.4)
     assert batch.rewards[0] == 1.0
     sr = batch.stop_reason.copy()
-    sr[0] = StopReason.LENGTH
+    sr[0] = STOP_CODES["length"]
     cut = dataclasses.replace(batch, stop_reason=sr)
     if mode == "keep":
         same = batch
@@ -332,8 +328,8 @@ def test_staleness_downweight_scales_the_stale_gradient():
     base = tiny_qwen2()
     trajs = two_turn_trajs(2, 4)
     for t in trajs:
-        t["policy_version"] = 7 if t["group_id"] == 0 else 5
-    batch = behaviour_logprobs(base, pack_trajectories(trajs), jitter=0.4)
+        t.policy_version = 7 if t.group_id == 0 else 5
+    batch = behaviour_logprobs(base, pack(trajs), jitter=0.4)
     common = dict(use_kl_loss=False, max_grad_norm=None, shuffle=False)
     keep, m_keep = sgd_delta(base, batch, LearnerConfig(**common))
     drop, m_drop = sgd_delta(base, batch, LearnerConfig(max_staleness=0, **common))
@@ -367,7 +363,7 @@ def test_kl_loss_keeps_the_policy_near_the_reference():
     far smaller with it."""
     base = tiny_qwen2()
     ref = copy.deepcopy(base)
-    batch = pack_trajectories(two_turn_trajs(2, 4))
+    batch = pack(two_turn_trajs(2, 4))
     drift = {}
     for use_kl in (False, True):
         model = copy.deepcopy(base)
@@ -393,5 +389,5 @@ def test_config_validation_and_round_trip():
         LearnerConfig.from_dict({"learning_rate": 1.0})
     model = tiny_qwen2()
     with pytest.raises(ValueError, match="value_model"):
-        policy_update(model, make_optimizer(model, cfg), pack_trajectories(two_turn_trajs(1, 2)),
+        policy_update(model, make_optimizer(model, cfg), pack(two_turn_trajs(1, 2)),
                       LearnerConfig(adv_estimator="gae"))

@@ -1,6 +1,7 @@
 """Type stubs of ``agentgym._core``, the Rust extension (thin PyO3 bindings over
 ``agentgym-core``). Prefer the Python wrappers: ``agentgym.EnvPool``,
-``agentgym.trajectory.TrajectoryStore``, ``agentgym.parse``."""
+``agentgym.parse``; ``agentgym.data.trajectories.PackedBatch``
+reads ``TrajectoryStore.drain()``."""
 
 from collections.abc import Sequence
 
@@ -84,8 +85,9 @@ def native_env_description(env_id: str) -> str: ...
 def native_env_tasks(env_id: str) -> tuple[list[str], str | None, str]: ...
 
 class TrajectoryStore:
-    """Token-exact trajectories of live episodes; see ``agentgym.trajectory``.
-    Array arguments must already have the exact dtype shown (the wrapper converts)."""
+    """Token-exact trajectories of live episodes, keyed by a ``u64``; ``drain()`` packs the
+    finished ones (``agentgym.data.trajectories.PackedBatch.from_dict`` reads it).
+    Array arguments must already have the exact dtype shown."""
 
     def __init__(self) -> None: ...
     def begin(

@@ -1,47 +1,11 @@
-"""Exports of trajectories: packed numpy arrays for learners, and verl/SkyRL shapes."""
+"""Exports of trajectories in verl's and SkyRL's shapes (the packed numpy layout is
+``agentgym.data.trajectories.pack``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from agentgym.data.schemas import STOP_REASONS, Trajectory
-
-_CODE = {name: i for i, name in enumerate(STOP_REASONS)}
-
-
-def pack(trajs: Sequence[Trajectory]) -> dict[str, np.ndarray]:
-    """Concatenate trajectories into the packed layout the Rust store drains and the learner
-    consumes: ``token_ids``/``loss_mask``/``logprobs`` flat with ``offsets`` (B+1),
-    ``turn_rewards`` with ``turn_offsets``, and per-trajectory ``rewards``, ``num_turns``,
-    ``stop_reason`` codes, ``group_id``, ``sample_index``, ``policy_version``, ``prompt_len``."""
-    lens = np.array([len(t.token_ids) for t in trajs], np.int64)
-    offsets = np.zeros(len(trajs) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    tlens = np.array([len(t.turn_rewards) for t in trajs], np.int64)
-    turn_offsets = np.zeros(len(trajs) + 1, np.int64)
-    np.cumsum(tlens, out=turn_offsets[1:])
-
-    def cat(field, dtype):
-        parts = [np.asarray(getattr(t, field), dtype) for t in trajs]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-    return {
-        "token_ids": cat("token_ids", np.uint32),
-        "offsets": offsets,
-        "loss_mask": cat("loss_mask", np.uint8),
-        "logprobs": cat("logprobs", np.float32),
-        "rewards": np.array([t.reward for t in trajs], np.float32),
-        "turn_rewards": cat("turn_rewards", np.float32),
-        "turn_offsets": turn_offsets,
-        "num_turns": np.array([t.num_turns for t in trajs], np.uint32),
-        "stop_reason": np.array([_CODE[t.stop_reason] for t in trajs], np.uint8),
-        "group_id": np.array([t.group_id for t in trajs], np.uint64),
-        "sample_index": np.array([t.sample_index for t in trajs], np.uint32),
-        "policy_version": np.array([t.policy_version for t in trajs], np.uint32),
-        "prompt_len": np.array([t.prompt_len for t in trajs], np.uint32),
-    }
+from agentgym.data.trajectories import Trajectory
 
 
 def to_verl(traj: Trajectory) -> dict:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from agentgym.data.schemas import Trajectory
+from agentgym.data.trajectories import Trajectory
 
 
 def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:

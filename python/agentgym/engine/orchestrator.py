@@ -34,7 +34,7 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
-from agentgym.data.schemas import STOP_REASONS, Trajectory
+from agentgym.data.trajectories import STOP_REASONS, PackedBatch, Trajectory, pack
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
@@ -111,10 +111,9 @@ class RolloutBatch:
     def __iter__(self):
         return iter(self.trajectories)
 
-    def packed(self):
-        """The batch as one set of packed numpy arrays (see ``agentgym.data.exports.pack``)."""
-        from agentgym.data.exports import pack
-
+    def packed(self) -> PackedBatch:
+        """The batch as one :class:`~agentgym.data.trajectories.PackedBatch` (flat numpy arrays
+        with offsets, in request order)."""
         return pack(self.trajectories)
 
 

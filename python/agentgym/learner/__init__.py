@@ -1,9 +1,10 @@
 """The learner: packed trajectory batches -> advantages -> PPO-style policy update, plus the
 ScalingInter-RL horizon schedule.
 
-``horizon``, ``advantages`` and ``batch`` need only numpy; ``losses`` and ``update`` need
-torch and are imported lazily, so ``from agentgym.learner import HorizonSchedule`` works
-without torch installed.
+``horizon``, ``advantages`` and ``microbatch`` need only numpy (``collate`` imports torch
+when called); ``losses`` and ``update`` need torch and are imported lazily, so ``from
+agentgym.learner import HorizonSchedule`` works without torch installed. The packed batch
+they consume is ``agentgym.data.PackedBatch``.
 """
 
 from __future__ import annotations
@@ -12,22 +13,17 @@ import importlib
 from typing import Any
 
 from agentgym.learner.advantages import AdvantageResult, compute_advantages
-from agentgym.learner.batch import (
-    STOP_REASONS,
-    BatchFormatError,
-    MicroBatch,
-    PackedBatch,
-    StopReason,
-    collate,
-    make_micro_batches,
-    pack_trajectories,
-    plan_micro_batches,
-)
 from agentgym.learner.horizon import (
     AdaptiveHorizonSchedule,
     HorizonSchedule,
     HorizonStage,
     presets,
+)
+from agentgym.learner.microbatch import (
+    MicroBatch,
+    collate,
+    make_micro_batches,
+    plan_micro_batches,
 )
 
 _LAZY = {
@@ -46,19 +42,14 @@ _LAZY = {
 }
 
 __all__ = [
-    "STOP_REASONS",
     "AdaptiveHorizonSchedule",
     "AdvantageResult",
-    "BatchFormatError",
     "HorizonSchedule",
     "HorizonStage",
     "MicroBatch",
-    "PackedBatch",
-    "StopReason",
     "collate",
     "compute_advantages",
     "make_micro_batches",
-    "pack_trajectories",
     "plan_micro_batches",
     "presets",
     *_LAZY,

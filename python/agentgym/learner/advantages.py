@@ -41,11 +41,10 @@ Groups with a single valid member get advantage 0 under ``grpo``/``rloo`` (no ba
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from agentgym.learner.batch import FAILED_STOP_REASONS, PackedBatch, StopReason
+from agentgym.data.trajectories import FAILED_STOP_CODES, STOP_CODES, PackedBatch
 
 __all__ = [
     "ESTIMATORS",
@@ -63,6 +62,7 @@ __all__ = [
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
 _OUTCOME_MODES = ("keep", "zero", "drop")
+_HORIZON, _LENGTH = STOP_CODES["horizon"], STOP_CODES["length"]
 
 
 @dataclass
@@ -89,9 +89,9 @@ def validity(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-trajectory (valid, zero_reward) flags from stop reasons and the options."""
     sr = np.asarray(stop_reason)
-    valid = ~np.isin(sr, list(FAILED_STOP_REASONS))
+    valid = ~np.isin(sr, FAILED_STOP_CODES)
     zero = np.zeros_like(valid)
-    for code, mode in ((StopReason.HORIZON, truncated), (StopReason.LENGTH, overlong)):
+    for code, mode in ((_HORIZON, truncated), (_LENGTH, overlong)):
         hit = sr == code
         if mode == "drop":
             valid &= ~hit
@@ -278,7 +278,7 @@ def _kl_np(logp: np.ndarray, ref: np.ndarray, estimator: str) -> np.ndarray:
 
 
 def compute_advantages(
-    batch: Any,
+    batch: PackedBatch,
     estimator: str = "grpo",
     *,
     norm_by_std: bool = True,
@@ -303,7 +303,7 @@ def compute_advantages(
     further trajectories as invalid (e.g. too stale). ``whiten_advantages`` applies to
     ``gae`` (``reinforce_pp*`` always whiten, as defined).
     """
-    pb = PackedBatch.from_any(batch)
+    pb = batch
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; choose from {ESTIMATORS}")
     if truncated not in (*_OUTCOME_MODES, "bootstrap"):
@@ -356,7 +356,7 @@ def compute_advantages(
             values = np.asarray(values, dtype=np.float32)
             if values.shape[0] != pb.num_tokens:
                 raise ValueError(f"values must have T = {pb.num_tokens} entries")
-            boot = (pb.stop_reason == StopReason.HORIZON) if truncated == "bootstrap" else None
+            boot = (pb.stop_reason == _HORIZON) if truncated == "bootstrap" else None
             adv, returns = gae(tok_r, values, pb.loss_mask, pb.offsets, gamma=gamma, lam=lam,
                                bootstrap=boot)
             adv = np.where(tok_valid, adv, 0.0).astype(np.float32)
@@ -383,5 +383,5 @@ def _metrics(scores, valid, adv, tok_valid, returns, pb: PackedBatch) -> dict[st
             out["critic/returns/mean"] = float(returns[tok_valid].mean())
     out["learner/num_valid"] = float(valid.sum())
     out["learner/num_invalid"] = float((~valid).sum())
-    out["learner/num_truncated"] = float((pb.stop_reason == StopReason.HORIZON).sum())
+    out["learner/num_truncated"] = float((pb.stop_reason == _HORIZON).sum())
     return out

@@ -1,6 +1,6 @@
 """``FailureGuard``: stop a training run whose episodes keep failing, with a clear error.
 
-An episode that fails (stop reason in :data:`~agentgym.data.schemas.FAILED_STOP_REASONS`:
+An episode that fails (stop reason in :data:`~agentgym.data.trajectories.FAILED_STOP_REASONS`:
 the env raised, the backend failed, a timeout, an abort) is recorded with a zeroed loss mask,
 so a run whose every episode fails trains on nothing while looking healthy. The guard counts
 consecutive training steps in which at least ``failure_rate`` of the episodes failed and
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from agentgym.data.schemas import FAILED_STOP_REASONS
+from agentgym.data.trajectories import FAILED_STOP_REASONS
 from agentgym.errors import AgentGymError
 
 __all__ = ["FailureGuard", "TrainingAbortedError"]

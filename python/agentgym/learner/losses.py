@@ -1,7 +1,7 @@
 """Policy, KL, entropy and value losses (torch), with verl's aggregation modes and names.
 
 Every loss works on shifted per-token tensors ``[n, L - 1]`` (see
-:class:`agentgym.learner.batch.MicroBatch`) and a ``mask`` that is 1 exactly at model
+:class:`agentgym.learner.microbatch.MicroBatch`) and a ``mask`` that is 1 exactly at model
 tokens, so prompt, observation and padding tokens never count.
 
 Aggregation (``agg_mode``), with ``l`` the per-token loss and ``m`` the mask:
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.learner.batch import PackedBatch
+from agentgym.data.trajectories import PackedBatch
 
 __all__ = [
     "AGG_MODES",
@@ -261,12 +261,11 @@ def stale_mask(policy_version: np.ndarray, current_version: int, max_staleness: 
 
 
 def filter_stale(
-    batch: Any, current_version: int, max_staleness: int
+    batch: PackedBatch, current_version: int, max_staleness: int
 ) -> tuple[PackedBatch, np.ndarray]:
     """Drop trajectories more than ``max_staleness`` policy versions old.
 
     Returns the filtered :class:`PackedBatch` and the kept rows of the input.
     """
-    pb = PackedBatch.from_any(batch)
-    kept = np.flatnonzero(stale_mask(pb.policy_version, current_version, max_staleness))
-    return pb.select(kept), kept
+    kept = np.flatnonzero(stale_mask(batch.policy_version, current_version, max_staleness))
+    return batch.select(kept), kept

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.data.trajectories import STOP_CODES
 from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
@@ -256,14 +257,14 @@ class Trainer:
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
-        from agentgym.learner import PackedBatch, StopReason, policy_update
+        from agentgym.learner import policy_update
 
-        pb = PackedBatch.from_any(batch.packed())
+        pb = batch.packed()
         stage = self.schedule.stage(step)
         if stage.shapes_rewards:
             pb = pb.with_rewards(stage.shape_rewards(pb.rewards, pb.num_turns))
         if self.cfg.format_penalty:
-            cut = pb.stop_reason == StopReason.LENGTH
+            cut = pb.stop_reason == STOP_CODES["length"]
             pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
         return policy_update(
             self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,

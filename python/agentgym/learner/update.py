@@ -17,14 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.data.trajectories import PackedBatch
 from agentgym.learner.advantages import ESTIMATORS, compute_advantages, validity
-from agentgym.learner.batch import (
-    MicroBatch,
-    PackedBatch,
-    collate,
-    plan_micro_batches,
-    scatter_to_packed,
-)
 from agentgym.learner.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -34,6 +28,12 @@ from agentgym.learner.losses import (
     staleness_weights,
     truncated_is_weights,
     value_loss,
+)
+from agentgym.learner.microbatch import (
+    MicroBatch,
+    collate,
+    plan_micro_batches,
+    scatter_to_packed,
 )
 
 __all__ = [
@@ -241,7 +241,7 @@ class _Stats:
 def policy_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    packed_batch: Any,
+    packed_batch: PackedBatch,
     config: LearnerConfig | None = None,
     ref_model: torch.nn.Module | None = None,
     value_model: torch.nn.Module | None = None,
@@ -262,7 +262,7 @@ def policy_update(
     them). ``current_version`` defaults to the newest ``policy_version`` in the batch.
     """
     config = config or LearnerConfig()
-    pb = PackedBatch.from_any(packed_batch)
+    pb = packed_batch
     if len(pb) == 0:
         return {"learner/num_trajectories": 0.0}
     use_kl = ref_model is not None and (config.use_kl_loss or config.use_kl_in_reward)
