@@ -23,7 +23,7 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_env(args: argparse.Namespace) -> int:
-    from agentgym.envs.server import serve
+    from agentgym.serving.server import serve
 
     serve(
         args.env,

@@ -315,7 +315,7 @@ class ProcessDriver:
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
                  timeout_s: float = 120.0, **env_kwargs):
         import agentgym
-        from agentgym.envs.workers import ProcessEnvPool
+        from agentgym.runtime.workers import ProcessEnvPool
 
         self.env_id = env_id
         probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers

@@ -67,7 +67,7 @@ _LAZY = {
     "ECommerceServiceEnv": "agentgym.envs.ecommerce",
     "OfficeEnv": "agentgym.envs.office",
     "ProjectPlanningEnv": "agentgym.envs.office",
-    "RemoteEnv": "agentgym.envs.remote",
+    "RemoteEnv": "agentgym.serving.client",
     "BabyAIEnv": "agentgym.envs.babyai",
     "SciWorldEnv": "agentgym.envs.sciworld",
 }

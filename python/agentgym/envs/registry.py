@@ -92,11 +92,11 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     """A Gymnasium env for ``env_id`` (text observations and actions).
 
     ``max_turns=N`` sets the horizon; other keyword arguments go to the env's constructor.
-    ``make("remote:ENV", url=...)`` gives a :class:`~agentgym.envs.remote.RemoteEnv` for
+    ``make("remote:ENV", url=...)`` gives a :class:`~agentgym.serving.client.RemoteEnv` for
     ``ENV`` served over HTTP (AgentGym's env-server protocol).
     """
     if isinstance(env_id, str) and env_id.startswith("remote:"):
-        from agentgym.envs.remote import RemoteEnv
+        from agentgym.serving.client import RemoteEnv
 
         if "url" not in kwargs:
             raise ValueError(f"make({env_id!r}) needs url='http://host:port'")

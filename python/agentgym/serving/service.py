@@ -3,7 +3,7 @@
 :class:`EnvService` holds the protocol's semantics without HTTP: parsing and checking request
 bodies (AgentGym's key spellings included), one env per id, one call at a time per env in a
 thread pool, the episode state that responses report, the live-env cap, idle expiry and
-closing. :mod:`agentgym.envs.server` puts it behind aiohttp routes. Refusals are
+closing. :mod:`agentgym.serving.server` puts it behind aiohttp routes. Refusals are
 :class:`RequestError` with the HTTP status they answer with.
 """
 
