@@ -126,9 +126,9 @@ class EnvService:
         threads: int | None = None,
         available_actions: bool = False,
     ):
-        from agentgym.envs.registry import _entry
+        from agentgym.envs.registry import spec
 
-        _entry(env_id)  # UnknownEnvError now rather than on the first /create
+        spec(env_id)  # UnknownEnvError now rather than on the first /create
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.max_envs = max_envs
