@@ -64,9 +64,9 @@ class Game2048Env(_NamedNativeEnv):
 #: Env classes of the Python-written suites, imported on first access.
 _LAZY = {
     "CodeDebugEnv": "agentgym.envs.code_debug",
-    "ECommerceServiceEnv": "agentgym.envs.ecommerce",
+    "ECommerceServiceEnv": "agentgym.envs.ecommerce_service",
     "OfficeEnv": "agentgym.envs.office",
-    "ProjectPlanningEnv": "agentgym.envs.office",
+    "ProjectPlanningEnv": "agentgym.envs.project_planning",
     "RemoteEnv": "agentgym.serving.client",
     "BabyAIEnv": "agentgym.envs.babyai",
     "SciWorldEnv": "agentgym.envs.sciworld",
