@@ -28,7 +28,7 @@ import sys
 import time
 
 from agentgym.envs.simulators import register_all
-from agentgym.envs.workers import ProcessEnvPool
+from agentgym.runtime.workers import ProcessEnvPool
 
 CONFIGS = {
     # env id: (env kwargs, max_turns, envs per worker)

@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 import agentgym
-from agentgym.cli import build_parser, main, play
+from agentgym.cli import build_parser, main
+from agentgym.cli.play import play
 
 
 def test_list_prints_every_env(capsys):

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
-from agentgym.envs.ecommerce import CATEGORIES, ECommerceServiceEnv, generate
+from agentgym.envs.ecommerce_service import CATEGORIES, ECommerceServiceEnv, generate
 from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
 

@@ -16,8 +16,8 @@ from agentgym.engine import RolloutEngine
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.drivers import NativeDriver
 from agentgym.envs import BaseEnv
-from agentgym.envs.server import ServerThread
 from agentgym.errors import EnvError, InvalidTaskError
+from agentgym.serving.server import ServerThread
 
 pytestmark = pytest.mark.timeout(180)
 

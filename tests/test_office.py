@@ -1,4 +1,4 @@
-"""The ``office`` env: notes generation, date phrases, F1 scoring, oracle, registry."""
+"""The ``office`` and ``project_planning`` envs: generation, dates, scoring, oracle, registry."""
 
 from __future__ import annotations
 
@@ -11,14 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
-from agentgym.envs.office import (
-    OfficeEnv,
-    ProjectPlanningEnv,
-    Todo,
-    generate,
-    score,
-    task_similarity,
-)
+from agentgym.envs.office import OfficeEnv, Todo, generate, score, task_similarity
+from agentgym.envs.project_planning import ProjectPlanningEnv
 from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
 

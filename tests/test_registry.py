@@ -1,11 +1,14 @@
 """Registry, Gymnasium adapters and the user-facing BaseEnv."""
 
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.envs import BaseEnv
+from agentgym.envs.registry import is_registered, spec
 
 
 class AIOpsEnv(BaseEnv):
@@ -140,3 +143,47 @@ def test_every_suite_is_importable_as_a_class(name, env_id):
         env = cls()
         obs, _ = env.reset(seed=0)
         assert env.env_id == env_id and isinstance(obs, str) and obs
+
+
+def _shipped(env_id: str) -> bool:
+    """Registered by the package itself: a native env or a ``"agentgym...."`` entry point (ids
+    that tests register point at test classes)."""
+    entry = spec(env_id)
+    return entry.native or (isinstance(entry.entry_point, str)
+                            and entry.entry_point.startswith("agentgym."))
+
+
+def _readme_folder(env_id: str) -> str:
+    """``envs/<id>/`` holds the README of ``env_id``, except for a variant: an id registered
+    with default kwargs on the entry point of an id registered without any (``sciworld-agentgym``
+    is ``sciworld`` with ``tasks="agentgym"``) is documented in that base id's folder."""
+    entry = spec(env_id)
+    if entry.kwargs:
+        for other in agentgym.list_envs():
+            base = spec(other)
+            if not base.kwargs and base.entry_point == entry.entry_point:
+                return other
+    return env_id
+
+
+def test_every_shipped_env_has_its_readme_folder():
+    root = Path(__file__).resolve().parents[1]
+    shipped = [i for i in agentgym.list_envs() if not i.startswith("_") and _shipped(i)]
+    assert {"maze", "office", "project_planning", "sciworld", "sciworld-agentgym"} <= set(shipped)
+    for env_id in shipped:
+        folder = _readme_folder(env_id)
+        readme = root / "envs" / folder / "README.md"
+        assert readme.is_file(), f"{env_id}: no {readme.relative_to(root)}"
+        text = readme.read_text(encoding="utf-8")
+        assert folder in text.splitlines()[0], f"{readme}: the title names another env"
+        assert f"`{env_id}`" in text or env_id == folder, f"{readme} does not name {env_id!r}"
+
+
+def test_spec_and_is_registered():
+    assert is_registered("maze") and spec("maze").native
+    assert not is_registered("definitely-not-an-env")
+    with pytest.raises(agentgym.UnknownEnvError, match="maze"):
+        spec("definitely-not-an-env")
+    variant = spec("sciworld-agentgym")
+    assert variant.kwargs == {"tasks": "agentgym"} and not variant.native
+    assert variant.entry_point == spec("sciworld").entry_point

@@ -1,4 +1,4 @@
-"""RemoteEnv (agentgym.envs.remote) against our own env server on 127.0.0.1."""
+"""RemoteEnv (agentgym.serving.client) against our own env server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ import pytest
 
 import agentgym
 from agentgym.envs import BaseEnv
-from agentgym.envs.remote import (
-    PROFILES,
-    RemoteEnv,
-    RemoteEnvError,
-    ServerUnavailableError,
-)
-from agentgym.envs.server import ServerThread, start_server
 from agentgym.errors import (
     EnvError,
     EpisodeFinishedError,
     EpisodeNotStartedError,
     InvalidTaskError,
 )
+from agentgym.serving.client import (
+    PROFILES,
+    RemoteEnv,
+    RemoteEnvError,
+    ServerUnavailableError,
+)
+from agentgym.serving.server import ServerThread, start_server
 
 pytestmark = pytest.mark.timeout(60)
 

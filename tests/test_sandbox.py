@@ -1,4 +1,4 @@
-"""Escape attempts against ``agentgym.envs.sandbox``: each is contained, the parent survives.
+"""Escape attempts against ``agentgym.runtime.sandbox``: each is contained, the parent survives.
 
 Tests that switch the audit hook off check the OS-level layer on its own; they are skipped
 where that layer is unavailable (``sandbox_capabilities()``).
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from agentgym.envs.sandbox import SandboxLimits, run_python, sandbox_capabilities
+from agentgym.runtime.sandbox import SandboxLimits, run_python, sandbox_capabilities
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -127,7 +127,7 @@ def test_oracle_stops_when_the_agent_leaves_the_gold_path(sim):
 async def test_worker_pool_hosts_jvms_and_closes_them():
     pytest.importorskip("scienceworld")
     from agentgym.envs.simulators import register_all
-    from agentgym.envs.workers import ProcessEnvPool
+    from agentgym.runtime.workers import ProcessEnvPool
 
     register_all()
     async with ProcessEnvPool(

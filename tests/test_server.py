@@ -1,4 +1,4 @@
-"""The AgentGym-protocol env server (agentgym.envs.server) over real HTTP on 127.0.0.1."""
+"""The AgentGym-protocol env server (agentgym.serving.server) over real HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import agentgym
 from agentgym.envs import BaseEnv
-from agentgym.envs.server import ServerThread, start_server
 from agentgym.errors import InvalidTaskError
+from agentgym.serving.server import ServerThread, start_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -311,7 +311,7 @@ def test_available_actions_detail_and_instructions():
 def test_serve_blocks_prints_url_and_stops_on_sigterm():
     path = os.path.dirname(agentgym.__path__[0])
     code = f"import sys; sys.path.insert(0, {path!r})\n" + (
-        "from agentgym.envs.server import serve\nserve('wordle', port=0)\n"
+        "from agentgym.serving.server import serve\nserve('wordle', port=0)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

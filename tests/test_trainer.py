@@ -388,10 +388,10 @@ def test_training_improves_reward_far_beyond_noise(tmp_path, tiny_model_dir):
 def test_cli_builds_the_main_job_and_overrides(tmp_path):
     import argparse
 
-    from agentgym.train_cli import MAIN_JOB, _train_config, add_train_args
+    from agentgym.cli.train import MAIN_JOB, _train_config, add_args
 
     p = argparse.ArgumentParser()
-    add_train_args(p)
+    add_args(p)
     cfg = _train_config(p.parse_args([]))
     assert cfg["env"] == "maze" and cfg["model"] == "tiny" and cfg["output_dir"]
     TrainerConfig.from_dict(cfg)  # the main job is a valid config

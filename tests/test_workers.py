@@ -11,8 +11,8 @@ import pytest
 
 import agentgym
 from agentgym.envs import BaseEnv
-from agentgym.envs.workers import ProcessEnvPool
 from agentgym.errors import EpisodeFinishedError, EpisodeNotStartedError, UnknownEnvError
+from agentgym.runtime.workers import ProcessEnvPool
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,9 @@
 """Environments: the registry, the Python ``BaseEnv`` and the env classes.
 
-``from agentgym.envs import TextCraftEnv`` gives a Gymnasium env class per registered env.
+``from agentgym.envs import TextCraftEnv`` gives a Gymnasium env class per registered env; the
+Python-written ones live in modules named for their env ids (``agentgym.envs.office``,
+``agentgym.envs.code_debug``, ...) and load on first access. ``RemoteEnv`` (an env behind an
+AgentGym-protocol server) lives in :mod:`agentgym.serving.client` and is re-exported here.
 """
 
 from agentgym.envs.base import BaseEnv, BaseEnvAdapter
@@ -64,10 +67,10 @@ class Game2048Env(_NamedNativeEnv):
 #: Env classes of the Python-written suites, imported on first access.
 _LAZY = {
     "CodeDebugEnv": "agentgym.envs.code_debug",
-    "ECommerceServiceEnv": "agentgym.envs.ecommerce",
+    "ECommerceServiceEnv": "agentgym.envs.ecommerce_service",
     "OfficeEnv": "agentgym.envs.office",
-    "ProjectPlanningEnv": "agentgym.envs.office",
-    "RemoteEnv": "agentgym.envs.remote",
+    "ProjectPlanningEnv": "agentgym.envs.project_planning",
+    "RemoteEnv": "agentgym.serving.client",
     "BabyAIEnv": "agentgym.envs.babyai",
     "SciWorldEnv": "agentgym.envs.sciworld",
 }

@@ -1,5 +1,4 @@
-"""``office``: turn meeting notes into a to-do list (task, owner, deadline); and
-``project_planning``: schedule a small project's tasks (:class:`ProjectPlanningEnv`).
+"""``office``: turn meeting notes into a to-do list (task, owner, deadline).
 
 Notes are generated from templates: attendees, committed action items phrased in several ways
 (self-assigned, assigned by someone else, "Action item:" lines), deadlines relative to the
@@ -19,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
-from agentgym.envs.tasks import TaskSplits
+from agentgym.envs.commands import BAD_FORMAT, parse_command
+from agentgym.envs.tasks import SCENARIO_SPLITS, TaskSplits
 from agentgym.errors import EpisodeFinishedError
 
-SPLITS = {"train": (0, 800), "test": (800, 1000)}
 MAX_ITEMS = 20
 MATCH_THRESHOLD = 0.5
 
@@ -205,9 +204,6 @@ def score(pred: list[Todo], gold: list[Todo]) -> dict[str, Any]:
             "predicted": len(pred)}
 
 
-_ACTION = re.compile(r"^\s*([a-z_]+)\s*(?:\[(.*)\])?\s*$", re.S | re.I)
-
-
 class OfficeEnv(BaseEnv):
     """Meeting notes -> to-dos with owners and deadlines; see the module doc."""
 
@@ -216,7 +212,7 @@ class OfficeEnv(BaseEnv):
     held_out_split = "test"
 
     def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("office", SPLITS, split)
+        self._tasks = TaskSplits("office", SCENARIO_SPLITS, split)
         self.split, self.num_tasks = split, self._tasks.num_tasks
         self.meeting: Meeting | None = None
         self.todos: list[Todo] = []
@@ -238,10 +234,10 @@ class OfficeEnv(BaseEnv):
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self.meeting is None or self.done:
             raise EpisodeFinishedError("office: call reset() first")
-        m = _ACTION.match(action)
-        if not m:
-            return "Invalid action format. Use name[arguments].", 0.0, False, {"invalid": True}
-        name, arg = m.group(1).lower(), (m.group(2) or "").strip()
+        command = parse_command(action)
+        if command is None:
+            return BAD_FORMAT, 0.0, False, {"invalid": True}
+        name, arg = command
         if name == "add_todo":
             parts = [x.strip() for x in arg.split("|")]
             if len(parts) != 3 or not parts[0] or not parts[1]:
@@ -286,166 +282,4 @@ class OfficeEnv(BaseEnv):
             if not any(task_similarity(t.task, g.task) >= MATCH_THRESHOLD and t.owner == g.owner
                        and t.deadline == g.deadline for t in self.todos):
                 return f"add_todo[{g.task} | {g.owner} | {g.deadline.isoformat()}]"
-        return "submit"
-
-
-# ---------------------------------------------------------------------------------------
-# Project planning: schedule the tasks of a small project (dependencies, earliest dates).
-
-PLAN_STEPS = [
-    "gather requirements", "write the design doc", "review the design", "build the prototype",
-    "set up CI", "implement the backend", "implement the frontend", "write the tests",
-    "run the security review", "prepare the launch email", "train the support team",
-    "migrate the data", "run the load test", "fix the release blockers", "ship the release",
-]
-PLAN_INSTRUCTIONS = """You are planning a project. Each task has a duration in calendar days \
-and may depend on other tasks or have an earliest start date. A task that starts on day D and \
-takes N days occupies days D .. D+N-1; a task that depends on it may start on day D+N at the \
-earliest. Nobody works on a task before the project start. Actions (one per turn):
-  schedule[TASK_ID | YYYY-MM-DD]   set (or change) a task's start date
-  list                             show the plan so far and its finish date
-  submit                           finish and be scored
-Score: 0.5 * fraction of tasks scheduled without breaking a constraint + 0.5 * (shortest \
-possible finish / your finish) when every task is scheduled validly."""
-
-
-@dataclass
-class PlanTask:
-    tid: str
-    name: str
-    days: int
-    deps: list[str]
-    not_before: dt.date | None
-
-
-@dataclass
-class Project:
-    start: dt.date
-    tasks: list[PlanTask]
-    earliest: dict[str, dt.date]  # the ASAP schedule
-    finish: dt.date  # last day of the ASAP schedule
-
-    def describe(self) -> str:
-        lines = [f"Project start: {WEEKDAYS[self.start.weekday()]} {self.start}. Tasks:"]
-        for t in self.tasks:
-            extra = [f"after {', '.join(t.deps)}"] if t.deps else []
-            if t.not_before:
-                extra.append(f"not before {t.not_before}")
-            lines.append(f"  {t.tid}: {t.name}, {t.days} day{'s' * (t.days > 1)}"
-                         + (f" ({'; '.join(extra)})" if extra else ""))
-        return "\n".join(lines)
-
-
-def _earliest(tasks: list[PlanTask], start: dt.date) -> dict[str, dt.date]:
-    out: dict[str, dt.date] = {}
-    by_id = {t.tid: t for t in tasks}
-    for t in tasks:  # tasks are listed in a topological order
-        d = max([start] + [out[p] + dt.timedelta(days=by_id[p].days) for p in t.deps])
-        out[t.tid] = max(d, t.not_before) if t.not_before else d
-    return out
-
-
-def generate_project(index: int) -> Project:
-    """The project of task ``index`` (over all splits) and its ASAP schedule."""
-    rng = random.Random(f"project_planning:{index}")
-    start = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 700))
-    start -= dt.timedelta(days=start.weekday())
-    names = sorted(rng.sample(PLAN_STEPS, rng.randint(5, 9)), key=PLAN_STEPS.index)
-    tasks: list[PlanTask] = []
-    for k, name in enumerate(names):
-        earlier = [t.tid for t in tasks]
-        deps = sorted(rng.sample(earlier, min(len(earlier), rng.choice([0, 1, 1, 2]))))
-        nb = start + dt.timedelta(days=rng.randint(2, 12)) if rng.random() < 0.2 else None
-        tasks.append(PlanTask(f"T{k + 1}", name, rng.randint(1, 5), deps, nb))
-    earliest = _earliest(tasks, start)
-    finish = max(earliest[t.tid] + dt.timedelta(days=t.days - 1) for t in tasks)
-    return Project(start, tasks, earliest, finish)
-
-
-class ProjectPlanningEnv(BaseEnv):
-    """Schedule a project's tasks under dependencies and earliest dates; finish early."""
-
-    instructions = PLAN_INSTRUCTIONS
-    splits = ("train", "test", "all")
-    held_out_split = "test"
-
-    def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("project_planning", SPLITS, split)
-        self.split, self.num_tasks = split, self._tasks.num_tasks
-        self.project: Project | None = None
-        self.plan: dict[str, dt.date] = {}
-        self.done = True
-
-    def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        index = self._tasks.resolve(task, seed)
-        self.project = generate_project(index)
-        self.plan = {}
-        self.done = False
-        return self.project.describe()
-
-    def _valid(self, t: PlanTask) -> bool:
-        s = self.plan.get(t.tid)
-        if s is None or s < self.project.start or (t.not_before and s < t.not_before):
-            return False
-        by_id = {x.tid: x for x in self.project.tasks}
-        return all(p in self.plan and self.plan[p] + dt.timedelta(days=by_id[p].days) <= s
-                   for p in t.deps)
-
-    def evaluate(self) -> dict[str, Any]:
-        """Validity per task, the plan's finish date and the reward it would get."""
-        tasks = self.project.tasks
-        valid = [t.tid for t in tasks if self._valid(t)]
-        frac = len(valid) / len(tasks)
-        finish = None
-        reward = 0.5 * frac
-        if len(valid) == len(tasks):
-            finish = max(self.plan[t.tid] + dt.timedelta(days=t.days - 1) for t in tasks)
-            span_best = (self.project.finish - self.project.start).days + 1
-            span = (finish - self.project.start).days + 1
-            reward += 0.5 * span_best / span
-        return {"valid": valid, "finish": finish, "reward": reward,
-                "optimal_finish": self.project.finish, "solved": reward >= 0.999}
-
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self.project is None or self.done:
-            raise EpisodeFinishedError("project_planning: call reset() first")
-        m = _ACTION.match(action)
-        if not m:
-            return "Invalid action format. Use name[arguments].", 0.0, False, {"invalid": True}
-        name, arg = m.group(1).lower(), (m.group(2) or "").strip()
-        if name == "schedule":
-            parts = [x.strip() for x in arg.split("|")]
-            ids = {t.tid.lower(): t.tid for t in self.project.tasks}
-            if len(parts) != 2 or parts[0].lower() not in ids:
-                return "Usage: schedule[TASK_ID | YYYY-MM-DD] with a listed task id.", 0.0, \
-                    False, {"invalid": True}
-            try:
-                self.plan[ids[parts[0].lower()]] = dt.date.fromisoformat(parts[1])
-            except ValueError:
-                return f"Bad date {parts[1]!r}; use YYYY-MM-DD.", 0.0, False, {"invalid": True}
-            return f"{ids[parts[0].lower()]} starts {parts[1]}.", 0.0, False, {}
-        if name == "list":
-            ev = self.evaluate()
-            lines = [f"{t.tid}: {self.plan.get(t.tid, 'unscheduled')}"
-                     + ("" if t.tid in ev["valid"] or t.tid not in self.plan
-                        else " (breaks a constraint)") for t in self.project.tasks]
-            lines.append(f"Finish: {ev['finish'] or 'n/a'}")
-            return "\n".join(lines), 0.0, False, {}
-        if name == "submit":
-            self.done = True
-            ev = self.evaluate()
-            return (f"Submitted: {len(ev['valid'])}/{len(self.project.tasks)} tasks valid, "
-                    f"finish {ev['finish'] or 'n/a'}.", ev["reward"], True, ev)
-        return f"Unknown action {name!r}.", 0.0, False, {"invalid": True}
-
-    def valid_actions(self) -> list[str]:
-        return [] if self.done or self.project is None else ["list", "submit"]
-
-    def oracle_action(self) -> str | None:
-        """Schedule every task at its earliest start (optimal), then submit."""
-        if self.done or self.project is None:
-            return None
-        for t in self.project.tasks:
-            if self.plan.get(t.tid) != self.project.earliest[t.tid]:
-                return f"schedule[{t.tid} | {self.project.earliest[t.tid].isoformat()}]"
         return "submit"

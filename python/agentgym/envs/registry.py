@@ -1,4 +1,4 @@
-"""The environment registry: ``register``, ``make``, ``list_envs``.
+"""The environment registry: ``register``, ``make``, ``list_envs``, ``spec``, ``is_registered``.
 
 Native (Rust) envs are registered at import. Python envs register an entry point, either an
 object or a ``"module:attr"`` string resolved on first ``make``; the target may be a
@@ -20,8 +20,11 @@ from agentgym.envs.base import BaseEnv, BaseEnvAdapter
 from agentgym.errors import UnknownEnvError
 
 
-@dataclass
-class EnvEntry:
+@dataclass(frozen=True)
+class EnvSpec:
+    """What is registered under ``env_id``: the entry point, the default ``make`` kwargs, the
+    description, and whether it is a native (Rust) env."""
+
     env_id: str
     entry_point: str | Callable[..., Any]
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -29,7 +32,7 @@ class EnvEntry:
     native: bool = False
 
 
-_REGISTRY: dict[str, EnvEntry] = {}
+_REGISTRY: dict[str, EnvSpec] = {}
 
 
 def register(
@@ -45,7 +48,7 @@ def register(
         raise ValueError("env_id must be a non-empty str")
     if env_id in _REGISTRY and not override:
         raise ValueError(f"environment {env_id!r} is already registered (pass override=True)")
-    _REGISTRY[env_id] = EnvEntry(env_id, entry_point, dict(kwargs), description)
+    _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(kwargs), description)
 
 
 def list_envs() -> list[str]:
@@ -63,17 +66,25 @@ def registered_id(cls: type) -> str | None:
     return None
 
 
-def describe(env_id: str) -> str:
-    return _entry(env_id).description
+def is_registered(env_id: str) -> bool:
+    """Whether ``env_id`` is registered (``remote:ENV`` ids are not: they are made on demand)."""
+    return env_id in _REGISTRY
 
 
-def _entry(env_id: str) -> EnvEntry:
+def spec(env_id: str) -> EnvSpec:
+    """The :class:`EnvSpec` registered under ``env_id``; :class:`UnknownEnvError` (listing the
+    known ids) if there is none."""
     try:
         return _REGISTRY[env_id]
     except KeyError:
         raise UnknownEnvError(
             f"unknown environment id {env_id!r}; known ids: {', '.join(list_envs())}"
         ) from None
+
+
+def describe(env_id: str) -> str:
+    """The one-line description registered with ``env_id``."""
+    return spec(env_id).description
 
 
 def _resolve(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -92,16 +103,16 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     """A Gymnasium env for ``env_id`` (text observations and actions).
 
     ``max_turns=N`` sets the horizon; other keyword arguments go to the env's constructor.
-    ``make("remote:ENV", url=...)`` gives a :class:`~agentgym.envs.remote.RemoteEnv` for
+    ``make("remote:ENV", url=...)`` gives a :class:`~agentgym.serving.client.RemoteEnv` for
     ``ENV`` served over HTTP (AgentGym's env-server protocol).
     """
     if isinstance(env_id, str) and env_id.startswith("remote:"):
-        from agentgym.envs.remote import RemoteEnv
+        from agentgym.serving.client import RemoteEnv
 
         if "url" not in kwargs:
             raise ValueError(f"make({env_id!r}) needs url='http://host:port'")
         return RemoteEnv(env_name=env_id.removeprefix("remote:"), **kwargs)
-    entry = _entry(env_id)
+    entry = spec(env_id)
     params = {**entry.kwargs, **kwargs}
     max_turns = params.pop("max_turns", None)
     if entry.native:
@@ -123,7 +134,7 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
 
 
 for _native_id in _core.native_env_ids():
-    _REGISTRY[_native_id] = EnvEntry(
+    _REGISTRY[_native_id] = EnvSpec(
         _native_id,
         "agentgym.envs.native:NativeEnv",
         description=_core.native_env_description(_native_id),

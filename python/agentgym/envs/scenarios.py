@@ -15,7 +15,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "Fix a buggy Python function so its unit tests pass (sandboxed test runs).",
     ),
     "ecommerce_service": (
-        "agentgym.envs.ecommerce:ECommerceServiceEnv",
+        "agentgym.envs.ecommerce_service:ECommerceServiceEnv",
         "Customer service for an online shop: classify, look up orders, apply the policy.",
     ),
     "office": (
@@ -23,7 +23,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "Meeting notes to to-dos with owners and deadlines.",
     ),
     "project_planning": (
-        "agentgym.envs.office:ProjectPlanningEnv",
+        "agentgym.envs.project_planning:ProjectPlanningEnv",
         "Schedule a project's tasks under dependencies and earliest dates; finish early.",
     ),
 }

@@ -7,7 +7,7 @@ imported (and no JVM started) until an env is made. The simulators themselves co
 
 from __future__ import annotations
 
-from agentgym.envs.registry import _REGISTRY, register
+from agentgym.envs.registry import is_registered, register
 
 #: env id -> (entry point, default kwargs, description)
 SIMULATORS: dict[str, tuple[str, dict, str]] = {
@@ -32,6 +32,6 @@ SIMULATORS: dict[str, tuple[str, dict, str]] = {
 def register_all(override: bool = False) -> None:
     """Register the simulator env ids (skips ids already registered unless ``override``)."""
     for env_id, (entry, defaults, description) in SIMULATORS.items():
-        if env_id in _REGISTRY and not override:
+        if is_registered(env_id) and not override:
             continue
         register(env_id, entry, description=description, override=override, **defaults)

@@ -1,6 +1,7 @@
 """Tasks of envs: how many each env id has per split (:func:`task_set`, one answer for
 native and Python envs), where training and evaluation draw them (:func:`plan_tasks`), and
-the split helpers of the Python-written envs (:class:`TaskSplits`, :func:`parse_task`)."""
+the split helpers of the Python-written envs (:class:`TaskSplits`, :data:`SCENARIO_SPLITS`,
+:func:`parse_task`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.errors import InvalidTaskError
+
+#: The splits of the generated business-scenario envs (``office``, ``project_planning``,
+#: ``ecommerce_service``): tasks 0-799 train, 800-999 test.
+SCENARIO_SPLITS: dict[str, tuple[int, int]] = {"train": (0, 800), "test": (800, 1000)}
 
 
 class TaskSplits:

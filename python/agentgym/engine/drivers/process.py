@@ -1,5 +1,5 @@
 """``ProcessDriver``: Python envs and simulators hosted in worker processes
-(:class:`agentgym.envs.workers.ProcessEnvPool`): real parallelism, and a hung or crashed env
+(:class:`agentgym.runtime.workers.ProcessEnvPool`): real parallelism, and a hung or crashed env
 is killed and restarted without touching the other episodes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class ProcessDriver:
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
                  timeout_s: float = 120.0, **env_kwargs):
         import agentgym
-        from agentgym.envs.workers import ProcessEnvPool
+        from agentgym.runtime.workers import ProcessEnvPool
 
         self.env_id = env_id
         probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers

@@ -90,11 +90,13 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
     """Worker process: host env instances, answer requests in order, one result each."""
     os.setpgrp()  # the parent kills the whole group (JVMs included) on a hang
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    from agentgym.envs.registry import _REGISTRY, make, register
+    from agentgym.envs import registry
+    from agentgym.envs.registry import make, register
 
     if not spec["native"]:
-        entry = _REGISTRY.get(spec["env_id"])
-        if entry is None or entry.entry_point != spec["entry_point"]:
+        env_id = spec["env_id"]
+        if (not registry.is_registered(env_id)
+                or registry.spec(env_id).entry_point != spec["entry_point"]):
             register(spec["env_id"], spec["entry_point"], override=True, **spec["defaults"])
     envs: dict[int, Any] = {}
     running: set[int] = set()  # locals with an episode reset (or replayed) in this process
@@ -253,13 +255,13 @@ class ProcessEnvPool:
         max_restarts: int = 100,
         **env_kwargs: Any,
     ):
-        from agentgym.envs.registry import _entry
+        from agentgym.envs import registry
 
         if num_workers < 1 or envs_per_worker < 1:
             raise ValueError("num_workers and envs_per_worker must be >= 1")
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        entry = _entry(env_id)  # UnknownEnvError early
+        entry = registry.spec(env_id)  # UnknownEnvError early
         if not isinstance(entry.entry_point, str):
             try:
                 pickle.dumps(entry.entry_point)

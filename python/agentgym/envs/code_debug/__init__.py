@@ -1,10 +1,10 @@
 """``code_debug``: fix a buggy Python function so that its unit tests pass.
 
 Each task is one bug planted in a correct function from
-:mod:`agentgym.envs.code_debug_templates` (off-by-one, wrong operator, wrong comparison,
+:mod:`agentgym.envs.code_debug.templates` (off-by-one, wrong operator, wrong comparison,
 missing base case, wrong initial value, ...). The agent sees the code with line numbers and
 the visible tests, edits lines, runs the tests, and submits. The code only ever runs in
-:mod:`agentgym.envs.sandbox`; expected values never enter the sandbox (the child returns
+:mod:`agentgym.runtime.sandbox`; expected values never enter the sandbox (the child returns
 ``repr`` of each result and the parent compares).
 
 Reward: at ``submit`` the episode ends with reward = fraction of all tests passed (visible and
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
-from agentgym.envs.code_debug_templates import TEMPLATES, Template
-from agentgym.envs.sandbox import SandboxLimits, run_python
+from agentgym.envs.code_debug.templates import TEMPLATES, Template
 from agentgym.errors import InvalidTaskError
+from agentgym.runtime.sandbox import SandboxLimits, run_python
 
 VARIANTS = 6  #: tasks per bug site (name and test inputs vary)
 NUM_VISIBLE = 4

@@ -1,6 +1,6 @@
 """``RemoteEnv``: a Gymnasium env backed by an AgentGym-protocol env server over HTTP.
 
-Works against :mod:`agentgym.envs.server` and against AgentGym's own env servers
+Works against :mod:`agentgym.serving.server` and against AgentGym's own env servers
 (``agentenv-textcraft``, ``-babyai``, ``-sciworld``, ``-alfworld``, ``-lmrlgym``, ``-webshop``,
 ``-webarena``, AgentGym-RL's SearchQA). Those servers differ in small ways (the key that names
 the env, the key that names the task, where the first observation comes from); each
@@ -111,7 +111,7 @@ class RemoteEnv(gym.Env):
     """A Gymnasium env whose episodes run on an env server at ``url``.
 
     ``reset(seed=s, options={"task": i})`` sends AgentGym's reset with ``data_idx=i`` (and
-    ``seed=s``); against :mod:`agentgym.envs.server` it replays exactly what
+    ``seed=s``); against :mod:`agentgym.serving.server` it replays exactly what
     ``agentgym.make(env_name).reset(seed=s, options={"task": i})`` gives locally. ``env_name``
     picks the server's :class:`ServerProfile` (``profile=`` overrides). ``max_turns`` cuts
     episodes client-side (``truncated=True``). The server-side env is created on the first

@@ -4,7 +4,7 @@ AgentGym (``agentenv-*`` packages) runs each environment suite as a FastAPI app 
 ``POST /create``, ``POST /step``, ``POST /reset``, ``GET /observation`` and ``POST /close``;
 its clients (``agentenv.envs.*EnvClient``) and AgentGym-RL's rollout talk to those endpoints.
 This module serves any env that :func:`agentgym.make` builds behind the same endpoints and
-bodies, so AgentGym's own clients and :class:`agentgym.envs.remote.RemoteEnv` both work:
+bodies, so AgentGym's own clients and :class:`agentgym.serving.client.RemoteEnv` both work:
 
 =======  ====================  ==========================================  =====================
 method   path                  request body / query                        response (200)
@@ -46,8 +46,8 @@ fields / invalid task, 404 unknown id or path, 405 wrong method, 409 stepping a 
 episode, 410 a closed or idle-expired env, 413 a body over ``max_body_bytes``, 503 (with
 ``Retry-After``) past ``max_envs`` live envs; 500 only when the env's own code raises.
 Env calls run in a thread pool, one call at a time per env, so a slow env never blocks the
-event loop. The env table itself (:class:`~agentgym.envs.service.EnvService`) lives in
-:mod:`agentgym.envs.service`; this module is the HTTP layer, :func:`start_server`,
+event loop. The env table itself (:class:`~agentgym.serving.service.EnvService`) lives in
+:mod:`agentgym.serving.service`; this module is the HTTP layer, :func:`start_server`,
 :class:`ServerThread` and the blocking :func:`serve`.
 """
 
@@ -61,7 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentgym.envs.service import EnvService, RequestError, close_quietly
+from agentgym.serving.service import EnvService, RequestError, close_quietly
 
 
 def _error(status: int, message: str, kind: str, headers=None) -> web.Response:

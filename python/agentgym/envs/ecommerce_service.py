@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs.base import BaseEnv
-from agentgym.envs.tasks import TaskSplits
+from agentgym.envs.commands import BAD_FORMAT, parse_command
+from agentgym.envs.tasks import SCENARIO_SPLITS, TaskSplits
 from agentgym.errors import EpisodeFinishedError
 
 CATEGORIES = ("refund", "exchange", "damaged", "shipping", "warranty", "cancellation")
-SPLITS = {"train": (0, 800), "test": (800, 1000)}
 W_CLASSIFY, W_RESOLVE, W_REPLY, PENALTY = 0.2, 0.6, 0.2, 0.3
 REFUND_DAYS, ELECTRONICS_REFUND_DAYS, EXCHANGE_DAYS, DAMAGE_DAYS = 30, 15, 45, 14
 LATE_GRACE_DAYS, WARRANTY_DAYS = 3, 365
@@ -287,7 +286,6 @@ def render_message(sc: Scenario, seed: int | None) -> str:
             f"{rng.choice(_CHATTER)}")
 
 
-_ACTION = re.compile(r"^\s*([a-z_]+)\s*(?:\[(.*)\])?\s*$", re.S | re.I)
 _RESOLUTIONS = ("refund", "exchange", "replace", "reship", "warranty_claim", "cancel", "deny")
 
 
@@ -299,7 +297,7 @@ class ECommerceServiceEnv(BaseEnv):
     held_out_split = "test"
 
     def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("ecommerce_service", SPLITS, split)
+        self._tasks = TaskSplits("ecommerce_service", SCENARIO_SPLITS, split)
         self.split, self.num_tasks = split, self._tasks.num_tasks
         self.sc: Scenario | None = None
         self.done = True
@@ -326,10 +324,10 @@ class ECommerceServiceEnv(BaseEnv):
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self.sc is None or self.done:
             raise EpisodeFinishedError("ecommerce_service: call reset() first")
-        m = _ACTION.match(action)
-        if not m:
-            return "Invalid action format. Use name[arguments].", 0.0, False, {"invalid": True}
-        name, arg = m.group(1).lower(), (m.group(2) or "").strip()
+        command = parse_command(action)
+        if command is None:
+            return BAD_FORMAT, 0.0, False, {"invalid": True}
+        name, arg = command
         args = [a.strip() for a in arg.split(",")] if arg else []
         if name == "classify":
             if arg.lower() not in CATEGORIES:

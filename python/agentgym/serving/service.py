@@ -3,7 +3,7 @@
 :class:`EnvService` holds the protocol's semantics without HTTP: parsing and checking request
 bodies (AgentGym's key spellings included), one env per id, one call at a time per env in a
 thread pool, the episode state that responses report, the live-env cap, idle expiry and
-closing. :mod:`agentgym.envs.server` puts it behind aiohttp routes. Refusals are
+closing. :mod:`agentgym.serving.server` puts it behind aiohttp routes. Refusals are
 :class:`RequestError` with the HTTP status they answer with.
 """
 
@@ -126,9 +126,9 @@ class EnvService:
         threads: int | None = None,
         available_actions: bool = False,
     ):
-        from agentgym.envs.registry import _entry
+        from agentgym.envs.registry import spec
 
-        _entry(env_id)  # UnknownEnvError now rather than on the first /create
+        spec(env_id)  # UnknownEnvError now rather than on the first /create
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.max_envs = max_envs

@@ -1,0 +1,62 @@
+"""The ``agentgym-rl`` command line: one module per subcommand.
+
+==================  =====================================  ==============================
+subcommand          module                                 does
+==================  =====================================  ==============================
+``train``           :mod:`agentgym.cli.train`              RL training (no arguments: the
+                                                           main job)
+``eval``            :mod:`agentgym.cli.evaluate`           held-out success rate of a model
+``play``            :mod:`agentgym.cli.play`               play an env in the terminal
+``serve-env``       :mod:`agentgym.cli.serve_env`          serve an env over HTTP
+``list``            :mod:`agentgym.cli.list_envs`          the registered env ids
+``make-tiny-model`` :mod:`agentgym.cli.make_tiny_model`    build the local tiny model
+==================  =====================================  ==============================
+
+Each module has ``HELP`` (its one-line help), ``add_args(parser)`` and ``run(args) -> int``.
+:func:`main` is the ``agentgym-rl`` console script and ``python -m agentgym.cli``; with no
+arguments it runs ``train``. The modules import their heavy dependencies inside ``run``, so
+building the parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentgym.cli import evaluate, list_envs, make_tiny_model, play, serve_env, train
+
+#: subcommand name -> the module that implements it, in ``--help`` order.
+SUBCOMMANDS = {
+    "train": train,
+    "eval": evaluate,
+    "play": play,
+    "serve-env": serve_env,
+    "list": list_envs,
+    "make-tiny-model": make_tiny_model,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``agentgym-rl`` parser: one subparser per entry of :data:`SUBCOMMANDS`."""
+    parser = argparse.ArgumentParser(
+        prog="agentgym-rl", description="Multi-turn RL for LLM agents (AgentGym-RL)."
+    )
+    sub = parser.add_subparsers(dest="command")
+    for name, module in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=module.HELP)
+        module.add_args(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``; empty means ``train``) and run the subcommand."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        argv = ["train"]  # the main job on built-in defaults
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]

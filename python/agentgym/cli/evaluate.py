@@ -1,0 +1,108 @@
+"""``agentgym-rl eval``: success rate and mean reward of a model, checkpoint or run folder on
+held-out tasks of one or more envs; writes ``eval.json`` and ``eval.md``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from agentgym.cli.key_values import parse_key_values
+
+__all__ = ["HELP", "add_args", "run"]
+
+HELP = "success rate and mean reward of a model on envs"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True,
+                   help="model folder, checkpoint folder or run folder (its latest checkpoint; "
+                        "the run's env, env kwargs, system prompt and eval horizon are reused)")
+    p.add_argument("--env", default=None,
+                   help="environment id, or several separated by commas (default: the run's, "
+                        "or maze)")
+    p.add_argument("--output", "-o", default=None,
+                   help="folder for eval.json and eval.md (default: runs/eval-<time>)")
+    p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[])
+    p.add_argument("--backend", default="transformers",
+                   choices=["transformers", "vllm", "openai"])
+    p.add_argument("--tasks", type=int, default=100,
+                   help="number of held-out tasks (the env's test split where it has one)")
+    p.add_argument("--task-offset", type=int, default=0, help="skip this many of them")
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--n-samples", type=int, default=1)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON only")
+
+
+def _model_folder(path: str) -> tuple[str, dict[str, Any]]:
+    """(model folder, the training run's config or {})."""
+    p = Path(path)
+    if (p / "config.json").is_file():
+        return str(p), {}
+    from agentgym.learner.checkpoint import find_checkpoint
+
+    try:
+        ckpt = find_checkpoint(p)
+    except FileNotFoundError:
+        return path, {}  # a hub id or a server-side model name
+    import torch
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    return str(ckpt / "model"), dict(state.get("config") or {})
+
+
+def _eval_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| env | episodes | success rate | reward/mean | num_turns/mean | max_turns |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['env']} | {r['episodes']} | {r['success_rate']:.3f} | "
+                     f"{r['reward/mean']:.3f} | {r['num_turns/mean']:.2f} | {r['max_turns']} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``agentgym-rl eval``: success rate and mean reward of a model per env (task
+    family), printed and written as ``eval.json`` and ``eval.md`` into ``--output``."""
+    from agentgym.agents import LLMAgent
+
+    model, run = _model_folder(args.model)
+    envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
+    rows = []
+    from agentgym.envs.tasks import plan_tasks
+
+    given = parse_key_values(args.env_kwarg)
+    for env in envs:
+        own = env == run.get("env")
+        base = {**(run.get("env_kwargs", {}) if own else {}), **given}
+        # held-out tasks: the run's eval split, the env's test split, or what --env-kwarg says
+        chosen = {} if "split" in given else (run.get("eval_env_kwargs") if own else None)
+        plan = plan_tasks(env, base, args.task_offset + args.tasks, chosen)
+        env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
+        horizon = args.max_turns or (run.get("eval_max_turns") if own else None) \
+            or (max(run["horizon"]) if run.get("horizon") else None) or 8
+        agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
+                         max_new_tokens=args.max_new_tokens,
+                         system_prompt=run.get("system_prompt"))
+        res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
+                          temperature=args.temperature)
+        m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
+        rows.append({"env": env, "env_kwargs": env_kwargs, "tasks": [tasks[0], tasks[-1]],
+                     "episodes": len(res.trajectories), "max_turns": horizon,
+                     "success_rate": res.success_rate,
+                     "reward/mean": m.get("reward/mean", 0.0),
+                     "num_turns/mean": m.get("num_turns/mean", 0.0), "metrics": m})
+    out = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"model": str(args.model), "backend": args.backend, "results": rows}
+    (out / "eval.json").write_text(json.dumps(report, indent=2))
+    (out / "eval.md").write_text(_eval_table(rows))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(_eval_table(rows), end="")
+        print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
+    return 0
