@@ -272,9 +272,9 @@ class _Run:
 
     async def _play(self, ep: _Episode) -> None:
         cfg = self.cfg
+        ep.policy_version = self.engine.backend.policy_version  # the version it began under
         ep.ids = await self.begin_batcher.submit(ep)
         ep.prompt_len = len(ep.ids)
-        ep.policy_version = self.engine.backend.policy_version
         # Hot loop (once per turn): attribute lookups hoisted. Without a turn timeout the
         # first attempt calls the backend directly (no wrapper coroutine per turn).
         cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id

@@ -203,7 +203,7 @@ class Trainer:
                 kw.setdefault("device", str(self.device))
                 kw.setdefault("seed", cfg.seed)
             self.backend = await asyncio.to_thread(make_backend, cfg.backend, self.model_dir, **kw)
-        if self.version_offset and hasattr(self.backend, "policy_version"):
+        if self.version_offset:
             # a resumed run's backend continues the checkpoint's version count, so its
             # trajectories, the staleness rule and the learner metrics see the run's versions
             self.backend.policy_version += self.version_offset
@@ -234,7 +234,7 @@ class Trainer:
     # ------------------------------------------------------------------ pieces of a step
     @property
     def policy_version(self) -> int:
-        return self.version_offset + int(getattr(self.backend, "policy_version", 0))
+        return self.version_offset + self.backend.policy_version
 
     def _seed_rollout(self, step: int, group_base: int) -> None:
         """Deterministic group ids (hence episode seeds), request ids and backend sampling
@@ -269,7 +269,7 @@ class Trainer:
         return policy_update(
             self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,
             critic_optimizer=self.critic_optimizer,
-            current_version=int(getattr(self.backend, "policy_version", 0)))
+            current_version=self.backend.policy_version)
 
     async def sync_weights(self) -> None:
         """Send the learner's weights to the backend (bumps its policy_version)."""
