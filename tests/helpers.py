@@ -1,13 +1,15 @@
-"""Helpers shared by the test modules (importable as ``helpers`` under pytest)."""
+"""Helpers shared by the test modules (``from tests.helpers import ...``)."""
 
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 
 import agentgym
 from agentgym.data import Trajectory
+from agentgym.envs import BaseEnv
 
 
 def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:
@@ -54,3 +56,22 @@ def run_policy(pool: agentgym.EnvPool, choose, max_steps: int):
         if not live:
             break
     return rewards, trace, pool.turns.copy()
+
+
+class ThreadProbeEnv(BaseEnv):
+    """Records the thread of every step; ends after three turns."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+    threads: set = set()
+    step_threads: list = []
+
+    def reset(self, task=None, seed=None):
+        self.t = 0
+        return "start"
+
+    def step(self, action):
+        ThreadProbeEnv.threads.add(threading.get_ident())
+        ThreadProbeEnv.step_threads.append(threading.get_ident())
+        self.t += 1
+        return f"turn {self.t}", 0.0, self.t >= 3, {}

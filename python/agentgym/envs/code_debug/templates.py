@@ -4,7 +4,7 @@ Each :class:`Template` is a correct function (``$f`` stands for its name) with a
 that states the intended behaviour, a few alternative names, an input generator, edge-case
 inputs, and bug sites: ``(kind, old, new)`` replaces ``old`` by ``new`` on the one body line
 containing ``old`` (or equal to it, indentation included). Every bug terminates on every
-generated input (no infinite loops); ``tests/test_code_debug.py`` checks that each buggy
+generated input (no infinite loops); ``tests/envs/test_code_debug.py`` checks that each buggy
 variant fails at least one visible test and the reference passes all.
 """
 

@@ -7,8 +7,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import make_trajectory  # noqa: E402
-
 from agentgym.data import pack  # noqa: E402
 from agentgym.learner.losses import (  # noqa: E402
     agg_loss,
@@ -21,6 +19,7 @@ from agentgym.learner.losses import (  # noqa: E402
     truncated_is_weights,
     value_loss,
 )
+from tests.helpers import make_trajectory  # noqa: E402
 
 
 def t(x):

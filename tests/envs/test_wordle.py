@@ -4,18 +4,14 @@ baseline, oracle vs random policy, Gymnasium conformance."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from helpers import play_to_end
 
 import agentgym
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.baselines import wordle_py  # noqa: E402
+from bench.baselines import wordle_py
+from tests.helpers import play_to_end
 
 KWARGS = [
     {},

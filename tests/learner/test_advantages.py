@@ -1,10 +1,9 @@
-"""Advantage estimators and micro-batch building on hand-made packed batches."""
+"""Advantage estimators on hand-made packed batches."""
 
 import numpy as np
 import pytest
-from helpers import make_trajectory
 
-from agentgym.data import BatchFormatError, PackedBatch, pack
+from agentgym.data import pack
 from agentgym.learner.advantages import (
     compute_advantages,
     gae,
@@ -12,7 +11,7 @@ from agentgym.learner.advantages import (
     place_token_rewards,
     rloo_advantages,
 )
-from agentgym.learner.microbatch import plan_micro_batches
+from tests.helpers import make_trajectory
 
 
 def traj(reward, group=0, stop="done", n_model=2, prompt=2, **kw):
@@ -165,29 +164,3 @@ def test_reinforce_pp_baseline_and_metrics():
     assert model[0] > 0 > model[2] and model[4] == pytest.approx(0.0, abs=1e-6)
     assert res.metrics["critic/score/mean"] == pytest.approx(0.5)
     assert res.metrics["learner/num_valid"] == 4
-
-
-def test_packed_batch_validation_errors():
-    good = pack([traj(1.0)])
-    d = {f: getattr(good, f) for f in good.__dataclass_fields__}
-    PackedBatch.from_dict(d)
-    bad = dict(d, offsets=np.array([0, 3]))
-    with pytest.raises(BatchFormatError, match="offsets"):
-        PackedBatch.from_dict(bad)
-    missing = {k: v for k, v in d.items() if k != "logprobs"}
-    with pytest.raises(BatchFormatError, match="logprobs"):
-        PackedBatch.from_dict(missing)
-    with pytest.raises(BatchFormatError, match="rewards"):
-        PackedBatch.from_dict(dict(d, rewards=np.zeros(3, np.float32)))
-
-
-def test_micro_batch_plan_respects_budget_and_sorts():
-    lengths = np.array([5, 100, 7, 90, 6, 8])
-    plan = plan_micro_batches(lengths, 200)
-    assert [p.tolist() for p in plan] == [[1, 3], [5, 2, 4, 0]]
-    for p in plan:
-        assert len(p) * lengths[p].max() <= 200
-    # an over-long sequence gets its own micro-batch; max_seqs caps the count
-    assert [p.tolist() for p in plan_micro_batches(lengths, 50)][0] == [1]
-    assert all(len(p) <= 2 for p in plan_micro_batches(lengths, 10_000,
-                                                       max_seqs_per_microbatch=2))

@@ -41,7 +41,7 @@ class SeededEnv(BaseEnv):
 @pytest.fixture
 def registered():
     agentgym.register("test/aiops", AIOpsEnv, override=True)
-    agentgym.register("test/seeded", "tests.test_registry:SeededEnv", override=True)
+    agentgym.register("test/seeded", "tests.envs.test_registry:SeededEnv", override=True)
     agentgym.register("test/cartpole", lambda: gym.make("CartPole-v1"), override=True)
     yield
 
@@ -167,7 +167,7 @@ def _readme_folder(env_id: str) -> str:
 
 
 def test_every_shipped_env_has_its_readme_folder():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     shipped = [i for i in agentgym.list_envs() if not i.startswith("_") and _shipped(i)]
     assert {"maze", "office", "project_planning", "sciworld", "sciworld-agentgym"} <= set(shipped)
     for env_id in shipped:

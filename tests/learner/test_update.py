@@ -9,8 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from helpers import make_trajectory  # noqa: E402
-
 import agentgym.learner.update as update_mod  # noqa: E402
 from agentgym.data import STOP_CODES, pack  # noqa: E402
 from agentgym.learner.microbatch import collate, make_micro_batches  # noqa: E402
@@ -20,6 +18,7 @@ from agentgym.learner.update import (  # noqa: E402
     make_optimizer,
     policy_update,
 )
+from tests.helpers import make_trajectory  # noqa: E402
 
 VOCAB = 32
 GOOD, BAD = 5, 6  # the two "actions" the policy may emit
@@ -104,18 +103,6 @@ def two_turn_trajs(n_groups=2, per_group=4, seed=0):
             trajs.append(make_trajectory(ids, mask, reward=r, turn_rewards=[0.0, r],
                                          group_id=g, sample_index=i))
     return trajs
-
-
-def test_collate_shifts_masks_for_next_token_prediction():
-    batch = pack([make_trajectory([11, 12, 13, 14], [0, 1, 0, 1], logprobs=[0, -0.5, 0, -0.25]),
-                  make_trajectory([21, 22], [0, 1], logprobs=[0, -1.0])])
-    adv = np.arange(6, dtype=np.float32)
-    mb = collate(batch, np.array([0, 1]), {"advantages": adv}, pad_token_id=0)
-    assert mb.input_ids.tolist() == [[11, 12, 13, 14], [21, 22, 0, 0]]
-    assert mb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
-    assert mb.loss_mask.tolist() == [[1, 0, 1], [1, 0, 0]]
-    assert mb.old_logprobs.tolist() == [[-0.5, 0, -0.25], [-1.0, 0, 0]]
-    assert mb.advantages.tolist() == [[1, 0, 3], [5, 0, 0]]
 
 
 def test_compute_logprobs_matches_log_softmax_and_ignores_padding():

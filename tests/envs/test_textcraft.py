@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentgym
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.baselines import textcraft_py  # noqa: E402
+from bench.baselines import textcraft_py
 
 NUM_TASKS = 544
 KINDS = ("Got ", "Crafted ", "Inventory: [", "Inventory: You", "Wrong item format: ",

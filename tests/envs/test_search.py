@@ -3,11 +3,11 @@
 import json
 import random
 
-import helpers
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
+from tests import helpers
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -2,11 +2,11 @@
 
 import random
 
-import helpers
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
+from tests import helpers
 
 pytestmark = pytest.mark.timeout(120)
 

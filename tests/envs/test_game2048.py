@@ -7,9 +7,9 @@ import random
 
 import pytest
 from gymnasium.utils.env_checker import check_env
-from helpers import play_to_end
 
 import agentgym
+from tests.helpers import play_to_end
 
 
 def test_board_text():

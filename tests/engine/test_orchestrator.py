@@ -14,6 +14,7 @@ from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.envs import BaseEnv
 from agentgym.parse import parse_action
+from tests.helpers import ThreadProbeEnv
 
 
 @pytest.fixture(scope="module")
@@ -274,25 +275,6 @@ def test_gc_threshold_is_raised_during_a_run_and_restored(tokenizer):
     assert gc.get_threshold() == before
 
 
-class ThreadProbeEnv(BaseEnv):
-    """Records the thread of every step; ends after three turns."""
-
-    instructions = "Say anything."
-    num_tasks = 100
-    threads: set = set()
-    step_threads: list = []
-
-    def reset(self, task=None, seed=None):
-        self.t = 0
-        return "start"
-
-    def step(self, action):
-        ThreadProbeEnv.threads.add(threading.get_ident())
-        ThreadProbeEnv.step_threads.append(threading.get_ident())
-        self.t += 1
-        return f"turn {self.t}", 0.0, self.t >= 3, {}
-
-
 @pytest.mark.parametrize("budget", [0.0, 10.0])
 def test_fast_python_envs_step_inline_only_within_the_budget(tokenizer, budget):
     agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
@@ -374,38 +356,6 @@ def test_context_cap_ends_python_env_episodes_with_length(tokenizer):
     # The cap lands at different points of different tasks' conversations.
     assert len({t.num_turns for t in batch}) > 1
     eng.close()
-
-
-async def test_drivers_answer_aborted_for_slots_no_longer_running():
-    from agentgym.engine.drivers import NativeDriver, PythonDriver
-
-    native = NativeDriver("maze", 3)
-    await native.reset_many([(0, 0, 1, None), (1, 1, 2, None)])
-    native.finish([(1, "timeout")])  # ended from outside (a timeout)
-    action = await native.oracle_action(0)
-    outs = await native.step_many([(2, "go north"), (0, action), (1, "go north")])
-    assert [o.stop_reason for o in (outs[0], outs[2])] == ["aborted", "aborted"]
-    assert outs[1].stop_reason != "aborted" and outs[1].observation
-    assert native.pool.turns.tolist() == [1, 0, 0]  # only the running slot stepped
-    assert native.pool.stop_reasons([1]) == ["timeout"]
-
-    agentgym.register("test/thread_probe", ThreadProbeEnv, override=True)
-    ThreadProbeEnv.step_threads = []
-    py = PythonDriver("test/thread_probe", 3, max_workers=2)
-    try:
-        assert await py.reset_many([(0, 0, 1, None), (1, 1, 2, None)]) == ["start", "start"]
-        py.finish([(1, "timeout")])
-        outs = await py.step_many([(2, "go"), (0, "go"), (1, "go")])
-        assert [o.stop_reason for o in outs] == ["aborted", None, "aborted"]
-        assert outs[1].observation == "turn 1" and outs[0].error == "episode no longer running"
-        for _ in range(2):  # slot 0's episode ends after its third step ...
-            (last,) = await py.step_many([(0, "go")])
-        assert last.stop_reason == "done"
-        (after,) = await py.step_many([(0, "go")])
-        assert after.stop_reason == "aborted"  # ... and then is aborted
-        assert len(ThreadProbeEnv.step_threads) == 3  # no aborted slot reached its env
-    finally:
-        py.close()
 
 
 class WorkerCrashEnv(BaseEnv):

@@ -1,0 +1,67 @@
+"""``agentgym.data.exports``: the veRL and SkyRL shapes of trajectories, and ``pack``, against
+values written out by hand."""
+
+from dataclasses import fields
+
+import numpy as np
+
+from agentgym.data import Trajectory, pack
+
+
+def test_exports_match_a_hand_built_trajectory():
+    """``to_verl``, ``to_skyrl`` and ``pack`` of two trajectories, field by field, against
+    values written out by hand."""
+    from agentgym.data.exports import to_skyrl, to_verl
+
+    a = Trajectory(task_id=3, env_id="maze", group_id=7, sample_index=1,
+                   token_ids=[101, 102, 103, 11, 12, 201, 13],
+                   loss_mask=[0, 0, 0, 1, 1, 0, 1],
+                   logprobs=[0.0, 0.0, 0.0, -0.5, -1.25, 0.0, -2.0],
+                   prompt_len=3, turn_rewards=[0.0, 1.0], reward=1.0, num_turns=2,
+                   stop_reason="done", policy_version=4,
+                   timings={"total_s": 0.5, "gen_s": 0.25})
+    b = Trajectory(task_id=4, env_id="maze", group_id=8, sample_index=0,
+                   token_ids=[101, 102, 21], loss_mask=[0, 0, 1], logprobs=[0.0, 0.0, -0.75],
+                   prompt_len=2, turn_rewards=[0.5], reward=0.5, num_turns=1,
+                   stop_reason="length", policy_version=3)
+    verl = to_verl(a)
+    assert verl == {
+        "prompt_ids": [101, 102, 103],
+        "response_ids": [11, 12, 201, 13],
+        "response_mask": [1, 1, 0, 1],
+        "response_logprobs": [-0.5, -1.25, 0.0, -2.0],
+        "num_turns": 2,
+        "reward_score": 1.0,
+        "metrics": {"total_s": 0.5, "gen_s": 0.25},
+    }
+    assert verl["metrics"] is not a.timings
+    assert to_skyrl([a, b]) == {
+        "prompt_token_ids": [[101, 102, 103], [101, 102]],
+        "response_ids": [[11, 12, 201, 13], [21]],
+        "rewards": [1.0, 0.5],
+        "loss_masks": [[1, 1, 0, 1], [1]],
+        "stop_reasons": ["done", "length"],
+        "rollout_logprobs": [[-0.5, -1.25, 0.0, -2.0], [-0.75]],
+    }
+    want = {
+        "token_ids": ([101, 102, 103, 11, 12, 201, 13, 101, 102, 21], np.uint32),
+        "offsets": ([0, 7, 10], np.int64),
+        "loss_mask": ([0, 0, 0, 1, 1, 0, 1, 0, 0, 1], np.uint8),
+        "logprobs": ([0, 0, 0, -0.5, -1.25, 0, -2.0, 0, 0, -0.75], np.float32),
+        "rewards": ([1.0, 0.5], np.float32),
+        "turn_rewards": ([0.0, 1.0, 0.5], np.float32),
+        "turn_offsets": ([0, 2, 3], np.int64),
+        "num_turns": ([2, 1], np.uint32),
+        "stop_reason": ([0, 2], np.uint8),
+        "group_id": ([7, 8], np.uint64),
+        "sample_index": ([1, 0], np.uint32),
+        "policy_version": ([4, 3], np.uint32),
+        "prompt_len": ([3, 2], np.uint32),
+    }
+    packed = pack([a, b])
+    assert {f.name for f in fields(packed)} == want.keys()
+    for name, (values, dtype) in want.items():
+        got = getattr(packed, name)
+        assert got.dtype == dtype, name
+        np.testing.assert_array_equal(got, np.array(values, dtype), err_msg=name)
+    assert packed.lengths.tolist() == [7, 3] and packed.rewards.tolist() == [1.0, 0.5]
