@@ -131,13 +131,6 @@ def test_panicking_env_and_full_context_end_only_their_episode(fmt, codec):
     assert appended[0] == replies[2] + [fmt.end_of_turn_id]
 
 
-def test_float_list_shares_zero():
-    values = np.array([0.0, -1.25, 0.0, -0.0, 3.0], np.float32)
-    out = _core.float_list(values)
-    assert out == [0.0, -1.25, 0.0, -0.0, 3.0]
-    assert out[0] is out[2] and str(out[3]) == "-0.0"
-
-
 @pytest.mark.parametrize("env_id", ["maze", "textcraft"])
 def test_native_turn_path_equals_python_path(fmt, env_id, monkeypatch):
     tok = fmt.tokenizer

@@ -46,7 +46,7 @@ def _close_quietly(env) -> None:
 
 
 def is_native(env_id: str) -> bool:
-    return env_id in _core.native_env_ids() or env_id.startswith("_test")
+    return env_id in _core.native_env_ids()
 
 
 class NativeDriver:

@@ -10,7 +10,7 @@
 use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::collections::VecDeque;
 use std::fmt::Write;
 
@@ -492,9 +492,9 @@ impl Env for MazeEnv {
 
     fn prefetch(&self) {
         // The cells around the current position that a step reads (walls, distances).
-        crate::pool::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
-        crate::pool::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
-        crate::pool::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -544,5 +544,4 @@ impl Env for MazeEnv {
 }
 
 #[cfg(test)]
-#[path = "maze_tests.rs"]
 mod tests;

@@ -9,11 +9,11 @@
 use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::sync::OnceLock;
 
-const ANSWERS_TXT: &str = include_str!("../../../envs/wordle/answers.txt");
-const WORDS_TXT: &str = include_str!("../../../envs/wordle/words.txt");
+const ANSWERS_TXT: &str = include_str!("../../../../../envs/wordle/answers.txt");
+const WORDS_TXT: &str = include_str!("../../../../../envs/wordle/words.txt");
 const SALT: u64 = 0x776F_7264; // "word"
 /// Percent of the answers (at the end of the list) that form the `test` split.
 const TEST_PERCENT: usize = 15;
@@ -338,7 +338,7 @@ impl Env for WordleEnv {
     }
 
     fn prefetch(&self) {
-        crate::pool::prefetch(self.history.as_ptr());
+        crate::util::prefetch(self.history.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -396,5 +396,4 @@ impl Env for WordleEnv {
 }
 
 #[cfg(test)]
-#[path = "wordle_tests.rs"]
 mod tests;

@@ -11,7 +11,7 @@
 use crate::env::{Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::fmt::Write;
 use std::sync::OnceLock;
 
@@ -414,5 +414,4 @@ impl Env for Game2048 {
 }
 
 #[cfg(test)]
-#[path = "game2048_tests.rs"]
 mod tests;

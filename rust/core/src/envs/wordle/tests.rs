@@ -1,4 +1,4 @@
-//! Unit tests of the wordle env (included from `wordle.rs`).
+//! Unit tests of the wordle env.
 
 use super::*;
 use serde_json::json;

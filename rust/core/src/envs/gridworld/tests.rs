@@ -1,4 +1,4 @@
-//! Unit tests of the gridworld env (included from `gridworld.rs`).
+//! Unit tests of the gridworld env.
 
 use super::*;
 use serde_json::json;

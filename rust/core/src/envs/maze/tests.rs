@@ -1,4 +1,4 @@
-//! Unit tests of the maze env (included from `maze.rs`).
+//! Unit tests of the maze env.
 
 use super::*;
 use serde_json::json;

@@ -10,7 +10,7 @@
 use crate::env::{Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::collections::VecDeque;
 use std::fmt::Write;
 
@@ -597,8 +597,6 @@ impl GridEnv {
 }
 
 #[cfg(test)]
-#[path = "gridworld_tests.rs"]
 mod tests;
 
-#[path = "gridworld_plan.rs"]
 mod plan;

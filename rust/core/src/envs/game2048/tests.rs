@@ -1,4 +1,4 @@
-//! Unit tests of the 2048 env (included from `game2048.rs`).
+//! Unit tests of the 2048 env.
 
 use super::*;
 use serde_json::json;
