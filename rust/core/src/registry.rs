@@ -180,6 +180,24 @@ impl<'a> KwargsReader<'a> {
         }
     }
 
+    /// The string kwarg `key` (`default` when absent) mapped through `options`; any other
+    /// string is an error that lists the option names in their order.
+    pub fn choice<T: Clone>(&self, key: &str, default: &str, options: &[(&str, T)]) -> Result<T> {
+        let name = self.str_or(key, default)?;
+        if let Some((_, value)) = options.iter().find(|(n, _)| *n == name) {
+            return Ok(value.clone());
+        }
+        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+        let list = match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        };
+        Err(CoreError::InvalidArgument(format!(
+            "{}: {key} must be {list}, got {name:?}",
+            self.env
+        )))
+    }
+
     pub fn str_or(&self, key: &str, default: &str) -> Result<String> {
         match self.kwargs.get(key) {
             None | Some(Value::Null) => Ok(default.to_string()),
@@ -258,5 +276,30 @@ mod tests {
         assert!(r.u64_or("size", 5).is_err());
         kw.insert("colour".into(), Value::from(1));
         assert!(KwargsReader::new("maze", &kw, &["size"]).is_err());
+    }
+
+    #[test]
+    fn kwargs_reader_choice_maps_names_and_lists_them_on_error() {
+        let levels = [("easy", 4), ("medium", 6), ("hard", 9)];
+        let choose = |value: Option<Value>, options: &[(&str, i32)]| {
+            let mut kw = Kwargs::new();
+            if let Some(v) = value {
+                kw.insert("difficulty".into(), v);
+            }
+            let r = KwargsReader::new("maze", &kw, &["difficulty"]).unwrap();
+            r.choice("difficulty", options[1].0, options)
+        };
+        assert_eq!(choose(None, &levels), Ok(6));
+        assert_eq!(choose(Some(Value::from("hard")), &levels), Ok(9));
+        let bad = |m: &str| Err(CoreError::InvalidArgument(m.into()));
+        assert_eq!(
+            choose(Some(Value::from("extreme")), &levels),
+            bad("maze: difficulty must be easy, medium or hard, got \"extreme\"")
+        );
+        assert_eq!(
+            choose(Some(Value::from("hard")), &[("train", 0), ("test", 1)]),
+            bad("maze: difficulty must be train or test, got \"hard\"")
+        );
+        assert!(choose(Some(Value::from(3)), &levels).is_err());
     }
 }

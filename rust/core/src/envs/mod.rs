@@ -11,7 +11,8 @@
 //! - [`test_panic`]: `_test_panic`, an env that fails on demand, for tests only: it is not
 //!   in the shipped registry (see [`crate::registry::register_test_envs`]).
 //!
-//! `props` (tests only) holds the property tests every env passes.
+//! `props` (tests only) holds the property tests every env passes, `test_util` the checks
+//! the envs' unit tests share.
 
 pub mod game2048;
 pub mod gridworld;
@@ -20,6 +21,8 @@ pub mod maze;
 mod props;
 pub mod search;
 pub mod test_panic;
+#[cfg(test)]
+mod test_util;
 pub mod textcraft;
 pub mod webshop;
 pub mod wordle;

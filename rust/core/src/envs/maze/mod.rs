@@ -293,16 +293,11 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         "split",
     ];
     let r = KwargsReader::new("maze", kwargs, &allowed)?;
-    let side = match r.str_or("difficulty", "medium")?.as_str() {
-        "easy" => 4,
-        "medium" => 6,
-        "hard" => 9,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "maze: difficulty must be easy, medium or hard, got {other:?}"
-            )))
-        }
-    };
+    let side = r.choice(
+        "difficulty",
+        "medium",
+        &[("easy", 4), ("medium", 6), ("hard", 9)],
+    )?;
     let side = r.u64_or("size", side)?;
     let (width, height) = (r.u64_or("width", side)?, r.u64_or("height", side)?);
     if !(1..=MAX_SIDE).contains(&width) || !(1..=MAX_SIDE).contains(&height) || width * height < 2 {
@@ -316,15 +311,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
             CoreError::InvalidArgument("maze: shaping must be a finite number".into())
         })? as f32,
     };
-    let split = match r.str_or("split", "train")?.as_str() {
-        "train" => 0,
-        "test" => 1,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "maze: split must be train or test, got {other:?}"
-            )))
-        }
-    };
+    let split = r.choice("split", "train", &[("train", 0), ("test", 1)])?;
     let cfg = MazeConfig {
         width: width as usize,
         height: height as usize,

@@ -210,25 +210,19 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     }
     let n = lists().answers.len();
     let cut = n - n * TEST_PERCENT / 100;
-    let range = match r.str_or("split", "all")?.as_str() {
-        "all" => 0..n,
-        "train" => 0..cut,
-        "test" => cut..n,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "wordle: split must be all, train or test, got {other:?}"
-            )))
-        }
-    };
-    let mode = match r.str_or("valid_actions", "sample")?.as_str() {
-        "sample" => ValidMode::Sample,
-        "consistent" => ValidMode::Consistent,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "wordle: valid_actions must be sample or consistent, got {other:?}"
-            )))
-        }
-    };
+    let range = r.choice(
+        "split",
+        "all",
+        &[("all", 0..n), ("train", 0..cut), ("test", cut..n)],
+    )?;
+    let mode = r.choice(
+        "valid_actions",
+        "sample",
+        &[
+            ("sample", ValidMode::Sample),
+            ("consistent", ValidMode::Consistent),
+        ],
+    )?;
     let num_valid = r.u64_or("num_valid_actions", 20)?;
     if num_valid > 200 {
         return Err(CoreError::InvalidArgument(format!(
