@@ -1,8 +1,14 @@
-"""Shared pytest fixtures: the tiny local model (built once per session)."""
+"""Shared pytest setup: the test-only native envs (registered for the whole session) and
+the tiny local model (built once per session)."""
 
 from __future__ import annotations
 
 import pytest
+
+from agentgym import _core
+
+# `_test_panic` (fails on demand) is not in the shipped registry; the failure tests need it.
+_core._register_test_envs()
 
 
 def pytest_configure(config):

@@ -1,4 +1,4 @@
-"""SplitMix64 in pure Python, bit-identical to ``rust/core/src/splitmix.rs``."""
+"""SplitMix64 in pure Python, bit-identical to ``rust/core/src/util/splitmix.rs``."""
 
 from __future__ import annotations
 

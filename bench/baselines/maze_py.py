@@ -1,4 +1,4 @@
-"""Pure-Python clean-room baseline of the native ``maze`` env (``rust/core/src/maze.rs``).
+"""Pure-Python clean-room baseline of the native ``maze`` env (``rust/core/src/envs/maze/``).
 
 Same layouts (SplitMix64), same texts and rewards, bit for bit; used by ``bench/`` to
 measure the native env against plain Python and by the tests as an independent reference.

@@ -1,6 +1,6 @@
 """Pure-Python TextCraft: a clean-room baseline of the native ``textcraft`` env.
 
-The same game as ``rust/core/src/textcraft`` (AgentGym's TextCraft on the recipe data in
+The same game as ``rust/core/src/envs/textcraft`` (AgentGym's TextCraft on the recipe data in
 ``envs/textcraft/recipes``), written the way AgentGym's server steps it: one Python object
 per episode, regular expressions per action, dicts for the inventory. Same recipe loading,
 same task order, same SplitMix64 draws and the same texts, so that the benchmark and the

@@ -1,4 +1,4 @@
-"""Pure-Python clean-room baseline of the native ``wordle`` env (``rust/core/src/wordle.rs``).
+"""Pure-Python clean-room baseline of the native ``wordle`` env (``rust/core/src/envs/wordle/``).
 
 Same word lists, texts, rewards and sampled valid actions, bit for bit; used by ``bench/``
 to measure the native env against plain Python and by the tests as a reference.

@@ -4,6 +4,7 @@
 reads ``TrajectoryStore.drain()``."""
 
 from collections.abc import Sequence
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -41,19 +42,23 @@ class EnvPool:
     """Episodes of one native env, reset and stepped in batches (GIL released)."""
 
     def __init__(self, env_id: str, num_envs: int, kwargs_json: str = "{}") -> None: ...
+    @overload
     def reset(
         self,
         ids: Sequence[int] | npt.NDArray[np.integer],
         tasks: Sequence[int | str],
         seeds: Sequence[int],
         max_turns: Sequence[int | None],
+        errors: Literal["raise"] = "raise",
     ) -> list[str]: ...
-    def reset_rows(
+    @overload
+    def reset(
         self,
         ids: Sequence[int] | npt.NDArray[np.integer],
         tasks: Sequence[int | str],
         seeds: Sequence[int],
         max_turns: Sequence[int | None],
+        errors: Literal["return"],
     ) -> tuple[list[str], list[tuple[int, Exception]]]: ...
     def step(
         self, ids: Sequence[int] | npt.NDArray[np.integer], actions: Sequence[str]
@@ -80,7 +85,14 @@ class EnvPool:
     def num_tasks(self) -> int: ...
     def __len__(self) -> int: ...
 
-def native_env_ids() -> list[str]: ...
+def native_env_ids() -> list[str]:
+    """Registered native env ids: the shipped envs, plus the test-only ones once
+    ``_register_test_envs`` has run."""
+
+def _register_test_envs() -> list[str]:
+    """For tests only: registers the test-only native envs (``_test_panic``, which fails on
+    demand) in this process; idempotent. Returns their ids."""
+
 def native_env_description(env_id: str) -> str: ...
 def native_env_tasks(env_id: str) -> tuple[list[str], str | None, str]: ...
 
@@ -154,9 +166,6 @@ def parse_action(text: str, format: str = "auto", max_chars: int = 4096) -> str 
 def parse_actions(
     texts: Sequence[str], format: str = "auto", max_chars: int = 4096
 ) -> list[str | None]: ...
-
-def float_list(values: npt.NDArray[np.float32]) -> list[float]:
-    """``values`` as a list of floats; every 0.0 is one shared object."""
 
 class TurnCodec:
     """One rollout turn of many episodes in one call (see ``rust/core/src/turn.rs``): decode

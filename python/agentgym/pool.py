@@ -89,8 +89,6 @@ class EnvPool:
         panic's message). Under both, a panic inside an env only ends its own episode, as in
         ``step``. Malformed batches (bad or repeated ids, mismatched lengths) raise.
         """
-        if errors not in ("raise", "return"):
-            raise ValueError(f'errors must be "raise" or "return", got {errors!r}')
         id_arr = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
         if id_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
@@ -117,10 +115,7 @@ class EnvPool:
                 if type(max_turns) is list
                 else [None if m is None else int(m) for m in max_turns]
             )
-        if errors == "raise":
-            obs = self._pool.reset(id_arr, task_list, seed_list, horizon)
-        else:
-            obs = self._pool.reset_rows(id_arr, task_list, seed_list, horizon)
+        obs = self._pool.reset(id_arr, task_list, seed_list, horizon, errors)
         if id_arr.size == 1:  # scalar update: a fancy-index add costs microseconds
             self._counters[id_arr[0]] += np.uint64(1)
         else:

@@ -393,3 +393,19 @@ def test_packed_batch_validation_errors():
         PackedBatch.from_dict(missing)
     with pytest.raises(BatchFormatError, match="rewards"):
         PackedBatch.from_dict(dict(d, rewards=np.zeros(3, np.float32)))
+
+
+def test_drain_rows_share_one_positive_zero_and_keep_negative_zero():
+    s = _core.TrajectoryStore()
+    s.begin(1)
+    s.append(1, np.array([1, 2], np.uint32), False)
+    lps = np.array([0.0, -1.25, -0.0, 3.0], np.float32)
+    s.append(1, np.array([3, 4, 5, 6], np.uint32), True, lps)
+    s.add_turn(1, 0.0)
+    s.finish(1, "done")
+    ((_, mask, logprobs, turn_rewards, *_),) = s.drain_rows()
+    assert mask == [0, 0, 1, 1, 1, 1]
+    assert logprobs == [0.0, 0.0, 0.0, -1.25, -0.0, 3.0]
+    # Every +0.0 (prompt tokens, a model token, a turn reward) is one object; -0.0 is not.
+    assert logprobs[0] is logprobs[1] is logprobs[2] is turn_rewards[0]
+    assert str(logprobs[4]) == "-0.0" and logprobs[4] is not logprobs[0]

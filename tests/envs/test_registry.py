@@ -1,5 +1,8 @@
 """Registry, Gymnasium adapters and the user-facing BaseEnv."""
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import gymnasium as gym
@@ -50,6 +53,34 @@ def test_list_envs_includes_natives_and_hides_test_env():
     ids = agentgym.list_envs()
     assert {"textcraft", "maze", "wordle"} <= set(ids)
     assert "_test_panic" not in ids
+
+
+def test_test_env_exists_only_once_registered():
+    # A fresh interpreter: this session's conftest has registered the test envs already.
+    code = textwrap.dedent("""
+        import agentgym
+        from agentgym import _core
+        from agentgym.engine.drivers import is_native
+        assert "_test_panic" not in _core.native_env_ids()
+        assert "_test_panic" not in agentgym.list_envs()
+        assert not is_native("_test_panic")
+        try:
+            agentgym.EnvPool("_test_panic", 1)
+        except agentgym.UnknownEnvError:
+            pass
+        else:
+            raise AssertionError("_test_panic constructed before registration")
+        shipped = _core.native_env_ids()
+        assert _core._register_test_envs() == ["_test_panic"]
+        assert _core._register_test_envs() == ["_test_panic"]
+        assert _core.native_env_ids() == shipped + ["_test_panic"]
+        assert is_native("_test_panic")
+        (obs,) = agentgym.EnvPool("_test_panic", 1).reset()
+        assert obs.startswith("reset task=Index(0)"), obs
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_make_unknown_lists_known_ids():

@@ -57,7 +57,7 @@ pub trait Env: Send {
         (step.reward, step.terminated)
     }
     /// A hint from the pool that this env steps next: start loading the state a step reads
-    /// first (e.g. with [`crate::pool::prefetch`] on heap buffers). Must not change anything
+    /// first (e.g. with [`crate::util::prefetch`] on heap buffers). Must not change anything
     /// observable; the default does nothing.
     fn prefetch(&self) {}
     /// The actions that are currently meaningful (for random/scripted policies and `play`).

@@ -8,30 +8,21 @@
 //! - [`turn`]: one rollout turn of many episodes in one call (decode, parse, step,
 //!   template and tokenize the observation, append to the trajectory).
 //! - [`registry`]: native environment ids and their constructors.
-//! - native environments: [`textcraft`], [`maze`], [`wordle`], [`gridworld`], [`game2048`],
-//!   [`webshop`], [`search`] (one module each, tests beside them); [`splitmix`] is their
-//!   shared RNG and [`bm25`] their shared retrieval index.
+//! - [`envs`]: the native environments, one module each under `envs/<id>/`, tests beside
+//!   them.
+//! - [`util`]: helpers shared by the above (the envs' RNG and retrieval index, a prefetch
+//!   hint).
 
-pub mod bm25;
 pub mod env;
-#[cfg(test)]
-mod env_props;
+pub mod envs;
 pub mod episode;
 pub mod error;
-pub mod game2048;
-pub mod gridworld;
-pub mod maze;
 pub mod parse;
 pub mod pool;
 pub mod registry;
-pub mod search;
-pub mod splitmix;
-pub mod testenv;
-pub mod textcraft;
 pub mod trajectory;
 pub mod turn;
-pub mod webshop;
-pub mod wordle;
+pub mod util;
 
 pub use env::{Env, Step, Task};
 pub use episode::{Episode, EpisodeStatus, StopReason};

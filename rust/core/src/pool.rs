@@ -18,6 +18,7 @@ use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
 use crate::error::{CoreError, Result};
 use crate::registry::{self, Kwargs, MakeFn};
+use crate::util::prefetch;
 pub use obs::{Iter as ObservationsIter, Observations, TextChunk};
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -127,19 +128,6 @@ struct StepChunk<'a> {
     terminated: &'a mut [bool],
     truncated: &'a mut [bool],
     text: TextChunk,
-}
-
-/// Hints the CPU to start loading the cache line at `p`. Only an address is used: nothing
-/// is read in the language's sense, so any pointer value is fine. A no-op off x86_64.
-#[inline(always)]
-pub fn prefetch<T: ?Sized>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` (SSE, part of the x86_64 baseline) never faults, whatever `p`.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// While row `k` of a batch runs, starts loading what later rows touch first: the slot of

@@ -1,11 +1,14 @@
 //! Native environment ids and their constructors.
 //!
-//! Each native env registers one [`EnvSpec`]; constructor kwargs arrive as a JSON object so
-//! that the bindings can pass Python keyword arguments through unchanged.
+//! Each shipped native env has one [`EnvSpec`] in [`shipped`]; constructor kwargs arrive as
+//! a JSON object so that the bindings can pass Python keyword arguments through unchanged.
+//! Test-only envs (`_test_panic`) are not shipped: they exist only once
+//! [`register_test_envs`] has run (and always in this crate's own unit tests).
 
 use crate::env::Env;
 use crate::error::{CoreError, Result};
 use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub type Kwargs = Map<String, Value>;
 pub type MakeFn = fn(&Kwargs) -> Result<Box<dyn Env>>;
@@ -13,8 +16,6 @@ pub type MakeFn = fn(&Kwargs) -> Result<Box<dyn Env>>;
 pub struct EnvSpec {
     pub id: &'static str,
     pub description: &'static str,
-    /// Hidden ids (test-only envs) are constructible but not listed.
-    pub hidden: bool,
     pub make: MakeFn,
     /// Values the `split` kwarg takes, its default first (empty: the env has no splits).
     pub splits: &'static [&'static str],
@@ -25,12 +26,11 @@ pub struct EnvSpec {
     pub tasks: &'static str,
 }
 
-static SPECS: &[EnvSpec] = &[
+static SHIPPED: &[EnvSpec] = &[
     EnvSpec {
         id: "textcraft",
         description: "TextCraft: craft a Minecraft item from base items using recipes (AgentGym)",
-        hidden: false,
-        make: crate::textcraft::make,
+        make: crate::envs::textcraft::make,
         splits: &[],
         held_out: None,
         tasks: "index i is goal i % 544 of the recipe book (indices wrap)",
@@ -38,8 +38,7 @@ static SPECS: &[EnvSpec] = &[
     EnvSpec {
         id: "maze",
         description: "Grid maze with text observations; reach the goal",
-        hidden: false,
-        make: crate::maze::make,
+        make: crate::envs::maze::make,
         splits: &["train", "test"],
         held_out: Some("test"),
         tasks: "procedural: any index is a layout (a function of index, size and split); train and test layouts are disjoint",
@@ -47,8 +46,7 @@ static SPECS: &[EnvSpec] = &[
     EnvSpec {
         id: "wordle",
         description: "Wordle: guess the five-letter word from per-letter feedback",
-        hidden: false,
-        make: crate::wordle::make,
+        make: crate::envs::wordle::make,
         splits: &["all", "train", "test"],
         held_out: Some("test"),
         tasks: "index i is answer i % n of the split's answer list (indices wrap)",
@@ -57,8 +55,7 @@ static SPECS: &[EnvSpec] = &[
         id: "gridworld",
         description:
             "BabyAI-style text grid world: go to, pick up, open (doors, keys, boxes, balls)",
-        hidden: false,
-        make: crate::gridworld::make,
+        make: crate::envs::gridworld::make,
         splits: &["train", "test"],
         held_out: Some("test"),
         tasks: "procedural: any index is a layout (a function of index, preset and split); train and test layouts are disjoint",
@@ -66,8 +63,7 @@ static SPECS: &[EnvSpec] = &[
     EnvSpec {
         id: "game2048",
         description: "2048 on a 4x4 board as text: slide and merge tiles to reach the target",
-        hidden: false,
-        make: crate::game2048::make,
+        make: crate::envs::game2048::make,
         splits: &[],
         held_out: None,
         tasks: "procedural: any index seeds the tile spawns of one game",
@@ -75,8 +71,7 @@ static SPECS: &[EnvSpec] = &[
     EnvSpec {
         id: "webshop",
         description: "WebShop: search a synthetic store and buy what the instruction asks for",
-        hidden: false,
-        make: crate::webshop::make,
+        make: crate::envs::webshop::make,
         splits: &["train", "test", "all"],
         held_out: Some("test"),
         tasks: "index i is shopping goal i % n of the split (indices wrap)",
@@ -85,35 +80,58 @@ static SPECS: &[EnvSpec] = &[
         id: "search",
         description:
             "Deep search: answer 1-3 hop questions by searching and reading a local corpus",
-        hidden: false,
-        make: crate::search::make,
+        make: crate::envs::search::make,
         splits: &["train", "test"],
         held_out: Some("test"),
         tasks: "index i is question i % n of the split at the given hops (indices wrap)",
     },
-    EnvSpec {
-        id: "_test_panic",
-        description: "Test-only env that panics or fails on demand (see testenv.rs)",
-        hidden: true,
-        make: crate::testenv::make,
-        splits: &[],
-        held_out: None,
-        tasks: "any index (test-only env)",
-    },
 ];
 
-pub fn specs() -> impl Iterator<Item = &'static EnvSpec> {
-    SPECS.iter()
+/// Test-only envs, added by [`register_test_envs`].
+static TEST_SPECS: &[EnvSpec] = &[EnvSpec {
+    id: "_test_panic",
+    description: "Test-only env that panics or fails on demand (see envs/test_panic)",
+    make: crate::envs::test_panic::make,
+    splits: &[],
+    held_out: None,
+    tasks: "any index (test-only env)",
+}];
+
+static TEST_ENVS_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Adds the test-only envs (`_test_panic`) to this process's registry, for tests of
+/// failure handling; calling it again changes nothing. Returns their ids.
+pub fn register_test_envs() -> Vec<&'static str> {
+    TEST_ENVS_REGISTERED.store(true, Ordering::Relaxed);
+    TEST_SPECS.iter().map(|s| s.id).collect()
 }
 
-/// Listed (non-hidden) native env ids.
+fn test_envs_registered() -> bool {
+    cfg!(test) || TEST_ENVS_REGISTERED.load(Ordering::Relaxed)
+}
+
+/// The shipped envs (test-only envs never among them).
+pub fn shipped() -> impl Iterator<Item = &'static EnvSpec> {
+    SHIPPED.iter()
+}
+
+/// Every registered env: the shipped ones, then the test-only ones once registered.
+pub fn specs() -> impl Iterator<Item = &'static EnvSpec> {
+    let tests: &'static [EnvSpec] = if test_envs_registered() {
+        TEST_SPECS
+    } else {
+        &[]
+    };
+    SHIPPED.iter().chain(tests)
+}
+
+/// Registered native env ids, in registration order.
 pub fn env_ids() -> Vec<&'static str> {
-    SPECS.iter().filter(|s| !s.hidden).map(|s| s.id).collect()
+    specs().map(|s| s.id).collect()
 }
 
 pub fn spec(id: &str) -> Result<&'static EnvSpec> {
-    SPECS
-        .iter()
+    specs()
         .find(|s| s.id == id)
         .ok_or_else(|| CoreError::UnknownEnv {
             id: id.to_string(),
@@ -162,6 +180,24 @@ impl<'a> KwargsReader<'a> {
         }
     }
 
+    /// The string kwarg `key` (`default` when absent) mapped through `options`; any other
+    /// string is an error that lists the option names in their order.
+    pub fn choice<T: Clone>(&self, key: &str, default: &str, options: &[(&str, T)]) -> Result<T> {
+        let name = self.str_or(key, default)?;
+        if let Some((_, value)) = options.iter().find(|(n, _)| *n == name) {
+            return Ok(value.clone());
+        }
+        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+        let list = match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        };
+        Err(CoreError::InvalidArgument(format!(
+            "{}: {key} must be {list}, got {name:?}",
+            self.env
+        )))
+    }
+
     pub fn str_or(&self, key: &str, default: &str) -> Result<String> {
         match self.kwargs.get(key) {
             None | Some(Value::Null) => Ok(default.to_string()),
@@ -182,7 +218,21 @@ mod tests {
         let err = make_env("nope", &Kwargs::new()).err().unwrap();
         let msg = err.to_string();
         assert!(msg.contains("nope") && msg.contains("textcraft") && msg.contains("maze"));
-        assert!(!msg.contains("_test_panic"));
+    }
+
+    #[test]
+    fn test_envs_are_not_shipped() {
+        let shipped: Vec<&str> = shipped().map(|s| s.id).collect();
+        let test_ids = register_test_envs();
+        assert_eq!(test_ids, ["_test_panic"]);
+        for id in &test_ids {
+            assert!(!shipped.contains(id), "{id} is shipped");
+            assert!(
+                make_env(id, &Kwargs::new()).is_ok(),
+                "{id} is not registered"
+            );
+        }
+        assert_eq!(env_ids(), [shipped, test_ids].concat());
     }
 
     #[test]
@@ -226,5 +276,30 @@ mod tests {
         assert!(r.u64_or("size", 5).is_err());
         kw.insert("colour".into(), Value::from(1));
         assert!(KwargsReader::new("maze", &kw, &["size"]).is_err());
+    }
+
+    #[test]
+    fn kwargs_reader_choice_maps_names_and_lists_them_on_error() {
+        let levels = [("easy", 4), ("medium", 6), ("hard", 9)];
+        let choose = |value: Option<Value>, options: &[(&str, i32)]| {
+            let mut kw = Kwargs::new();
+            if let Some(v) = value {
+                kw.insert("difficulty".into(), v);
+            }
+            let r = KwargsReader::new("maze", &kw, &["difficulty"]).unwrap();
+            r.choice("difficulty", options[1].0, options)
+        };
+        assert_eq!(choose(None, &levels), Ok(6));
+        assert_eq!(choose(Some(Value::from("hard")), &levels), Ok(9));
+        let bad = |m: &str| Err(CoreError::InvalidArgument(m.into()));
+        assert_eq!(
+            choose(Some(Value::from("extreme")), &levels),
+            bad("maze: difficulty must be easy, medium or hard, got \"extreme\"")
+        );
+        assert_eq!(
+            choose(Some(Value::from("hard")), &[("train", 0), ("test", 1)]),
+            bad("maze: difficulty must be train or test, got \"hard\"")
+        );
+        assert!(choose(Some(Value::from(3)), &levels).is_err());
     }
 }

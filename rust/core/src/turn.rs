@@ -362,5 +362,4 @@ impl TurnCodec {
 }
 
 #[cfg(test)]
-#[path = "turn_tests.rs"]
 mod tests;

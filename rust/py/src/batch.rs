@@ -134,8 +134,8 @@ impl Actions {
             while i < list.len() {
                 let item = list_item(list, i)?;
                 // The header and, for a short ASCII str, its text (which follows the header).
-                agentgym_core::pool::prefetch(item.as_ptr());
-                agentgym_core::pool::prefetch(item.as_ptr().cast::<u8>().wrapping_add(64));
+                agentgym_core::util::prefetch(item.as_ptr());
+                agentgym_core::util::prefetch(item.as_ptr().cast::<u8>().wrapping_add(64));
                 items.push(item);
                 i += 1;
             }

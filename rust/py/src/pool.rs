@@ -3,7 +3,7 @@
 
 use crate::batch::{self, Actions};
 use crate::errors::to_py;
-use agentgym_core::pool::{first_refusal, ResetSpec, RowError};
+use agentgym_core::pool::{first_refusal, ResetSpec};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -34,8 +34,13 @@ type StepResult<'py> = (
     Bound<'py, PyArray1<bool>>,
 );
 
-/// `(observations, [(row, exception), ...])` of `reset_rows`.
-type RowsResult<'py> = (Bound<'py, PyList>, Vec<(usize, Py<PyAny>)>);
+/// What `reset` returns: the observations, or with `errors="return"`
+/// `(observations, [(row, exception), ...])`.
+#[derive(IntoPyObject)]
+pub enum ResetResult<'py> {
+    Observations(Bound<'py, PyList>),
+    Rows((Bound<'py, PyList>, Vec<(usize, Py<PyAny>)>)),
+}
 
 fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
     match serde_json::from_str::<serde_json::Value>(kwargs_json) {
@@ -52,17 +57,43 @@ pub struct PyEnvPool {
     pub(crate) inner: EpisodePool,
 }
 
+#[pymethods]
 impl PyEnvPool {
-    /// The core reset of a batch given as Python arguments (the GIL released while it
-    /// runs): the observations and the failed rows.
-    fn reset_batch<'py>(
+    #[new]
+    #[pyo3(signature = (env_id, num_envs, kwargs_json = "{}"))]
+    fn new(env_id: &str, num_envs: usize, kwargs_json: &str) -> PyResult<Self> {
+        let kwargs = parse_kwargs(kwargs_json)?;
+        let inner = EpisodePool::new(env_id, num_envs, kwargs).map_err(to_py)?;
+        Ok(Self { inner })
+    }
+
+    /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each. The whole
+    /// batch runs with the GIL released. With `errors="raise"` the result is the
+    /// observations, and a task the env refuses (or an env that cannot be built) raises its
+    /// named error after the batch ran (those slots end with `env_error`); a panic only ends
+    /// its own episode, its observation says so. With `errors="return"` nothing raises per
+    /// row: the result is `(observations, errors)`, `errors` listing `(row, exception)` in
+    /// row order for each row whose env refused its task, could not be built or panicked
+    /// (its observation is empty, or the panic's message). A malformed batch always raises.
+    #[pyo3(signature = (ids, tasks, seeds, max_turns, errors = "raise"))]
+    fn reset<'py>(
         &mut self,
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
         tasks: Vec<TaskArg>,
         seeds: &Bound<'py, PyAny>,
         max_turns: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyList>, Vec<RowError>)> {
+        errors: &str,
+    ) -> PyResult<ResetResult<'py>> {
+        let return_errors = match errors {
+            "raise" => false,
+            "return" => true,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "errors must be \"raise\" or \"return\", got {other:?}"
+                )))
+            }
+        };
         let ids = batch::slot_ids(ids)?;
         // Lists of ints (or anything `int()` takes) for seeds, of ints or None for horizons.
         let seeds: Vec<u64> = match seeds.cast::<PyList>() {
@@ -98,57 +129,19 @@ impl PyEnvPool {
             })
             .collect();
         let inner = &mut self.inner;
-        batch::with_str_list(py, specs.len(), |sink| inner.reset_with(&specs, sink))
-    }
-}
-
-#[pymethods]
-impl PyEnvPool {
-    #[new]
-    #[pyo3(signature = (env_id, num_envs, kwargs_json = "{}"))]
-    fn new(env_id: &str, num_envs: usize, kwargs_json: &str) -> PyResult<Self> {
-        let kwargs = parse_kwargs(kwargs_json)?;
-        let inner = EpisodePool::new(env_id, num_envs, kwargs).map_err(to_py)?;
-        Ok(Self { inner })
-    }
-
-    /// Reset slots `ids` with one task, seed and horizon (None = unlimited) each; the
-    /// observations. A task the env refuses (or an env that cannot be built) raises its
-    /// named error after the whole batch ran (those slots end with `env_error`); a panic
-    /// only ends its own episode, its observation says so.
-    fn reset<'py>(
-        &mut self,
-        py: Python<'py>,
-        ids: &Bound<'py, PyAny>,
-        tasks: Vec<TaskArg>,
-        seeds: &Bound<'py, PyAny>,
-        max_turns: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let (list, errors) = self.reset_batch(py, ids, tasks, seeds, max_turns)?;
-        match first_refusal(errors) {
-            Some(e) => Err(to_py(e)),
-            None => Ok(list),
+        let (list, failed) =
+            batch::with_str_list(py, specs.len(), |sink| inner.reset_with(&specs, sink))?;
+        if return_errors {
+            let failed = failed
+                .into_iter()
+                .map(|e| (e.row, to_py(e.error).into_value(py).into_any()))
+                .collect();
+            return Ok(ResetResult::Rows((list, failed)));
         }
-    }
-
-    /// `reset` that reports failed rows instead of raising: `(observations, errors)`, where
-    /// `errors` lists `(row, exception)` in row order for each row whose env refused its
-    /// task, could not be built or panicked (that row's episode ends with `env_error`; its
-    /// observation is empty, or the panic's message). Only a malformed batch raises.
-    fn reset_rows<'py>(
-        &mut self,
-        py: Python<'py>,
-        ids: &Bound<'py, PyAny>,
-        tasks: Vec<TaskArg>,
-        seeds: &Bound<'py, PyAny>,
-        max_turns: &Bound<'py, PyAny>,
-    ) -> PyResult<RowsResult<'py>> {
-        let (list, errors) = self.reset_batch(py, ids, tasks, seeds, max_turns)?;
-        let errors = errors
-            .into_iter()
-            .map(|e| (e.row, to_py(e.error).into_value(py).into_any()))
-            .collect();
-        Ok((list, errors))
+        match first_refusal(failed) {
+            Some(e) => Err(to_py(e)),
+            None => Ok(ResetResult::Observations(list)),
+        }
     }
 
     /// Step slots `ids` (a list or numpy array of ints) with one action each (a list of
@@ -265,13 +258,21 @@ impl PyEnvPool {
     }
 }
 
-/// Listed native env ids.
+/// Registered native env ids: the shipped envs, and the test-only ones once
+/// `_register_test_envs` has run.
 #[pyfunction]
 fn native_env_ids() -> Vec<&'static str> {
     registry::env_ids()
 }
 
-/// One-line description of a native env (hidden test envs included).
+/// For tests only: registers the test-only native envs (`_test_panic`, which fails on
+/// demand) in this process; calling it again changes nothing. Returns their ids.
+#[pyfunction]
+fn _register_test_envs() -> Vec<&'static str> {
+    registry::register_test_envs()
+}
+
+/// One-line description of a registered native env.
 #[pyfunction]
 fn native_env_description(env_id: &str) -> PyResult<&'static str> {
     registry::spec(env_id).map(|s| s.description).map_err(to_py)
@@ -291,6 +292,7 @@ fn native_env_tasks(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEnvPool>()?;
     m.add_function(wrap_pyfunction!(native_env_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(_register_test_envs, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_description, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_tasks, m)?)?;
     Ok(())

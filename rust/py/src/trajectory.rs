@@ -303,19 +303,9 @@ impl PyTrajectoryStore {
     }
 }
 
-/// `values` as a list of floats in which every 0.0 is one shared object: a trajectory's
+/// A list of `values` as floats in which every +0.0 is the object `zero`: a trajectory's
 /// logprobs are 0.0 on all prompt and observation tokens, so this allocates only the model
 /// tokens' floats (and the cyclic GC visits one hot object for the rest).
-#[pyfunction]
-fn float_list<'py>(
-    py: Python<'py>,
-    values: PyReadonlyArray1<'py, f32>,
-) -> PyResult<Bound<'py, pyo3::types::PyList>> {
-    let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
-    shared_zero_floats(&zero, values.as_array().iter().copied())
-}
-
-/// A list of `values` as floats in which every +0.0 is the object `zero`.
 fn shared_zero_floats<'py>(
     zero: &Bound<'py, PyAny>,
     values: impl ExactSizeIterator<Item = f32>,
@@ -334,7 +324,6 @@ fn shared_zero_floats<'py>(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(float_list, m)?)?;
     m.add_class::<PyTrajectoryStore>()?;
     let names: Vec<&str> = StopReason::ALL.iter().map(|r| r.as_str()).collect();
     m.add("STOP_REASONS", pyo3::types::PyTuple::new(m.py(), names)?)?;

@@ -11,7 +11,7 @@ from agentgym.pool import EnvPool
 
 def is_native(env_id: str) -> bool:
     """Whether ``env_id`` is an env of the Rust core."""
-    return env_id in _core.native_env_ids() or env_id.startswith("_test")
+    return env_id in _core.native_env_ids()
 
 
 class NativeDriver:

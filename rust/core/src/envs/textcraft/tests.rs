@@ -1,4 +1,5 @@
 use super::*;
+use crate::envs::test_util::assert_dialogue;
 use crate::error::CoreError;
 
 fn env() -> TextCraft {
@@ -76,63 +77,47 @@ fn get_craft_inventory_semantics_and_messages() {
     let book = Book::shared();
     e.reset(&Task::Index(idx(&book, "minecraft:wooden_pickaxe")), 3)
         .unwrap();
+    assert_dialogue(
+        &mut e,
+        &[
+            ("inventory", "Inventory: You are not carrying anything."),
+            ("get 2 oak logs", "Got 2 oak logs"),
+            ("get 1 oak planks", "Could not find oak planks"),
+            ("get 1 planks", "Could not find planks"),
+            ("get 1 unobtainium", "Could not find unobtainium"),
+            (
+                "craft 4 oak planks using 1 oak logs",
+                "Crafted 4 minecraft:oak_planks",
+            ),
+            ("inventory", "Inventory: [oak logs] (1) [oak planks] (4) "),
+            (
+                "craft 4 stick using 2 planks",
+                "Could not find enough items to craft minecraft:stick",
+            ),
+            (
+                "craft 8 stick using 4 oak planks",
+                "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(tag=None, \
+                 item_id='minecraft:stick'), count=8)",
+            ),
+            (
+                "craft 4 stick using 2 oak planks",
+                "Crafted 4 minecraft:stick",
+            ),
+            (
+                "craft 1 planks using 1 oak logs",
+                "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(\
+                 tag='minecraft:planks', item_id=None), count=1)",
+            ),
+            ("craft 1 x using y", "Wrong item format: y"),
+            ("dance", "Could not execute dance"),
+            ("get oak logs", "Could not execute get oak logs"),
+            (
+                "inventory please\nmore",
+                "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) ",
+            ),
+        ],
+    );
     let s = |e: &mut TextCraft, a: &str| e.step(a);
-    assert_eq!(
-        s(&mut e, "inventory").observation,
-        "Inventory: You are not carrying anything."
-    );
-    assert_eq!(s(&mut e, "get 2 oak logs").observation, "Got 2 oak logs");
-    assert_eq!(
-        s(&mut e, "get 1 oak planks").observation,
-        "Could not find oak planks"
-    );
-    assert_eq!(
-        s(&mut e, "get 1 planks").observation,
-        "Could not find planks"
-    );
-    assert_eq!(
-        s(&mut e, "get 1 unobtainium").observation,
-        "Could not find unobtainium"
-    );
-    assert_eq!(
-        s(&mut e, "craft 4 oak planks using 1 oak logs").observation,
-        "Crafted 4 minecraft:oak_planks"
-    );
-    assert_eq!(
-        s(&mut e, "inventory").observation,
-        "Inventory: [oak logs] (1) [oak planks] (4) "
-    );
-    assert_eq!(
-        s(&mut e, "craft 4 stick using 2 planks").observation,
-        "Could not find enough items to craft minecraft:stick"
-    );
-    assert_eq!(
-        s(&mut e, "craft 8 stick using 4 oak planks").observation,
-        "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(tag=None, \
-         item_id='minecraft:stick'), count=8)"
-    );
-    assert_eq!(
-        s(&mut e, "craft 4 stick using 2 oak planks").observation,
-        "Crafted 4 minecraft:stick"
-    );
-    assert_eq!(
-        s(&mut e, "craft 1 planks using 1 oak logs").observation,
-        "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag(\
-         tag='minecraft:planks', item_id=None), count=1)"
-    );
-    assert_eq!(
-        s(&mut e, "craft 1 x using y").observation,
-        "Wrong item format: y"
-    );
-    assert_eq!(s(&mut e, "dance").observation, "Could not execute dance");
-    assert_eq!(
-        s(&mut e, "get oak logs").observation,
-        "Could not execute get oak logs"
-    );
-    assert_eq!(
-        s(&mut e, "inventory please\nmore").observation,
-        "Inventory: [oak logs] (1) [oak planks] (2) [stick] (4) "
-    );
     s(&mut e, "craft 4 oak planks using 1 oak logs");
     let last = s(&mut e, "craft 1 wooden pickaxe using 3 oak planks, 2 stick");
     assert_eq!(
@@ -275,15 +260,14 @@ fn sanitized_actions_follow_agentgym_client() {
     );
     let mut e = TextCraft::new(10, true);
     e.reset(&Task::Index(0), 0).unwrap();
-    assert_eq!(
-        e.step("look").observation,
-        "Inventory: You are not carrying anything."
+    assert_dialogue(
+        &mut e,
+        &[
+            ("look", "Inventory: You are not carrying anything."),
+            (" get 1 acacia logs.", "Got 1 acacia logs"),
+            ("dance!", "Could not execute dance"),
+        ],
     );
-    assert_eq!(
-        e.step(" get 1 acacia logs.").observation,
-        "Got 1 acacia logs"
-    );
-    assert_eq!(e.step("dance!").observation, "Could not execute dance");
 }
 
 #[test]

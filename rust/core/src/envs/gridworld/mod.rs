@@ -10,7 +10,7 @@
 use crate::env::{Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::collections::VecDeque;
 use std::fmt::Write;
 
@@ -136,16 +136,15 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     ];
     let r = KwargsReader::new("gridworld", kwargs, &allowed)?;
     let bad = |m: String| CoreError::InvalidArgument(format!("gridworld: {m}"));
-    let (size, objs, doors, locked) = match r.str_or("difficulty", "medium")?.as_str() {
-        "easy" => (5, 2, 1, false),
-        "medium" => (6, 4, 2, false),
-        "hard" => (8, 6, 3, true),
-        other => {
-            return Err(bad(format!(
-                "difficulty must be easy, medium or hard, got {other:?}"
-            )))
-        }
-    };
+    let (size, objs, doors, locked) = r.choice(
+        "difficulty",
+        "medium",
+        &[
+            ("easy", (5, 2, 1, false)),
+            ("medium", (6, 4, 2, false)),
+            ("hard", (8, 6, 3, true)),
+        ],
+    )?;
     let size = r.u64_or("size", size)? as usize;
     let num_objects = r.u64_or("num_objects", objs)? as usize;
     let num_doors = r.u64_or("num_doors", doors)? as usize;
@@ -166,11 +165,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     if !(3..=11).contains(&view) || view % 2 == 0 {
         return Err(bad(format!("view must be odd and in 3..=11, got {view}")));
     }
-    let split = match r.str_or("split", "train")?.as_str() {
-        "train" => 0,
-        "test" => 1,
-        other => return Err(bad(format!("split must be train or test, got {other:?}"))),
-    };
+    let split = r.choice("split", "train", &[("train", 0), ("test", 1)])?;
     let cfg = GridConfig {
         size,
         num_objects,
@@ -597,8 +592,6 @@ impl GridEnv {
 }
 
 #[cfg(test)]
-#[path = "gridworld_tests.rs"]
 mod tests;
 
-#[path = "gridworld_plan.rs"]
 mod plan;

@@ -1,6 +1,7 @@
-//! Unit tests of the 2048 env (included from `game2048.rs`).
+//! Unit tests of the 2048 env.
 
 use super::*;
+use crate::envs::test_util::{assert_bad_kwargs, assert_parses, assert_refuses_task_text, build};
 use serde_json::json;
 
 /// A board from 16 tile values (0 = empty), row by row.
@@ -14,8 +15,21 @@ fn row(v: [u32; 4]) -> u16 {
     board([v[0], v[1], v[2], v[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) as u16
 }
 
+/// A running game on `board` with target 2048 and no moves made yet.
+fn started(board: u64) -> Game2048 {
+    Game2048 {
+        target_exp: 11,
+        board,
+        score: 0,
+        moves: 0,
+        rng: SplitMix64::new(1),
+        started: true,
+        done: false,
+    }
+}
+
 fn game(kw: serde_json::Value) -> Box<dyn Env> {
-    make(kw.as_object().unwrap()).unwrap()
+    build(make, kw)
 }
 
 #[test]
@@ -37,22 +51,14 @@ fn rows_slide_and_merge_like_2048() {
 fn moves_in_all_directions() {
     let b = board([2, 0, 0, 2, 0, 4, 0, 0, 0, 4, 0, 0, 8, 0, 0, 8]);
     assert_eq!(transpose(transpose(b)), b);
-    assert_eq!(
-        apply_move(b, 2),
-        (board([4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 16, 0, 0, 0]), 20)
-    );
-    assert_eq!(
-        apply_move(b, 3),
-        (board([0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 16]), 20)
-    );
-    assert_eq!(
-        apply_move(b, 0),
-        (board([2, 8, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0]), 8)
-    );
-    assert_eq!(
-        apply_move(b, 1),
-        (board([0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 8, 8, 0, 8]), 8)
-    );
+    for (m, after, pts) in [
+        (2, [4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 16, 0, 0, 0], 20),
+        (3, [0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 16], 20),
+        (0, [2, 8, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0], 8),
+        (1, [0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 2, 8, 8, 0, 8], 8),
+    ] {
+        assert_eq!(apply_move(b, m), (board(after), pts), "move {m}");
+    }
 }
 
 #[test]
@@ -85,42 +91,27 @@ fn texts_and_episode_flow() {
 
 #[test]
 fn blocked_move_changes_nothing_and_parsing() {
-    let mut g = Game2048 {
-        target_exp: 11,
-        board: board([2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-        score: 0,
-        moves: 0,
-        rng: SplitMix64::new(1),
-        started: true,
-        done: false,
-    };
+    let mut g = started(board([2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]));
     let s = g.step("move up");
     assert!(s.observation.starts_with("Nothing moves up."));
     assert_eq!(g.moves, 0);
     assert_eq!(g.valid_actions(), vec!["down", "right"]);
-    for (t, want) in [
-        ("up", Some(0)),
-        ("Slide DOWN.", Some(1)),
-        ("swipe left", Some(2)),
-        (" move  right", Some(3)),
-        ("u", None),
-        ("up up", None),
-    ] {
-        assert_eq!(parse_move(t), want, "{t:?}");
-    }
+    assert_parses(
+        parse_move,
+        &[
+            ("up", Some(0)),
+            ("Slide DOWN.", Some(1)),
+            ("swipe left", Some(2)),
+            (" move  right", Some(3)),
+            ("u", None),
+            ("up up", None),
+        ],
+    );
 }
 
 #[test]
 fn game_over_is_terminal_with_no_reward() {
-    let mut g = Game2048 {
-        target_exp: 11,
-        board: board([2, 4, 2, 4, 4, 2, 4, 2, 2, 4, 2, 4, 4, 2, 4, 0]),
-        score: 0,
-        moves: 0,
-        rng: SplitMix64::new(1),
-        started: true,
-        done: false,
-    };
+    let mut g = started(board([2, 4, 2, 4, 4, 2, 4, 2, 2, 4, 2, 4, 4, 2, 4, 0]));
     // Sliding right fills the last gap; whatever spawns, this board then locks up only if
     // the new tile matches no neighbour, so play until the game ends.
     let mut last = g.step("right");
@@ -187,23 +178,14 @@ fn oracle_reaches_256_and_random_play_rarely_does() {
 
 #[test]
 fn bad_kwargs_and_tasks() {
-    for kw in [
-        json!({"target": 100}),
-        json!({"target": 4}),
-        json!({"difficulty": "x"}),
-        json!({"size": 5}),
-    ] {
-        assert!(
-            matches!(
-                make(kw.as_object().unwrap()),
-                Err(CoreError::InvalidArgument(_))
-            ),
-            "{kw}"
-        );
-    }
-    let mut g = game(json!({}));
-    assert!(matches!(
-        g.reset(&Task::Spec("x".into()), 0),
-        Err(CoreError::InvalidTask { .. })
-    ));
+    assert_bad_kwargs(
+        make,
+        &[
+            json!({"target": 100}),
+            json!({"target": 4}),
+            json!({"difficulty": "x"}),
+            json!({"size": 5}),
+        ],
+    );
+    assert_refuses_task_text(&mut *game(json!({})));
 }

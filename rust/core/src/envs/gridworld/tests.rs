@@ -1,6 +1,7 @@
-//! Unit tests of the gridworld env (included from `gridworld.rs`).
+//! Unit tests of the gridworld env.
 
 use super::*;
+use crate::envs::test_util::{assert_bad_kwargs, assert_parses, assert_refuses_task_text, build};
 use serde_json::json;
 
 fn env(kw: serde_json::Value) -> GridEnv {
@@ -36,8 +37,8 @@ fn run_oracle(e: &mut GridEnv, limit: usize) -> Option<usize> {
 
 #[test]
 fn deterministic_by_task_and_seed_free() {
-    let mut a = make(json!({}).as_object().unwrap()).unwrap();
-    let mut b = make(json!({}).as_object().unwrap()).unwrap();
+    let mut a = build(make, json!({}));
+    let mut b = build(make, json!({}));
     let mut distinct = std::collections::HashSet::new();
     for t in 0..100 {
         let oa = a.reset(&Task::Index(t), 1).unwrap();
@@ -179,48 +180,40 @@ fn mechanics_and_texts() {
 
 #[test]
 fn action_parsing() {
-    for (t, want) in [
-        ("turn left", Some(0)),
-        ("LEFT", Some(0)),
-        (" turn right.", Some(1)),
-        ("move forward", Some(2)),
-        ("forward", Some(2)),
-        ("pick up", Some(3)),
-        ("pickup", Some(3)),
-        ("drop", Some(4)),
-        ("toggle", Some(5)),
-        ("open", Some(5)),
-        ("jump", None),
-        ("turn around", None),
-    ] {
-        assert_eq!(parse_action(t), want, "{t:?}");
-    }
+    assert_parses(
+        parse_action,
+        &[
+            ("turn left", Some(0)),
+            ("LEFT", Some(0)),
+            (" turn right.", Some(1)),
+            ("move forward", Some(2)),
+            ("forward", Some(2)),
+            ("pick up", Some(3)),
+            ("pickup", Some(3)),
+            ("drop", Some(4)),
+            ("toggle", Some(5)),
+            ("open", Some(5)),
+            ("jump", None),
+            ("turn around", None),
+        ],
+    );
 }
 
 #[test]
 fn bad_kwargs_are_named_errors() {
-    for kw in [
-        json!({"difficulty": "extreme"}),
-        json!({"size": 2}),
-        json!({"size": 13}),
-        json!({"num_doors": 5}),
-        json!({"num_objects": 0, "num_doors": 0}),
-        json!({"size": 3, "num_objects": 8}),
-        json!({"view": 4}),
-        json!({"split": "dev"}),
-        json!({"colour": 1}),
-    ] {
-        assert!(
-            matches!(
-                make(kw.as_object().unwrap()),
-                Err(CoreError::InvalidArgument(_))
-            ),
-            "{kw}"
-        );
-    }
-    let mut e = make(&Kwargs::new()).unwrap();
-    assert!(matches!(
-        e.reset(&Task::Spec("x".into()), 0),
-        Err(CoreError::InvalidTask { .. })
-    ));
+    assert_bad_kwargs(
+        make,
+        &[
+            json!({"difficulty": "extreme"}),
+            json!({"size": 2}),
+            json!({"size": 13}),
+            json!({"num_doors": 5}),
+            json!({"num_objects": 0, "num_doors": 0}),
+            json!({"size": 3, "num_objects": 8}),
+            json!({"view": 4}),
+            json!({"split": "dev"}),
+            json!({"colour": 1}),
+        ],
+    );
+    assert_refuses_task_text(&mut *make(&Kwargs::new()).unwrap());
 }

@@ -3,7 +3,7 @@
 use super::corpus::{Corpus, Entity};
 use super::questions::{answer_score, normalize, QuestionBank, Rel, Value, TEST_PER_HOP};
 use super::*;
-use rand::seq::IndexedRandom;
+use crate::envs::test_util::{self, play_random};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
@@ -15,14 +15,7 @@ fn env(split: Split, hops: Option<u8>, task: u64) -> SearchEnv {
 }
 
 fn play_oracle(e: &mut SearchEnv) -> (f32, usize) {
-    for step in 1..=20 {
-        let a = e.oracle_action().expect("oracle acts until the answer");
-        let s = e.step(&a);
-        if s.terminated {
-            return (s.reward, step);
-        }
-    }
-    panic!("oracle did not answer in 20 steps");
+    test_util::play_oracle(e, 20)
 }
 
 #[test]
@@ -165,14 +158,7 @@ fn random_policy_rarely_succeeds() {
     let episodes = 300;
     for task in 0..episodes {
         let mut e = env(Split::Train, None, task);
-        for _ in 0..20 {
-            let actions = e.valid_actions();
-            let s = e.step(actions.choose(&mut rng).unwrap());
-            if s.terminated {
-                right += (s.reward == 1.0) as usize;
-                break;
-            }
-        }
+        right += (play_random(&mut e, &mut rng, 20) == Some(1.0)) as usize;
     }
     assert!(
         right * 10 < episodes as usize,

@@ -11,7 +11,7 @@
 use crate::env::{Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::fmt::Write;
 use std::sync::OnceLock;
 
@@ -270,16 +270,11 @@ pub struct Game2048 {
 /// two, 8..=32768).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     let r = KwargsReader::new("game2048", kwargs, &["difficulty", "target"])?;
-    let target = match r.str_or("difficulty", "medium")?.as_str() {
-        "easy" => 64,
-        "medium" => 256,
-        "hard" => 2048,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "game2048: difficulty must be easy, medium or hard, got {other:?}"
-            )))
-        }
-    };
+    let target = r.choice(
+        "difficulty",
+        "medium",
+        &[("easy", 64), ("medium", 256), ("hard", 2048)],
+    )?;
     let target = r.u64_or("target", target)?;
     if !target.is_power_of_two() || !(8..=32768).contains(&target) {
         return Err(CoreError::InvalidArgument(format!(
@@ -414,5 +409,4 @@ impl Env for Game2048 {
 }
 
 #[cfg(test)]
-#[path = "game2048_tests.rs"]
 mod tests;

@@ -3,7 +3,7 @@
 
 use super::categories::TAGLINES;
 pub use super::categories::{CategoryDef, CATEGORIES};
-use crate::bm25::Bm25Index;
+use crate::util::bm25::Bm25Index;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -2,7 +2,7 @@
 
 use super::goal::{Goal, Split, TEST_SLOTS, VARIANTS};
 use super::*;
-use rand::seq::IndexedRandom;
+use crate::envs::test_util::{self, play_random};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashSet;
@@ -15,16 +15,7 @@ fn env(split: Split, task: u64) -> WebShopEnv {
 
 /// Play the oracle to the end; returns (reward, steps).
 fn play_oracle(e: &mut WebShopEnv) -> (f32, usize) {
-    for step in 1..=40 {
-        let a = e
-            .oracle_action()
-            .expect("oracle has an action before the end");
-        let s = e.step(&a);
-        if s.terminated {
-            return (s.reward, step);
-        }
-    }
-    panic!("oracle did not finish in 40 steps");
+    test_util::play_oracle(e, 40)
 }
 
 #[test]
@@ -141,14 +132,7 @@ fn random_policy_rarely_succeeds() {
     let episodes = 200;
     for task in 0..episodes {
         let mut e = env(Split::Train, task);
-        for _ in 0..30 {
-            let actions = e.valid_actions();
-            let s = e.step(actions.choose(&mut rng).unwrap());
-            if s.terminated {
-                perfect += (s.reward == 1.0) as usize;
-                break;
-            }
-        }
+        perfect += (play_random(&mut e, &mut rng, 30) == Some(1.0)) as usize;
     }
     assert!(
         perfect * 10 < episodes as usize,

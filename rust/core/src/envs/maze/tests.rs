@@ -1,10 +1,11 @@
-//! Unit tests of the maze env (included from `maze.rs`).
+//! Unit tests of the maze env.
 
 use super::*;
+use crate::envs::test_util::{assert_bad_kwargs, assert_parses, build};
 use serde_json::json;
 
 fn env(kw: serde_json::Value) -> Box<dyn Env> {
-    make(kw.as_object().unwrap()).unwrap()
+    build(make, kw)
 }
 
 fn maze(kw: serde_json::Value) -> MazeEnv {
@@ -191,22 +192,23 @@ fn walls_and_unknown_text_cost_a_turn_but_do_not_move() {
 
 #[test]
 fn direction_parsing() {
-    for (text, want) in [
-        ("move north", Some(0)),
-        ("  Move South.", Some(1)),
-        ("go  east", Some(2)),
-        ("W", Some(3)),
-        ("west\n", Some(3)),
-        ("MOVE N", Some(0)),
-        ("move", None),
-        ("movenorth", None),
-        ("move north please", None),
-        ("norths", None),
-        ("", None),
-        ("ｎorth", None),
-    ] {
-        assert_eq!(parse_direction(text), want, "{text:?}");
-    }
+    assert_parses(
+        parse_direction,
+        &[
+            ("move north", Some(0)),
+            ("  Move South.", Some(1)),
+            ("go  east", Some(2)),
+            ("W", Some(3)),
+            ("west\n", Some(3)),
+            ("MOVE N", Some(0)),
+            ("move", None),
+            ("movenorth", None),
+            ("move north please", None),
+            ("norths", None),
+            ("", None),
+            ("ｎorth", None),
+        ],
+    );
 }
 
 #[test]
@@ -235,22 +237,17 @@ fn shaping_rewards_progress_only_when_enabled() {
 
 #[test]
 fn bad_kwargs_are_named_errors() {
-    for kw in [
-        json!({"difficulty": "extreme"}),
-        json!({"size": 0}),
-        json!({"width": 65}),
-        json!({"size": 1}),
-        json!({"split": "dev"}),
-        json!({"shaping": "lots"}),
-        json!({"colour": 1}),
-    ] {
-        assert!(
-            matches!(
-                make(kw.as_object().unwrap()),
-                Err(CoreError::InvalidArgument(_))
-            ),
-            "{kw}"
-        );
-    }
+    assert_bad_kwargs(
+        make,
+        &[
+            json!({"difficulty": "extreme"}),
+            json!({"size": 0}),
+            json!({"width": 65}),
+            json!({"size": 1}),
+            json!({"split": "dev"}),
+            json!({"shaping": "lots"}),
+            json!({"colour": 1}),
+        ],
+    );
     assert!(make(json!({"width": 1, "height": 2}).as_object().unwrap()).is_ok());
 }

@@ -2,7 +2,7 @@
 //! companies and inventions with linked facts, one short document per entity, and a BM25
 //! index over the documents. Generated deterministically and built once per process.
 
-use crate::bm25::{tokenize, Bm25Index};
+use crate::util::bm25::{tokenize, Bm25Index};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

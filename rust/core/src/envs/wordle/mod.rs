@@ -9,11 +9,11 @@
 use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::sync::OnceLock;
 
-const ANSWERS_TXT: &str = include_str!("../../../envs/wordle/answers.txt");
-const WORDS_TXT: &str = include_str!("../../../envs/wordle/words.txt");
+const ANSWERS_TXT: &str = include_str!("../../../../../envs/wordle/answers.txt");
+const WORDS_TXT: &str = include_str!("../../../../../envs/wordle/words.txt");
 const SALT: u64 = 0x776F_7264; // "word"
 /// Percent of the answers (at the end of the list) that form the `test` split.
 const TEST_PERCENT: usize = 15;
@@ -210,25 +210,19 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     }
     let n = lists().answers.len();
     let cut = n - n * TEST_PERCENT / 100;
-    let range = match r.str_or("split", "all")?.as_str() {
-        "all" => 0..n,
-        "train" => 0..cut,
-        "test" => cut..n,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "wordle: split must be all, train or test, got {other:?}"
-            )))
-        }
-    };
-    let mode = match r.str_or("valid_actions", "sample")?.as_str() {
-        "sample" => ValidMode::Sample,
-        "consistent" => ValidMode::Consistent,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "wordle: valid_actions must be sample or consistent, got {other:?}"
-            )))
-        }
-    };
+    let range = r.choice(
+        "split",
+        "all",
+        &[("all", 0..n), ("train", 0..cut), ("test", cut..n)],
+    )?;
+    let mode = r.choice(
+        "valid_actions",
+        "sample",
+        &[
+            ("sample", ValidMode::Sample),
+            ("consistent", ValidMode::Consistent),
+        ],
+    )?;
     let num_valid = r.u64_or("num_valid_actions", 20)?;
     if num_valid > 200 {
         return Err(CoreError::InvalidArgument(format!(
@@ -338,7 +332,7 @@ impl Env for WordleEnv {
     }
 
     fn prefetch(&self) {
-        crate::pool::prefetch(self.history.as_ptr());
+        crate::util::prefetch(self.history.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -396,5 +390,4 @@ impl Env for WordleEnv {
 }
 
 #[cfg(test)]
-#[path = "wordle_tests.rs"]
 mod tests;

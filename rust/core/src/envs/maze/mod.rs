@@ -10,7 +10,7 @@
 use crate::env::{push_decimal, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
-use crate::splitmix::{derive, SplitMix64};
+use crate::util::splitmix::{derive, SplitMix64};
 use std::collections::VecDeque;
 use std::fmt::Write;
 
@@ -293,16 +293,11 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         "split",
     ];
     let r = KwargsReader::new("maze", kwargs, &allowed)?;
-    let side = match r.str_or("difficulty", "medium")?.as_str() {
-        "easy" => 4,
-        "medium" => 6,
-        "hard" => 9,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "maze: difficulty must be easy, medium or hard, got {other:?}"
-            )))
-        }
-    };
+    let side = r.choice(
+        "difficulty",
+        "medium",
+        &[("easy", 4), ("medium", 6), ("hard", 9)],
+    )?;
     let side = r.u64_or("size", side)?;
     let (width, height) = (r.u64_or("width", side)?, r.u64_or("height", side)?);
     if !(1..=MAX_SIDE).contains(&width) || !(1..=MAX_SIDE).contains(&height) || width * height < 2 {
@@ -316,15 +311,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
             CoreError::InvalidArgument("maze: shaping must be a finite number".into())
         })? as f32,
     };
-    let split = match r.str_or("split", "train")?.as_str() {
-        "train" => 0,
-        "test" => 1,
-        other => {
-            return Err(CoreError::InvalidArgument(format!(
-                "maze: split must be train or test, got {other:?}"
-            )))
-        }
-    };
+    let split = r.choice("split", "train", &[("train", 0), ("test", 1)])?;
     let cfg = MazeConfig {
         width: width as usize,
         height: height as usize,
@@ -492,9 +479,9 @@ impl Env for MazeEnv {
 
     fn prefetch(&self) {
         // The cells around the current position that a step reads (walls, distances).
-        crate::pool::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
-        crate::pool::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
-        crate::pool::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
+        crate::util::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -544,5 +531,4 @@ impl Env for MazeEnv {
 }
 
 #[cfg(test)]
-#[path = "maze_tests.rs"]
 mod tests;

@@ -1,6 +1,7 @@
-//! Unit tests of the wordle env (included from `wordle.rs`).
+//! Unit tests of the wordle env.
 
 use super::*;
+use crate::envs::test_util::{assert_bad_kwargs, assert_dialogue, assert_parses, build};
 use serde_json::json;
 
 fn w(s: &str) -> Word {
@@ -14,7 +15,7 @@ fn fb(guess: &str, answer: &str) -> String {
 }
 
 fn env(kw: serde_json::Value) -> Box<dyn Env> {
-    make(kw.as_object().unwrap()).unwrap()
+    build(make, kw)
 }
 
 #[test]
@@ -53,22 +54,23 @@ fn feedback_follows_wordle_duplicate_rules() {
 
 #[test]
 fn guess_parsing() {
-    for (text, want) in [
-        ("guess crane", Parsed::Word(w("crane"))),
-        ("Guess: CRANE.", Parsed::Word(w("crane"))),
-        ("  crane\n", Parsed::Word(w("crane"))),
-        ("GUESS   Slate", Parsed::Word(w("slate"))),
-        ("xyzzq", Parsed::Word(w("xyzzq"))),
-        ("guess", Parsed::Word(w("guess"))),
-        ("guess ", Parsed::Word(w("guess"))),
-        ("guess cranes", Parsed::Invalid),
-        ("guesscrane", Parsed::Invalid),
-        ("cr4ne", Parsed::Invalid),
-        ("crâne", Parsed::Invalid),
-        ("", Parsed::Invalid),
-    ] {
-        assert_eq!(parse_guess(text), want, "{text:?}");
-    }
+    assert_parses(
+        parse_guess,
+        &[
+            ("guess crane", Parsed::Word(w("crane"))),
+            ("Guess: CRANE.", Parsed::Word(w("crane"))),
+            ("  crane\n", Parsed::Word(w("crane"))),
+            ("GUESS   Slate", Parsed::Word(w("slate"))),
+            ("xyzzq", Parsed::Word(w("xyzzq"))),
+            ("guess", Parsed::Word(w("guess"))),
+            ("guess ", Parsed::Word(w("guess"))),
+            ("guess cranes", Parsed::Invalid),
+            ("guesscrane", Parsed::Invalid),
+            ("cr4ne", Parsed::Invalid),
+            ("crâne", Parsed::Invalid),
+            ("", Parsed::Invalid),
+        ],
+    );
 }
 
 #[test]
@@ -79,13 +81,15 @@ fn episode_flow_and_messages() {
         obs,
         "Guess the secret five-letter word. You have 3 guesses. Reply: guess <word>."
     );
-    assert_eq!(
-        e.step("hello there").observation,
-        "Invalid action. Reply: guess <five-letter word>. 3 left."
-    );
-    assert_eq!(
-        e.step("guess xyzzq").observation,
-        "Not in the word list: xyzzq. 3 left."
+    assert_dialogue(
+        &mut *e,
+        &[
+            (
+                "hello there",
+                "Invalid action. Reply: guess <five-letter word>. 3 left.",
+            ),
+            ("guess xyzzq", "Not in the word list: xyzzq. 3 left."),
+        ],
     );
     let s = e.step("guess crane");
     assert_eq!(
@@ -200,20 +204,15 @@ fn valid_actions_modes() {
 
 #[test]
 fn bad_kwargs_are_named_errors() {
-    for kw in [
-        json!({"max_guesses": 0}),
-        json!({"max_guesses": 21}),
-        json!({"split": "dev"}),
-        json!({"valid_actions": "all"}),
-        json!({"num_valid_actions": 201}),
-        json!({"size": 5}),
-    ] {
-        assert!(
-            matches!(
-                make(kw.as_object().unwrap()),
-                Err(CoreError::InvalidArgument(_))
-            ),
-            "{kw}"
-        );
-    }
+    assert_bad_kwargs(
+        make,
+        &[
+            json!({"max_guesses": 0}),
+            json!({"max_guesses": 21}),
+            json!({"split": "dev"}),
+            json!({"valid_actions": "all"}),
+            json!({"num_valid_actions": 201}),
+            json!({"size": 5}),
+        ],
+    );
 }

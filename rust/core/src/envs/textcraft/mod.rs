@@ -597,8 +597,8 @@ impl Env for TextCraft {
     }
 
     fn prefetch(&self) {
-        crate::pool::prefetch(self.inventory.as_ptr());
-        crate::pool::prefetch(self.listed.as_ptr());
+        crate::util::prefetch(self.inventory.as_ptr());
+        crate::util::prefetch(self.listed.as_ptr());
     }
 
     fn valid_actions(&self) -> Vec<String> {

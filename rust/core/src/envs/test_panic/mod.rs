@@ -1,4 +1,5 @@
-//! `_test_panic`: a hidden test-only env. It counts steps and fails on demand, so that tests
+//! `_test_panic`: a test-only env, not shipped (registered by
+//! [`crate::registry::register_test_envs`]). It counts steps and fails on demand, so that tests
 //! can show one failing episode never takes its batch down:
 //! - the action `panic` panics inside `step`;
 //! - the task text `panic` panics inside `reset`;
