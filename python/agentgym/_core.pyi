@@ -169,9 +169,10 @@ def parse_actions(
 
 class TurnCodec:
     """One rollout turn of many episodes in one call (see ``rust/core/src/turn.rs``): decode
-    each reply (special tokens dropped), parse its action, step the native env, append reply,
-    reward and the templated observation tokens to the trajectory store. Tokenization uses the
-    same ``tokenizer.json`` as the Python side (``backend_tokenizer.to_str()``)."""
+    each reply (special tokens dropped), parse its action, step the native env (or take a
+    driver's step results), append reply, reward and the templated observation tokens to the
+    trajectory store. Tokenization uses the same ``tokenizer.json`` as the Python side
+    (``backend_tokenizer.to_str()``)."""
 
     def __init__(
         self,
@@ -194,21 +195,6 @@ class TurnCodec:
     def decode(self, ids: list[int]) -> str: ...
     def actions(self, replies: list[list[int]]) -> list[str]: ...
     def observation_ids(self, observations: list[str]) -> list[list[int]]: ...
-    def step_turns(
-        self,
-        pool: EnvPool,
-        store: TrajectoryStore,
-        keys: list[int],
-        slots: list[int],
-        tokens: list[list[int]],
-        ended: list[bool],
-        max_total_tokens: int,
-        logprobs: list[list[float]] | None = None,
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int8], list[tuple[int, str]],
-               list[list[int]]]:
-        """``(rewards, stop, errors, appended)``: ``stop[i]`` is -1 while episode i goes on,
-        else an index into ``STOP_REASONS``; ``errors`` are ``(i, message)`` of env errors;
-        ``appended[i]`` the tokens added to episode i's context this turn."""
     def step_turn_batch(
         self,
         pool: EnvPool,
@@ -216,9 +202,21 @@ class TurnCodec:
         turns: list[tuple],
         max_total_tokens: int,
     ) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
-        """``turns``: tuples ``(key, slot, tokens, logprobs | None, ended, context, ...)``;
-        each ``context`` list is extended in place with the tokens stored this turn. Returns
+        """Step the native env in ``pool`` and record the turn. ``turns``: ``Turn`` records
+        (tuples ``(key, slot, tokens, logprobs | None, ended, context, ...)``); each
+        ``context`` list is extended in place with the tokens stored this turn. Returns
         ``(stopped, errors)``: ``(i, STOP_REASONS index)`` and ``(i, message)`` rows."""
+    def record_turn_batch(
+        self,
+        store: TrajectoryStore,
+        turns: list[tuple],
+        outcomes: list[object],
+        max_total_tokens: int,
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+        """Record a turn whose env a driver stepped: ``outcomes[i]`` (a ``StepOutcome``, read
+        by its ``observation``, ``reward``, ``stop_reason`` and ``error`` attributes) is what
+        the env did with ``turns[i]``'s action. Same bookkeeping and result as
+        ``step_turn_batch``."""
     def prompts(
         self,
         store: TrajectoryStore,
