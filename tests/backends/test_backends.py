@@ -10,7 +10,13 @@ import asyncio
 import pytest
 import pytest_asyncio
 
-from agentgym.backends import BackendError, GenerateResult, SamplingParams, make_backend
+from agentgym.backends import (
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+    make_backend,
+)
 from agentgym.errors import AgentGymError
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
@@ -163,14 +169,25 @@ async def test_transformers_abort_and_cancel(tf_backend):
 
 @MODULE_LOOP
 async def test_transformers_bad_input(tf_backend, tmp_path):
-    with pytest.raises(ValueError, match="empty"):
+    """Rejected requests and failed weight updates raise BackendError (the protocol's one
+    failure type, which the engine records as ``backend_error``)."""
+    with pytest.raises(InvalidRequestError, match="empty"):
         await tf_backend.generate([], SamplingParams())
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(InvalidRequestError, match="out of range"):
         await tf_backend.generate([10**6], SamplingParams())
+    with pytest.raises(InvalidRequestError, match="no room"):
+        await tf_backend.generate(PROMPT * (tf_backend.max_model_len // len(PROMPT) + 1),
+                                  SamplingParams())
     with pytest.raises(BackendError):
         await tf_backend.update_weights(tmp_path / "missing")
     with pytest.raises(BackendError, match="unknown parameter"):
         await tf_backend.update_weights({"not.a.weight": None})
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not a header")
+    with pytest.raises(BackendError, match="weight update failed"):
+        await tf_backend.update_weights(corrupt)
+    assert issubclass(InvalidRequestError, BackendError) and issubclass(
+        InvalidRequestError, ValueError)
 
 
 @MODULE_LOOP
@@ -250,6 +267,44 @@ async def test_openai_backend_retries_5xx_with_fresh_request_ids():
     finally:
         await backend.close()
         await runner.cleanup()
+
+
+@MODULE_LOOP
+async def test_openai_backend_bad_responses_are_backend_errors():
+    """A 200 whose body is not JSON, a malformed completion, a 4xx and a call after close
+    each raise BackendError (not the JSON decoder's, httpx's or a RuntimeError)."""
+    web = pytest.importorskip("aiohttp.web")
+    from agentgym.backends.openai_backend import OpenAIBackend
+
+    answers = {
+        "not-json": lambda: web.Response(status=200, text="<html>oops</html>"),
+        "list-choice": lambda: web.json_response({"choices": [[1, 2]]}),
+        "bad-request": lambda: web.Response(status=400, text="prompt too long"),
+    }
+
+    async def completions(request):
+        body = await request.json()
+        return answers[body["request_id"].split("/")[0]]()
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    backend = OpenAIBackend(f"http://127.0.0.1:{port}", "m", max_retries=0)
+    try:
+        for rid, match in [("not-json", "not JSON"), ("list-choice", "malformed"),
+                           ("bad-request", "400")]:
+            with pytest.raises(BackendError, match=match):
+                await backend.generate(PROMPT, SamplingParams(max_new_tokens=4),
+                                       request_id=f"{rid}/1")
+    finally:
+        await backend.close()
+        await runner.cleanup()
+    with pytest.raises(BackendError, match="closed"):
+        await backend.generate(PROMPT, SamplingParams(max_new_tokens=4))
 
 
 @MODULE_LOOP
@@ -384,6 +439,22 @@ class TestVLLMInProcess:
             return k == n if exact else k >= n
 
         await _check_abort(vllm_backend, running)
+
+    @MODULE_LOOP
+    async def test_rejected_requests_raise_backend_error(self, vllm_backend):
+        """A prompt with no room in max_model_len, an out-of-vocabulary id (both checked
+        before the engine) and sampling parameters vLLM itself rejects (temperature above
+        2) raise BackendError; the engine serves the next request."""
+        too_long = PROMPT * (vllm_backend.max_model_len // len(PROMPT) + 1)
+        with pytest.raises(InvalidRequestError, match="no room"):
+            await vllm_backend.generate(too_long, SamplingParams(max_new_tokens=4))
+        with pytest.raises(InvalidRequestError, match="out of range"):
+            await vllm_backend.generate([vllm_backend.vocab_size], SamplingParams())
+        with pytest.raises(BackendError, match="temperature") as raised:
+            await vllm_backend.generate(PROMPT, SamplingParams(max_new_tokens=4, temperature=2.5))
+        assert raised.value.__cause__ is not None  # vLLM's own error, chained
+        res = await vllm_backend.generate(PROMPT, SamplingParams(max_new_tokens=4))
+        assert 1 <= len(res.token_ids) <= 4
 
     @MODULE_LOOP
     async def test_update_weights_reloads(self, vllm_backend, hf_model, tiny_model_dir):

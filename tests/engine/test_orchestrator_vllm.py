@@ -191,6 +191,23 @@ class TestEngineInProcessVLLM:
         check_against_transformers(hf_model, batch.trajectories[-2:])
 
     @MODULE_LOOP
+    async def test_rejected_request_is_a_backend_error(self, inproc, tokenizer):
+        """A request vLLM cannot serve ends its episode with ``backend_error`` (not
+        ``env_error``) and the reason: a prompt longer than max_model_len (the context
+        cap set above it) and sampling parameters vLLM rejects (temperature above 2)."""
+        _, engine = inproc
+        system = "north south east west " * ENGINE_KW["max_model_len"]
+        assert len(tokenizer(system)["input_ids"]) > ENGINE_KW["max_model_len"]
+        batch = await engine.collect(4, "maze", system_prompt=system, max_total_tokens=65536)
+        assert [t.stop_reason for t in batch] == ["backend_error"] * 4
+        assert all("max_model_len" in t.error for t in batch)
+        batch = await engine.collect(4, "maze", temperature=2.5, max_new_tokens=4)
+        assert [t.stop_reason for t in batch] == ["backend_error"] * 4
+        assert all("temperature" in t.error for t in batch)
+        again = await engine.collect(4, "maze", max_turns=2, max_new_tokens=8)
+        assert all(t.stop_reason in ALLOWED for t in again)
+
+    @MODULE_LOOP
     async def test_cancel_leaves_no_request_running(self, inproc):
         backend, engine = inproc
 

@@ -14,6 +14,7 @@ from agentgym.backends.base import (
     BackendError,
     FinishReason,
     GenerateResult,
+    InvalidRequestError,
     SamplingParams,
     make_backend,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "BackendError",
     "FinishReason",
     "GenerateResult",
+    "InvalidRequestError",
     "SamplingParams",
     "make_backend",
 ]

@@ -20,7 +20,14 @@ FinishReason = Literal["stop", "length", "abort"]
 
 
 class BackendError(AgentGymError):
-    """An inference backend failed (engine died, server unreachable, bad response)."""
+    """An inference backend failed (engine died, server unreachable, bad response, request
+    rejected). Every failure of a backend's ``generate`` is one (or a subclass)."""
+
+
+class InvalidRequestError(BackendError, ValueError):
+    """The backend rejected a request before generating: bad prompt ids, a prompt that
+    leaves no room in the model's context, a request id already in flight. Also a
+    ``ValueError``."""
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,20 +121,21 @@ def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
 
 def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
     """Validate a prompt: a non-empty sequence of ints in ``[0, vocab_size)`` (numpy ints
-    accepted); a clear ValueError otherwise. One vectorised pass (prompts grow every turn)."""
+    accepted); an :class:`InvalidRequestError` otherwise. One vectorised pass (prompts grow
+    every turn)."""
     if isinstance(prompt_ids, (str, bytes)):
-        raise ValueError("prompt_ids must be a sequence of ints, not text")
+        raise InvalidRequestError("prompt_ids must be a sequence of ints, not text")
     try:
         arr = np.asarray(prompt_ids)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"prompt_ids must be a sequence of ints: {e}") from None
+        raise InvalidRequestError(f"prompt_ids must be a sequence of ints: {e}") from e
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError("prompt_ids must be a non-empty one-dimensional sequence of ints")
+        raise InvalidRequestError("prompt_ids must be a non-empty one-dimensional sequence")
     if arr.dtype.kind not in "iu":
-        raise ValueError(f"prompt_ids must be ints, got {arr.dtype}")
+        raise InvalidRequestError(f"prompt_ids must be ints, got {arr.dtype}")
     lo, hi = int(arr.min()), int(arr.max())
     if lo < 0:
-        raise ValueError(f"prompt_ids must be non-negative, got {lo}")
+        raise InvalidRequestError(f"prompt_ids must be non-negative, got {lo}")
     if vocab_size is not None and hi >= vocab_size:
-        raise ValueError(f"token id {hi} out of range (vocab {vocab_size})")
+        raise InvalidRequestError(f"token id {hi} out of range (vocab {vocab_size})")
     return prompt_ids if type(prompt_ids) is list else arr.tolist()

@@ -28,7 +28,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentgym.backends.base import BackendError, GenerateResult, SamplingParams, check_prompt
+from agentgym.backends.base import (
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+    check_prompt,
+)
 
 _RETRY_STATUS = {500, 502, 503, 504}
 
@@ -74,6 +80,7 @@ class OpenAIBackend:
             ),
         )
         self._inflight: dict[str, asyncio.Task] = {}
+        self._closed = False
         #: Seconds a cancelled ``generate`` waits for its HTTP request to close.
         self.cancel_grace_s = 5.0
 
@@ -102,10 +109,12 @@ class OpenAIBackend:
     ) -> GenerateResult:
         """Generate one completion; ``abort(request_id)`` or cancelling the caller closes the
         request's connection (the server aborts it)."""
+        if self._closed:
+            raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids)
         rid = request_id or uuid.uuid4().hex
         if rid in self._inflight:
-            raise ValueError(f"request id {rid!r} is already in flight")
+            raise InvalidRequestError(f"request id {rid!r} is already in flight")
         task = asyncio.ensure_future(self._post_with_retries(prompt, sampling, rid))
         self._inflight[rid] = task
         try:
@@ -147,12 +156,18 @@ class OpenAIBackend:
                 continue
             except httpx.TimeoutException as e:
                 raise BackendError(f"request {rid} timed out: {e!r}") from e
+            except httpx.HTTPError as e:  # any other transport or protocol failure
+                raise BackendError(f"request {rid} failed: {e!r}") from e
             if resp.status_code in _RETRY_STATUS:
                 last = BackendError(f"server answered {resp.status_code}: {resp.text[:500]}")
                 continue
             if resp.status_code != 200:
                 raise BackendError(f"server answered {resp.status_code}: {resp.text[:500]}")
-            return self._parse(resp.json(), sampling)
+            try:
+                data = resp.json()
+            except ValueError as e:
+                raise BackendError(f"response is not JSON: {resp.text[:300]!r}") from e
+            return self._parse(data, sampling)
         raise BackendError(
             f"{self.base_url} unreachable or failing after {self.max_retries + 1} attempts: "
             f"{last!r}"
@@ -166,7 +181,7 @@ class OpenAIBackend:
             if sampling.logprobs:
                 logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
             reason = choice.get("finish_reason") or "abort"
-        except (KeyError, IndexError, TypeError, ValueError) as e:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as e:
             raise BackendError(f"malformed completion response: {e!r}: {str(data)[:300]}") from e
         if reason not in ("stop", "length", "abort"):
             raise BackendError(f"completion ended with {reason!r}")
@@ -194,6 +209,7 @@ class OpenAIBackend:
 
     async def close(self) -> None:
         """Cancel in-flight requests and close the connection pool."""
+        self._closed = True
         for task in list(self._inflight.values()):
             task.cancel()
         await self._client.aclose()

@@ -22,7 +22,13 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentgym.backends.base import BackendError, GenerateResult, SamplingParams, check_prompt
+from agentgym.backends.base import (
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+    check_prompt,
+)
 
 
 @dataclass(eq=False)
@@ -103,10 +109,13 @@ class TransformersBackend:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
         if len(prompt) >= self.max_model_len:
-            raise ValueError(f"prompt of {len(prompt)} tokens exceeds the model's context")
+            raise InvalidRequestError(
+                f"prompt of {len(prompt)} tokens leaves no room in the model's context "
+                f"{self.max_model_len}"
+            )
         rid = request_id or uuid.uuid4().hex
         if rid in self._requests:
-            raise ValueError(f"request id {rid!r} is already in flight")
+            raise InvalidRequestError(f"request id {rid!r} is already in flight")
         loop = asyncio.get_running_loop()
         req = _Request(rid, prompt, sampling, loop.create_future(), named=request_id is not None)
         self._requests[rid] = req
@@ -133,7 +142,12 @@ class TransformersBackend:
         a path to a ``.safetensors`` file or a folder of them. Waits for the running batch;
         ``policy_version`` increments when the new weights are live."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._load_weights, state_dict_or_path)
+        try:
+            await loop.run_in_executor(self._executor, self._load_weights, state_dict_or_path)
+        except BackendError:
+            raise
+        except Exception as e:  # a tensor of the wrong shape or dtype, an unreadable file
+            raise BackendError(f"weight update failed: {e!r}") from e
         self.policy_version += 1
 
     async def close(self) -> None:

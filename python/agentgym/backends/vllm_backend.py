@@ -22,7 +22,13 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from agentgym.backends.base import BackendError, GenerateResult, SamplingParams, check_prompt
+from agentgym.backends.base import (
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+    check_prompt,
+)
 
 
 class VLLMBackend:
@@ -78,11 +84,11 @@ class VLLMBackend:
             args["max_num_batched_tokens"] = max(max_model_len, 8192)
         args.update(engine_kwargs or {})
         self.model_dir = str(model_dir)
-        self.max_model_len = max_model_len
         try:
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         except Exception as e:
             raise BackendError(f"vLLM engine failed to start for {model_dir}: {e}") from e
+        self.max_model_len = self.engine.model_config.max_model_len  # engine_kwargs may set it
         self.vocab_size = self.engine.model_config.get_vocab_size()
         self.policy_version = 0
         self._weights_dir: str | None = None
@@ -110,14 +116,19 @@ class VLLMBackend:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
     ) -> GenerateResult:
-        """Generate one completion; cancelling the caller aborts it in the engine."""
+        """Generate one completion; cancelling the caller aborts it in the engine. Every
+        failure (a prompt or sampling parameters the engine rejects, a dead engine) raises
+        :class:`BackendError`."""
         from vllm.inputs import TokensPrompt
 
         if self._closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
         if len(prompt) >= self.max_model_len:
-            raise ValueError(f"prompt of {len(prompt)} tokens exceeds max_model_len")
+            raise InvalidRequestError(
+                f"prompt of {len(prompt)} tokens leaves no room in max_model_len "
+                f"{self.max_model_len}"
+            )
         rid = request_id or uuid.uuid4().hex
         version = self.policy_version
         final = None
@@ -128,9 +139,7 @@ class VLLMBackend:
                 final = out
         except asyncio.CancelledError:
             raise
-        except ValueError:
-            raise
-        except Exception as e:
+        except Exception as e:  # vLLM's validation errors are not all ValueErrors
             raise BackendError(f"vLLM generate failed: {e!r}") from e
         if final is None or not final.outputs:
             return GenerateResult(token_ids=[], finish_reason="abort", policy_version=version)
@@ -138,7 +147,12 @@ class VLLMBackend:
         tokens = list(c.token_ids)
         logprobs: list[float] = []
         if sampling.logprobs and c.logprobs is not None:
-            logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)]
+            try:
+                logprobs = [
+                    float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs, strict=True)
+                ]
+            except (KeyError, ValueError) as e:
+                raise BackendError(f"vLLM request {rid} returned bad logprobs: {e!r}") from e
         reason = c.finish_reason or "abort"
         if reason not in ("stop", "length", "abort"):
             raise BackendError(f"vLLM request {rid} ended with {reason!r}")
@@ -148,7 +162,12 @@ class VLLMBackend:
 
     async def abort(self, request_id: str) -> None:
         """End ``request_id``; its ``generate`` returns with ``finish_reason="abort"``."""
-        await self.engine.abort(request_id)
+        if self._closed:
+            return
+        try:
+            await self.engine.abort(request_id)
+        except Exception as e:
+            raise BackendError(f"vLLM abort of {request_id} failed: {e!r}") from e
 
     async def num_unfinished_requests(self) -> int:
         """Requests the engine still holds (queued or running)."""
@@ -170,19 +189,25 @@ class VLLMBackend:
             else:
                 raise BackendError(f"no weights at {src}")
         else:
-            tmp = await asyncio.to_thread(_save_state_dict, state_dict_or_path)
+            try:
+                tmp = await asyncio.to_thread(_save_state_dict, state_dict_or_path)
+            except Exception as e:
+                raise BackendError(f"cannot save the state dict: {e!r}") from e
             path = tmp
+        if self._closed:
+            raise BackendError("backend is closed")
         engine = self.engine
-        await engine.pause_generation(mode="keep", clear_cache=False)
         try:
-            await engine.collective_rpc("reload_weights", kwargs={"weights_path": path})
-            await engine.reset_prefix_cache(reset_running_requests=True)
+            await engine.pause_generation(mode="keep", clear_cache=False)
+            try:
+                await engine.collective_rpc("reload_weights", kwargs={"weights_path": path})
+                await engine.reset_prefix_cache(reset_running_requests=True)
+            finally:
+                await engine.resume_generation()
         except Exception as e:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise BackendError(f"weight update failed: {e!r}") from e
-        finally:
-            await engine.resume_generation()
         if self._weights_dir:
             shutil.rmtree(self._weights_dir, ignore_errors=True)
         self._weights_dir = tmp
@@ -222,6 +247,10 @@ def _save_state_dict(state_dict) -> str:
     from safetensors.torch import save_file
 
     tmp = tempfile.mkdtemp(prefix="agentgym-weights-")
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    try:
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return tmp
