@@ -111,6 +111,37 @@ def test_config_validation_and_methods():
     assert [staged.max_turns(s) for s in range(5)] == [2, 2, 2, 5, 5]
 
 
+def test_rollout_defaults_come_from_rollout_config(tmp_path, tiny_model_dir):
+    """The rollout knobs a TrainerConfig shares with RolloutConfig default to RolloutConfig's
+    values (one place defines them), and the trainer's rollout engine runs with them."""
+    from dataclasses import fields
+
+    from agentgym.engine import RolloutConfig
+
+    rollout = RolloutConfig()
+    own = {"n_samples", "seed", "progress"}  # the run's group size, seed and progress bar
+    shared = {f.name for f in fields(TrainerConfig)} & set(RolloutConfig.__struct_fields__)
+    assert shared - own == {"max_turns", "temperature", "max_new_tokens", "max_total_tokens",
+                            "max_concurrency", "system_prompt"}
+    defaults = TrainerConfig()
+    for name in shared - own:
+        assert getattr(defaults, name) == getattr(rollout, name), name
+    cfg = _cfg(tmp_path, tiny_model_dir).to_dict()
+    del cfg["max_new_tokens"]
+    trainer = Trainer(TrainerConfig.from_dict(cfg), backend=_scripted(tiny_model_dir))
+
+    async def go():
+        await trainer.setup()
+        try:
+            return trainer.engine.config
+        finally:
+            await trainer.aclose()
+
+    used = asyncio.run(go())
+    for name in ("temperature", "max_new_tokens", "max_total_tokens", "max_concurrency"):
+        assert getattr(used, name) == getattr(rollout, name), name
+
+
 def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
     cfg = _cfg(tmp_path, tiny_model_dir, method="ScalingInter-RL", horizon=[1, 3],
                steps_per_stage=2, max_steps=4)

@@ -5,7 +5,9 @@
 ``"REINFORCE++"`` (fixed horizon ``max_turns``) and ``"PPO"`` (GAE with a critic, fixed
 horizon). ``learner`` holds :class:`~agentgym.learner.LearnerConfig` overrides
 (``lr``, ``kl_coef``, ...), ``rollout`` extra :class:`~agentgym.engine.RolloutConfig`
-overrides, ``backend_kwargs`` go to :func:`~agentgym.backends.make_backend`.
+overrides, ``backend_kwargs`` go to :func:`~agentgym.backends.make_backend`. The rollout
+fields (``max_turns``, ``temperature``, ``max_new_tokens``, ``max_total_tokens``,
+``max_concurrency``, ``system_prompt``) default to :class:`~agentgym.engine.RolloutConfig`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from agentgym.engine.config import RolloutConfig
 
 __all__ = ["METHODS", "TrainerConfig", "load_config_file"]
 
@@ -26,6 +30,11 @@ METHODS = {
     "reinforce++": "reinforce_pp",
     "ppo": "gae",
 }
+
+
+#: The rollout defaults are RolloutConfig's: the fields below that share a name with one of
+#: its fields start from its default.
+_ROLLOUT = RolloutConfig()
 
 
 def canonical_method(method: str) -> str:
@@ -53,18 +62,18 @@ class TrainerConfig:
     horizon: list[int] | None = None  # ScalingInter-RL stages; None: env-family preset
     steps_per_stage: int | list[int] | None = None
     adaptive_horizon: bool = False  # advance stages on success plateaus instead of steps
-    max_turns: int = 10  # fixed horizon of the other methods
+    max_turns: int = _ROLLOUT.max_turns  # fixed horizon of the other methods
     eval_max_turns: int | None = None  # default: the last (largest) stage
     # data per step
     max_steps: int = 100
     tasks_per_step: int = 8
-    n_samples: int = 8
+    n_samples: int = 8  # the GRPO group size (a rollout alone defaults to 1)
     num_train_tasks: int | None = None
-    temperature: float = 1.0
-    max_new_tokens: int = 64
-    max_total_tokens: int = 2048
-    max_concurrency: int = 256
-    system_prompt: str | None = None
+    temperature: float = _ROLLOUT.temperature
+    max_new_tokens: int = _ROLLOUT.max_new_tokens
+    max_total_tokens: int = _ROLLOUT.max_total_tokens
+    max_concurrency: int = _ROLLOUT.max_concurrency
+    system_prompt: str | None = _ROLLOUT.system_prompt
     rollout: dict[str, Any] = field(default_factory=dict)
     # learner
     learner: dict[str, Any] = field(default_factory=dict)
