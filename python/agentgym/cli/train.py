@@ -22,7 +22,7 @@ __all__ = ["HELP", "MAIN_JOB", "add_args", "run"]
 
 HELP = "train a policy with RL (default: tiny model on maze)"
 
-#: The default run of ``agentgym-rl train`` (tuned to learn on two CPU cores).
+#: The default run of ``agentgym-rl train``: sized to learn on two CPU cores.
 MAIN_JOB: dict[str, Any] = {
     "model": "tiny",
     "env": "maze",
