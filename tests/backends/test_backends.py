@@ -489,6 +489,45 @@ class TestVLLMInProcess:
         assert again.token_ids == before.token_ids
 
 
+    @MODULE_LOOP
+    async def test_close_ends_cleanly(self, vllm_backend, caplog):
+        """Last in the class: it closes the class's engine. A request in flight at close
+        raises BackendError, later calls too, and the shutdown logs no error: vLLM's output
+        handler is stopped before the engine core goes, and the engine processes get time
+        to exit. A stand-in makes the race that
+        vLLM's own order (engine core first, its output handler after, from a worker
+        thread) leaves open certain to show: the core client's shutdown returns 0.5 s late,
+        so a handler still running would read the client's EngineDeadError and log it."""
+        import logging
+        import time
+
+        core = vllm_backend.engine.engine_core
+        real_shutdown = core.shutdown
+
+        def late_shutdown(*args, **kwargs):  # runs in close()'s worker thread
+            real_shutdown(*args, **kwargs)
+            time.sleep(0.5)
+
+        core.shutdown = late_shutdown
+
+        async def started():
+            return await vllm_backend.num_unfinished_requests() == 1
+
+        pending = asyncio.create_task(vllm_backend.generate(PROMPT, LONG, request_id="at-close"))
+        await _wait_until(started, timeout_s=120)
+        with caplog.at_level(logging.WARNING):
+            await vllm_backend.close()
+            await asyncio.wait([pending], timeout=60)
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == []
+        # The engine processes exited by themselves (a killed worker leaks shared memory).
+        assert not [r for r in caplog.records if "force killing" in r.getMessage()]
+        with pytest.raises(BackendError):
+            pending.result()
+        with pytest.raises(BackendError, match="closed"):
+            await vllm_backend.generate(PROMPT, SamplingParams(max_new_tokens=4))
+
+
 #: The served context: room for a request far too long to finish before it is aborted (the
 #: tiny model makes ~2k tokens/s on CPU). It exceeds the tiny model's 4,096 positions, which
 #: vLLM allows with VLLM_ALLOW_LONG_MAX_MODEL_LEN (rotary positions extrapolate); only the

@@ -35,7 +35,9 @@ class VLLMBackend:
     """In-process vLLM engine serving the Hugging Face model folder ``model_dir``.
 
     ``engine_kwargs`` are passed to ``vllm.AsyncEngineArgs`` and override the defaults here
-    (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on).
+    (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on). ``close`` gives the
+    engine processes ``shutdown_timeout_s`` to exit before they are killed (vLLM's own
+    default of 5 s is too short on a busy CPU, and a killed worker leaks shared memory).
     """
 
     needs_context = False
@@ -52,6 +54,7 @@ class VLLMBackend:
         seed: int = 0,
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
+        shutdown_timeout_s: float = 60.0,
         engine_kwargs: dict | None = None,
     ):
         try:
@@ -91,6 +94,7 @@ class VLLMBackend:
         self.max_model_len = self.engine.model_config.max_model_len  # engine_kwargs may set it
         self.vocab_size = self.engine.model_config.get_vocab_size()
         self.policy_version = 0
+        self.shutdown_timeout_s = shutdown_timeout_s
         self._weights_dir: str | None = None
         self._closed = False
 
@@ -214,12 +218,25 @@ class VLLMBackend:
         self.policy_version += 1
 
     async def close(self) -> None:
-        """Shut the engine down (its engine-core process exits) and remove temp weights."""
+        """Shut the engine down (its engine-core process exits) and remove temp weights;
+        requests still in flight raise :class:`BackendError`.
+
+        vLLM's output handler (a task on this loop) is stopped first: shut down under it,
+        the engine-core client hands it an ``EngineDeadError``, which it logs as
+        ``AsyncLLM output_handler failed`` although nothing failed."""
         if self._closed:
             return
         self._closed = True
         engine, self.engine = self.engine, None
-        await asyncio.to_thread(engine.shutdown)  # waits for the engine processes to exit
+        handler = getattr(engine, "output_handler", None)
+        if handler is not None and not handler.done():
+            handler.cancel()
+            await asyncio.wait([handler])
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        engine.output_processor.propagate_error(EngineDeadError())  # in-flight generate calls
+        # Waits for the engine processes to exit.
+        await asyncio.to_thread(engine.shutdown, timeout=self.shutdown_timeout_s)
         await asyncio.sleep(0)  # shutdown closes the client's sockets via this loop
         _destroy_zmq_context(engine)
         del engine  # let AsyncLLM.__del__ run now, not during interpreter teardown
