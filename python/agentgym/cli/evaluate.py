@@ -34,7 +34,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-turns", type=int, default=None)
     p.add_argument("--n-samples", type=int, default=1)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens per turn (default: the training run's, else the rollout "
+                        "default)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON only")
 
 
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``agentgym-rl eval``: success rate and mean reward of a model per env (task
     family), printed and written as ``eval.json`` and ``eval.md`` into ``--output``."""
     from agentgym.agents import LLMAgent
+    from agentgym.engine.config import RolloutConfig
 
     model, run = _model_folder(args.model)
     envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
@@ -84,8 +87,10 @@ def run(args: argparse.Namespace) -> int:
         env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
         horizon = args.max_turns or (run.get("eval_max_turns") if own else None) \
             or (max(run["horizon"]) if run.get("horizon") else None) or 8
+        max_new = args.max_new_tokens or run.get("max_new_tokens") \
+            or RolloutConfig().max_new_tokens
         agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
-                         max_new_tokens=args.max_new_tokens,
+                         max_new_tokens=max_new,
                          system_prompt=run.get("system_prompt"))
         res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
                           temperature=args.temperature)
