@@ -11,6 +11,9 @@ import agentgym
 from agentgym.data import Trajectory
 from agentgym.envs import BaseEnv
 
+# A textcraft task the env refuses (``InvalidTaskError``).
+BAD_TEXTCRAFT = "this is not a textcraft task"
+
 
 def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:
     """A ``Trajectory`` with ``token_ids`` and ``loss_mask`` and defaults for every other
