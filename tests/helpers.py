@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 
 import agentgym
 from agentgym.data import Trajectory
 from agentgym.envs import BaseEnv
+
+# A textcraft task the env refuses (``InvalidTaskError``).
+BAD_TEXTCRAFT = "this is not a textcraft task"
 
 
 def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:
@@ -75,3 +79,105 @@ class ThreadProbeEnv(BaseEnv):
         ThreadProbeEnv.step_threads.append(threading.get_ident())
         self.t += 1
         return f"turn {self.t}", 0.0, self.t >= 3, {}
+
+
+class TaskEnv(BaseEnv):
+    """Test-only base env: 100 tasks; ``reset`` keeps the task in ``self.task``, sets the step
+    count ``self.n`` to 0 and answers ``task <task>``. Subclasses define ``step``."""
+
+    instructions = "Say anything."
+    num_tasks = 100
+
+    def reset(self, task=None, seed=None):
+        self.task, self.n = task, 0
+        return f"task {task}"
+
+
+class PickEnv(BaseEnv):
+    """One turn: reward 1 for 'move east', else 0 (a bandit the policy must learn)."""
+
+    instructions = "Maze. Reply with Action: move north, move south, move east or move west."
+    num_tasks = 1000
+
+    def reset(self, task=None, seed=None):
+        return "North: open. South: open. East: open. West: open."
+
+    def step(self, action):
+        ok = action.strip().lower().endswith("east")
+        return ("You reached the goal!" if ok else "Nothing here."), float(ok), True, {}
+
+    def valid_actions(self):
+        return ["move north", "move south", "move east", "move west"]
+
+
+def play_actions(env: BaseEnv, actions: list[str]) -> tuple[float, dict]:
+    """Step ``env`` (already reset) with ``actions`` until one ends the episode; returns the
+    last step's reward and info."""
+    reward, info = 0.0, {}
+    for a in actions:
+        _, reward, done, info = env.step(a)
+        if done:
+            break
+    return reward, info
+
+
+def assert_steps_match_reference(pool: agentgym.EnvPool, py, rng: random.Random,
+                                 max_turns: int, extra_actions: list[str]) -> None:
+    """Play slot 0 of the one-slot ``pool`` and the Python reference env ``py`` (both reset to
+    the same episode) side by side for at most ``max_turns`` turns with random choices among
+    the valid actions and ``extra_actions``: the valid actions and every (observation,
+    reward, terminated) must be equal."""
+    for _ in range(max_turns):
+        valid = pool.valid_actions(0)
+        assert valid == py.valid_actions()
+        action = rng.choice(valid + extra_actions)
+        obs, reward, terminated, _ = pool.step([0], [action])
+        assert (obs[0], float(reward[0]), bool(terminated[0])) == py.step(action)
+        if terminated[0]:
+            break
+
+
+def assert_oracle_play_matches(e1, e2) -> tuple:
+    """Play two Gymnasium envs reset alike with ``e1``'s oracle actions until ``e1``'s episode
+    terminates, asserting equal (observation, reward, terminated) each step; returns ``e1``'s
+    last step."""
+    while True:
+        action = e1.unwrapped.oracle_action()
+        step = e1.step(action)
+        assert step[:3] == e2.step(action)[:3]
+        if step[2]:
+            return step
+
+
+def process_gone(pid: int, wait_s: float = 15.0) -> bool:
+    """True once ``pid`` no longer runs (absent or a zombie), waiting up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def assert_pools_play_alike(a: agentgym.EnvPool, b: agentgym.EnvPool, actions, turns: int):
+    """Step the running slots of two reset pools ``turns`` times with the same actions,
+    ``actions(k, ids)`` at turn ``k`` for the running slot ids ``ids``, asserting equal
+    observations each turn."""
+    for k in range(turns):
+        ids = [i for i, s in enumerate(a.stop_reasons()) if s is None]
+        acts = actions(k, ids)
+        assert a.step(ids, acts)[0] == b.step(ids, acts)[0]
+
+
+def assert_invalid_action_is_a_free_turn(env_id: str, action: str) -> agentgym.EnvPool:
+    """A one-slot pool of ``env_id`` answers ``action`` with ``Invalid action. ...``, reward 0
+    and the episode still running; returns the pool."""
+    pool = agentgym.EnvPool(env_id, 1)
+    pool.reset()
+    obs, r, term, _ = pool.step([0], [action])
+    assert obs[0].startswith("Invalid action.") and r[0] == 0 and not term[0]
+    return pool

@@ -10,20 +10,14 @@ pytest.importorskip("transformers")
 import agentgym  # noqa: E402
 from agentgym.agents import InferenceResult, LLMAgent, resolve_env  # noqa: E402
 from agentgym.envs import BaseEnv, TextCraftEnv  # noqa: E402
+from tests.helpers import PickEnv  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
-class OneStep(BaseEnv):
-    instructions = "Reply with Action: move east."
-    num_tasks = 100
-
-    def reset(self, task=None, seed=None):
-        return "East: open."
-
-    def step(self, action):
-        ok = action.strip().endswith("east")
-        return "Done.", float(ok), True, {}
+class OneStep(PickEnv):
+    """The one-turn bandit as a user env that no test registers (``resolve_env`` gives it a
+    fresh id)."""
 
 
 def test_resolve_env_accepts_ids_instances_and_base_envs():

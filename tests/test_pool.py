@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import agentgym
+from agentgym.errors import EnvError, InvalidTaskError
 from agentgym.pool import episode_seeds
+from tests.helpers import BAD_TEXTCRAFT
 
 NATIVE = ["textcraft", "maze", "wordle"]
 
@@ -204,3 +206,40 @@ def test_step_and_reset_take_lists_arrays_and_iterables():
         pool.reset([0], tasks=[0], seeds=[-1])
     with pytest.raises(ValueError):
         pool.reset([0], tasks=[0], seeds=[1], max_turns=["x"])
+
+
+# Reset failures: a refused task or a panicking reset fails only its own row.
+def test_pool_reset_reports_each_failed_row():
+    pool = agentgym.EnvPool("textcraft", 4)
+    obs, failed = pool.reset(tasks=[0, BAD_TEXTCRAFT, 2, 3], seeds=[0] * 4, errors="return")
+    assert [row for row, _ in failed] == [1]
+    assert isinstance(failed[0][1], InvalidTaskError) and "textcraft" in str(failed[0][1])
+    assert obs[1] == "" and all(obs[i] for i in (0, 2, 3))
+    assert pool.stop_reasons() == [None, "env_error", None, None]
+    _, _, term, trunc = pool.step([0, 2, 3], ["inventory"] * 3)
+    assert not (term | trunc).any()
+    # The raising form (the default): the same batch runs, then the refusal is raised.
+    pool = agentgym.EnvPool("textcraft", 4)
+    with pytest.raises(InvalidTaskError):
+        pool.reset(tasks=[0, BAD_TEXTCRAFT, 2, 3], seeds=[0] * 4)
+    assert pool.stop_reasons() == [None, "env_error", None, None]
+    with pytest.raises(ValueError, match="errors must be"):
+        pool.reset(errors="ignore")
+
+
+def test_pool_reset_panic_is_a_row_error_and_not_raised():
+    pool = agentgym.EnvPool("_test_panic", 3)
+    obs, failed = pool.reset(tasks=[0, "panic", 2], seeds=[1] * 3, errors="return")
+    assert [row for row, _ in failed] == [1]
+    assert isinstance(failed[0][1], EnvError) and "panic on reset" in str(failed[0][1])
+    assert obs[1].startswith("Environment error: ") and obs[0] == "reset task=Index(0) seed=1"
+    # Raising form: a panic ends its episode, as in a step, and raises nothing.
+    obs = pool.reset(tasks=[0, "panic", 2], seeds=[1] * 3)
+    assert obs[1].startswith("Environment error: ")
+    assert pool.stop_reasons() == [None, "env_error", None]
+    assert pool.step([0, 2], ["noop", "noop"])[0] == ["step 1 noop"] * 2
+
+
+def test_pool_env_construction_failure_is_a_named_error():
+    with pytest.raises(ValueError, match="construction failed"):
+        agentgym.EnvPool("_test_panic", 2, fail_make=True)

@@ -5,32 +5,12 @@ this package adds the registry (``make``/``register``/``list_envs``), the Gymnas
 and (in their own subpackages) the rollout engine, backends and learner.
 """
 
+from agentgym import errors
 from agentgym._core import __version__
 from agentgym.envs.registry import list_envs, make, register
 from agentgym.envs.tasks import task_set
-from agentgym.errors import (
-    AgentGymError,
-    EnvError,
-    EpisodeFinishedError,
-    EpisodeNotStartedError,
-    InvalidTaskError,
-    TrajectoryError,
-    UnknownEnvError,
-)
+from agentgym.errors import *  # noqa: F403  (the named exceptions: errors.__all__)
 from agentgym.pool import EnvPool
 
-__all__ = [
-    "AgentGymError",
-    "EnvError",
-    "EnvPool",
-    "EpisodeFinishedError",
-    "EpisodeNotStartedError",
-    "InvalidTaskError",
-    "TrajectoryError",
-    "UnknownEnvError",
-    "__version__",
-    "list_envs",
-    "make",
-    "register",
-    "task_set",
-]
+__all__ = ["EnvPool", "__version__", "list_envs", "make", "register", "task_set"]
+__all__ += errors.__all__

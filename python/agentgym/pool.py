@@ -33,7 +33,23 @@ def _as_id_list(ids) -> list[int]:
     return list(ids)
 
 
-class EnvPool:
+class NativeEnvInfo:
+    """What a native env says about itself, read from the ``_core.EnvPool`` held in
+    ``self._pool`` (shared by :class:`EnvPool` and the Gymnasium ``NativeEnv``)."""
+
+    _pool: _core.EnvPool
+
+    @property
+    def instructions(self) -> str:
+        """The env's instructions for the agent (used as the system prompt)."""
+        return self._pool.instructions
+
+    @property
+    def num_tasks(self) -> int:
+        return self._pool.num_tasks
+
+
+class EnvPool(NativeEnvInfo):
     """A pool of ``num_envs`` episodes of the native env ``env_id``.
 
     ``reset`` and ``step`` take slot ids and run the whole batch in Rust, in parallel, with
@@ -57,15 +73,6 @@ class EnvPool:
 
     def __repr__(self) -> str:
         return f"EnvPool({self.env_id!r}, num_envs={self.num_envs}, seed={self.seed})"
-
-    @property
-    def instructions(self) -> str:
-        """The env's instructions for the agent (used as the system prompt)."""
-        return self._pool.instructions
-
-    @property
-    def num_tasks(self) -> int:
-        return self._pool.num_tasks
 
     def reset(
         self,

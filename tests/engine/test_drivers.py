@@ -1,7 +1,9 @@
-"""The env drivers (``agentgym.engine.drivers``): slots that are no longer running."""
+"""The env drivers (``agentgym.engine.drivers``): slots that are no longer running, resets that
+fail per episode."""
 
 import agentgym
 from agentgym.engine.drivers import NativeDriver, PythonDriver
+from agentgym.errors import EnvError, InvalidTaskError
 from tests.helpers import ThreadProbeEnv
 
 
@@ -33,3 +35,14 @@ async def test_drivers_answer_aborted_for_slots_no_longer_running():
         assert len(ThreadProbeEnv.step_threads) == 3  # no aborted slot reached its env
     finally:
         py.close()
+
+
+async def test_native_driver_resets_fail_per_episode():
+    driver = NativeDriver("_test_panic", 4)
+    out = await driver.reset_many([(0, 0, 1, None), (1, "reject", 1, None),
+                                   (2, "panic", 1, None), (3, 3, 1, None)])
+    assert out[0] == "reset task=Index(0) seed=1" and out[3] == "reset task=Index(3) seed=1"
+    assert isinstance(out[1], InvalidTaskError) and "reject" in str(out[1])
+    assert isinstance(out[2], EnvError) and "panic on reset" in str(out[2])
+    steps = await driver.step_many([(0, "noop"), (3, "stop"), (1, "noop")])
+    assert [s.stop_reason for s in steps] == [None, "done", "aborted"]

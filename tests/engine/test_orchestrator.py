@@ -14,7 +14,7 @@ from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.envs import BaseEnv
 from agentgym.parse import parse_action
-from tests.helpers import ThreadProbeEnv
+from tests.helpers import TaskEnv, ThreadProbeEnv
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +145,8 @@ def test_backend_errors_end_only_their_episode(tokenizer):
     assert len(tries) == 3 and len(set(tries)) == 3  # bounded retries, fresh ids
 
 
-class CrashyEnv(BaseEnv):
+class CrashyEnv(TaskEnv):
     instructions = "Say anything. 'boom' crashes the env."
-    num_tasks = 100
-
-    def reset(self, task=None, seed=None):
-        self.task = task
-        return f"task {task}"
 
     def step(self, action):
         if self.task == 2:
@@ -358,22 +353,15 @@ def test_context_cap_ends_python_env_episodes_with_length(tokenizer):
     eng.close()
 
 
-class WorkerCrashEnv(BaseEnv):
+class WorkerCrashEnv(TaskEnv):
     """Three turns of reward 1; task 1's second step kills its worker process (a stand-in
     for a simulator that segfaults)."""
 
-    instructions = "Say anything."
-    num_tasks = 100
-
-    def reset(self, task=None, seed=None):
-        self.task, self.t = task, 0
-        return f"task {task}"
-
     def step(self, action):
-        if self.task == 1 and self.t == 1:
+        if self.task == 1 and self.n == 1:
             os._exit(3)
-        self.t += 1
-        return f"task {self.task} turn {self.t}", 1.0, self.t >= 3, {}
+        self.n += 1
+        return f"task {self.task} turn {self.n}", 1.0, self.n >= 3, {}
 
     def valid_actions(self):
         return ["go"]
@@ -425,19 +413,12 @@ async def test_engine_failure_with_a_process_pool_is_raised_not_hung(tokenizer, 
         eng.close()
 
 
-class GatedStepEnv(BaseEnv):
+class GatedStepEnv(TaskEnv):
     """One turn per episode; task 0's step writes ``<gate>/started`` and returns only once
     ``<gate>/go`` exists, so a test can hold it in flight."""
 
-    instructions = "Say anything."
-    num_tasks = 100
-
     def __init__(self, gate=""):
         self.gate = gate
-
-    def reset(self, task=None, seed=None):
-        self.task = task
-        return f"task {task}"
 
     def step(self, action):
         if self.task == 0:

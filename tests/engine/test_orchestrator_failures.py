@@ -5,23 +5,18 @@ env server), and the other episodes of the same batch play normally."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 import agentgym
 from agentgym.backends.base import GenerateResult
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
-from agentgym.engine.batching import TickBatcher
-from agentgym.engine.drivers import NativeDriver
 from agentgym.envs import BaseEnv
-from agentgym.errors import EnvError, InvalidTaskError
+from agentgym.errors import InvalidTaskError
 from agentgym.serving.server import ServerThread
+from tests.helpers import BAD_TEXTCRAFT
 
 pytestmark = pytest.mark.timeout(180)
-
-BAD_TEXTCRAFT = "this is not a textcraft task"
 
 
 @pytest.fixture(scope="module")
@@ -50,86 +45,6 @@ def assert_env_error(traj, *needles, turns=None):
     assert not any(traj.loss_mask)
     if turns is not None:
         assert traj.num_turns == turns and traj.turn_rewards == []
-
-
-# ------------------------------------------------------------------------- TickBatcher
-@pytest.mark.parametrize("is_async", [False, True])
-async def test_tick_batcher_delivers_an_item_error_to_its_waiter_only(is_async):
-    bad = ValueError("item 1 is bad")
-
-    def results(items):
-        return [bad if x == 1 else x * 10 for x in items]
-
-    async def aresults(items):
-        await asyncio.sleep(0)
-        return results(items)
-
-    batcher = TickBatcher(aresults if is_async else results, is_async=is_async)
-    futs = [batcher.submit(x) for x in range(4)]
-    await asyncio.wait(futs)
-    assert futs[1].exception() is bad  # raised in its waiter, not handed over as a value
-    assert [futs[i].result() for i in (0, 2, 3)] == [0, 20, 30]
-    with pytest.raises(ValueError, match="item 1 is bad"):
-        await futs[1]
-    assert batcher.batches == 1  # one batch, one failed item in it
-
-
-async def test_tick_batcher_process_that_raises_fails_every_waiter():
-    def broken(items):
-        raise RuntimeError("the batch itself is broken")
-
-    batcher = TickBatcher(broken)
-    out = await asyncio.gather(*(batcher.submit(x) for x in range(3)), return_exceptions=True)
-    assert [str(e) for e in out] == ["the batch itself is broken"] * 3
-    assert batcher.batches == 1
-
-
-# ------------------------------------------------------------------------ the Rust pool
-def test_pool_reset_reports_each_failed_row():
-    pool = agentgym.EnvPool("textcraft", 4)
-    obs, failed = pool.reset(tasks=[0, BAD_TEXTCRAFT, 2, 3], seeds=[0] * 4, errors="return")
-    assert [row for row, _ in failed] == [1]
-    assert isinstance(failed[0][1], InvalidTaskError) and "textcraft" in str(failed[0][1])
-    assert obs[1] == "" and all(obs[i] for i in (0, 2, 3))
-    assert pool.stop_reasons() == [None, "env_error", None, None]
-    _, _, term, trunc = pool.step([0, 2, 3], ["inventory"] * 3)
-    assert not (term | trunc).any()
-    # The raising form (the default): the same batch runs, then the refusal is raised.
-    pool = agentgym.EnvPool("textcraft", 4)
-    with pytest.raises(InvalidTaskError):
-        pool.reset(tasks=[0, BAD_TEXTCRAFT, 2, 3], seeds=[0] * 4)
-    assert pool.stop_reasons() == [None, "env_error", None, None]
-    with pytest.raises(ValueError, match="errors must be"):
-        pool.reset(errors="ignore")
-
-
-def test_pool_reset_panic_is_a_row_error_and_not_raised():
-    pool = agentgym.EnvPool("_test_panic", 3)
-    obs, failed = pool.reset(tasks=[0, "panic", 2], seeds=[1] * 3, errors="return")
-    assert [row for row, _ in failed] == [1]
-    assert isinstance(failed[0][1], EnvError) and "panic on reset" in str(failed[0][1])
-    assert obs[1].startswith("Environment error: ") and obs[0] == "reset task=Index(0) seed=1"
-    # Raising form: a panic ends its episode, as in a step, and raises nothing.
-    obs = pool.reset(tasks=[0, "panic", 2], seeds=[1] * 3)
-    assert obs[1].startswith("Environment error: ")
-    assert pool.stop_reasons() == [None, "env_error", None]
-    assert pool.step([0, 2], ["noop", "noop"])[0] == ["step 1 noop"] * 2
-
-
-def test_pool_env_construction_failure_is_a_named_error():
-    with pytest.raises(ValueError, match="construction failed"):
-        agentgym.EnvPool("_test_panic", 2, fail_make=True)
-
-
-async def test_native_driver_resets_fail_per_episode():
-    driver = NativeDriver("_test_panic", 4)
-    out = await driver.reset_many([(0, 0, 1, None), (1, "reject", 1, None),
-                                   (2, "panic", 1, None), (3, 3, 1, None)])
-    assert out[0] == "reset task=Index(0) seed=1" and out[3] == "reset task=Index(3) seed=1"
-    assert isinstance(out[1], InvalidTaskError) and "reject" in str(out[1])
-    assert isinstance(out[2], EnvError) and "panic on reset" in str(out[2])
-    steps = await driver.step_many([(0, "noop"), (3, "stop"), (1, "noop")])
-    assert [s.stop_reason for s in steps] == [None, "done", "aborted"]
 
 
 # ---------------------------------------------------------------- the engine, native envs

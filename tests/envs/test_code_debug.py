@@ -19,15 +19,9 @@ from agentgym.envs.code_debug import (
     split_sites,
     task_counts,
 )
-from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _registered():
-    register_all()
 
 
 def test_splits_are_disjoint_and_sized():

@@ -10,24 +10,10 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.envs.ecommerce_service import CATEGORIES, ECommerceServiceEnv, generate
-from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
+from tests.helpers import play_actions
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _registered():
-    register_all()
-
-
-def _play(env: ECommerceServiceEnv, actions: list[str]) -> tuple[float, dict]:
-    reward, info = 0.0, {}
-    for a in actions:
-        _, reward, done, info = env.step(a)
-        if done:
-            break
-    return reward, info
 
 
 def _find(split: str, pred) -> tuple[ECommerceServiceEnv, int]:
@@ -94,18 +80,18 @@ def test_scoring_rewards_and_penalties():
     oid, amount, cat = env.sc.order.order_id, env.sc.resolution[2], env.sc.category
     good = [f"classify[{cat}]", f"lookup_order[{oid}]", f"refund[{oid}, ${amount:.2f}]",
             f"reply[Refund issued for {oid}.]"]
-    assert _play(env, good)[0] == pytest.approx(1.0)
+    assert play_actions(env, good)[0] == pytest.approx(1.0)
     env.reset(task=t, seed=0)
-    reward, info = _play(env, good[1:])  # never classified
+    reward, info = play_actions(env, good[1:])  # never classified
     assert reward == pytest.approx(0.8) and not info["classified"]
     env.reset(task=t, seed=0)
-    reward, info = _play(env, good[:3] + ["reply[Done.]"])  # reply without the order id
+    reward, info = play_actions(env, good[:3] + ["reply[Done.]"])  # reply without the order id
     assert reward == pytest.approx(0.8) and not info["replied"]
     env.reset(task=t, seed=0)
-    reward, info = _play(env, [good[0], f"refund[{oid}, {amount + 10:.2f}]", good[3]])
+    reward, info = play_actions(env, [good[0], f"refund[{oid}, {amount + 10:.2f}]", good[3]])
     assert reward == pytest.approx(0.2 + 0.2 - 0.3) and info["wrong_actions"] == 1
     env.reset(task=t, seed=0)
-    reward, info = _play(env, good[:3] + [f"refund[{oid}, {amount:.2f}]", good[3]])  # twice
+    reward, info = play_actions(env, good[:3] + [f"refund[{oid}, {amount:.2f}]", good[3]])  # twice
     assert reward == pytest.approx(1.0 - 0.3)
 
 
@@ -113,19 +99,19 @@ def test_refunding_an_ineligible_order_is_penalised():
     env, t = _find("train", lambda sc: sc.category == "refund" and sc.resolution[0] == "deny")
     oid = env.sc.order.order_id
     amount = env.sc.item.price
-    reward, info = _play(env, ["classify[refund]", f"refund[{oid}, {amount}]",
+    reward, info = play_actions(env, ["classify[refund]", f"refund[{oid}, {amount}]",
                                f"reply[Refunded {oid}]"])
     assert reward == pytest.approx(0.2 + 0.2 - 0.3) and not info["resolved"]
     env.reset(task=t, seed=0)
-    assert _play(env, ["classify[refund]", f"deny[{oid}]", f"reply[Sorry, {oid}]"])[0] == 1.0
+    assert play_actions(env, ["classify[refund]", f"deny[{oid}]", f"reply[Sorry, {oid}]"])[0] == 1.0
 
 
 def test_informational_shipping_case_needs_no_action():
     env, t = _find("train", lambda sc: sc.resolution == ("none",))
     oid = env.sc.order.order_id
-    assert _play(env, ["classify[shipping]", f"reply[{oid} is on its way]"])[0] == 1.0
+    assert play_actions(env, ["classify[shipping]", f"reply[{oid} is on its way]"])[0] == 1.0
     env.reset(task=t, seed=0)
-    assert _play(env, ["classify[shipping]", f"reship[{oid}]", f"reply[{oid}]"])[0] == \
+    assert play_actions(env, ["classify[shipping]", f"reship[{oid}]", f"reply[{oid}]"])[0] == \
         pytest.approx(0.4 - 0.3)
 
 

@@ -9,7 +9,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
-from tests.helpers import play_to_end
+from tests.helpers import (
+    assert_invalid_action_is_a_free_turn,
+    assert_pools_play_alike,
+    play_to_end,
+)
 
 
 def test_board_text():
@@ -36,10 +40,7 @@ def test_deterministic_in_task_and_seed():
     a, b = agentgym.EnvPool("game2048", 16, seed=7), agentgym.EnvPool("game2048", 16, seed=7)
     assert a.reset() == b.reset()
     moves = ["up", "left", "down", "right"]
-    for k in range(20):
-        ids = [i for i, s in enumerate(a.stop_reasons()) if s is None]
-        acts = [moves[(k + i) % 4] for i in ids]
-        assert a.step(ids, acts)[0] == b.step(ids, acts)[0]
+    assert_pools_play_alike(a, b, lambda k, ids: [moves[(k + i) % 4] for i in ids], 20)
     # Same task, different seeds: same opening, the spawns then differ.
     c = agentgym.EnvPool("game2048", 2)
     first = c.reset(tasks=[5, 5], seeds=[1, 2])
@@ -56,10 +57,7 @@ def test_deterministic_in_task_and_seed():
 
 
 def test_bad_input():
-    pool = agentgym.EnvPool("game2048", 1)
-    pool.reset()
-    obs, r, term, _ = pool.step([0], ["diagonal"])
-    assert obs[0].startswith("Invalid action.") and r[0] == 0 and not term[0]
+    assert_invalid_action_is_a_free_turn("game2048", "diagonal")
     with pytest.raises(ValueError, match="power of two"):
         agentgym.EnvPool("game2048", 1, target=100)
 

@@ -9,7 +9,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
-from tests.helpers import play_to_end
+from tests.helpers import (
+    assert_invalid_action_is_a_free_turn,
+    assert_oracle_play_matches,
+    assert_pools_play_alike,
+    play_to_end,
+)
 
 
 def test_listed_and_first_observation():
@@ -37,26 +42,15 @@ def test_pool_and_make_are_deterministic():
     a, b = agentgym.EnvPool("gridworld", 32, seed=4), agentgym.EnvPool("gridworld", 32, seed=9)
     assert a.reset() == b.reset()  # layouts depend on the task only
     acts = ["turn left", "move forward", "pick up", "toggle", "drop", "turn right", "x"] * 5
-    for _ in range(4):
-        ids = [i for i, s in enumerate(a.stop_reasons()) if s is None]
-        out_a, out_b = a.step(ids, acts[: len(ids)]), b.step(ids, acts[: len(ids)])
-        assert out_a[0] == out_b[0]
+    assert_pools_play_alike(a, b, lambda k, ids: acts[: len(ids)], 4)
     e1, e2 = agentgym.make("gridworld"), agentgym.make("gridworld")
     assert e1.reset(seed=3) == e2.reset(seed=3)
-    while True:
-        action = e1.unwrapped.oracle_action()
-        step = e1.step(action)
-        assert step[:3] == e2.step(action)[:3]
-        if step[2]:
-            break
+    step = assert_oracle_play_matches(e1, e2)
     assert step[1] == 1.0
 
 
 def test_invalid_action_and_bad_kwargs():
-    pool = agentgym.EnvPool("gridworld", 1)
-    pool.reset()
-    obs, r, term, _ = pool.step([0], ["fly away"])
-    assert obs[0].startswith("Invalid action.") and r[0] == 0 and not term[0]
+    pool = assert_invalid_action_is_a_free_turn("gridworld", "fly away")
     with pytest.raises(ValueError, match="size"):
         agentgym.EnvPool("gridworld", 1, size=2)
     with pytest.raises(agentgym.InvalidTaskError):

@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from bench.baselines import maze_py
-from tests.helpers import play_to_end
+from tests.helpers import assert_oracle_play_matches, assert_steps_match_reference, play_to_end
 
 KWARGS = [
     {},
@@ -39,14 +39,7 @@ def test_parity_with_python_baseline(kwargs):
     rng = random.Random(0)
     for task in range(100):
         assert pool.reset(tasks=[task])[0] == py.reset(task, 0)
-        for _ in range(40):
-            valid = pool.valid_actions(0)
-            assert valid == py.valid_actions()
-            action = rng.choice(valid + EXTRA_ACTIONS)
-            obs, reward, terminated, _ = pool.step([0], [action])
-            assert (obs[0], float(reward[0]), bool(terminated[0])) == py.step(action)
-            if terminated[0]:
-                break
+        assert_steps_match_reference(pool, py, rng, 40, EXTRA_ACTIONS)
 
 
 def test_shaping_matches_baseline_and_is_off_by_default():
@@ -91,12 +84,7 @@ def test_gym_make_is_deterministic():
     o1, i1 = e1.reset(seed=11)
     o2, i2 = e2.reset(seed=11)
     assert o1 == o2 and i1["task"] == i2["task"]
-    while True:
-        action = e1.unwrapped.oracle_action()
-        step = e1.step(action)
-        assert step[:3] == e2.step(action)[:3]
-        if step[2]:
-            break
+    step = assert_oracle_play_matches(e1, e2)
     assert step[1] == 1.0 and e1.unwrapped.oracle_action() is None
     o3, _ = e1.reset(seed=11, options={"task": 7})
     assert o3 == maze_py.make(difficulty="easy").reset(7, 0)

@@ -12,16 +12,10 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.envs.office import OfficeEnv, Todo, generate, score, task_similarity
-from agentgym.envs.scenarios import register_all
 from agentgym.errors import EpisodeFinishedError, InvalidTaskError
 
 pytestmark = pytest.mark.timeout(120)
 D = dt.date
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _registered():
-    register_all()
 
 
 def _resolve_phrase(phrase: str, d: dt.date) -> dt.date:

@@ -10,23 +10,9 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.envs.project_planning import ProjectPlanningEnv
-from agentgym.envs.scenarios import register_all
+from tests.helpers import play_actions
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _registered():
-    register_all()
-
-
-def _plan_run(env: ProjectPlanningEnv, actions: list[str]) -> tuple[float, dict]:
-    reward, info = 0.0, {}
-    for a in actions:
-        _, reward, done, info = env.step(a)
-        if done:
-            break
-    return reward, info
 
 
 def test_project_planning_scoring_hand_built():
@@ -34,11 +20,11 @@ def test_project_planning_scoring_hand_built():
     env.reset(task=0)
     proj = env.project
     asap = [f"schedule[{t.tid} | {proj.earliest[t.tid]}]" for t in proj.tasks]
-    assert _plan_run(env, asap + ["submit"])[0] == 1.0
+    assert play_actions(env, asap + ["submit"])[0] == 1.0
     env.reset(task=0)
     late = [f"schedule[{t.tid} | {proj.earliest[t.tid] + dt.timedelta(days=10)}]"
             for t in proj.tasks]
-    reward, info = _plan_run(env, late + ["submit"])
+    reward, info = play_actions(env, late + ["submit"])
     span = (proj.finish - proj.start).days + 1
     assert reward == pytest.approx(0.5 + 0.5 * span / (span + 10))
     assert info["finish"] == proj.finish + dt.timedelta(days=10)
@@ -46,7 +32,7 @@ def test_project_planning_scoring_hand_built():
     dependent = next(t for t in proj.tasks if t.deps)
     early = [a for a, t in zip(asap, proj.tasks, strict=True) if t is not dependent]
     early.append(f"schedule[{dependent.tid} | {proj.start}]")  # before its dependency ends
-    reward, info = _plan_run(env, early + ["submit"])
+    reward, info = play_actions(env, early + ["submit"])
     n = len(proj.tasks)
     assert dependent.tid not in info["valid"] and info["finish"] is None
     assert reward == pytest.approx(0.5 * len(info["valid"]) / n) and reward < 0.5

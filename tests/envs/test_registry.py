@@ -128,6 +128,23 @@ def test_base_env_gets_task_and_seed_and_horizon(registered):
     assert env.step("cut")[2:4] == (False, True)
 
 
+@pytest.mark.parametrize("env_id,action", [("test/seeded", "a"), ("maze", "jump")])
+def test_adapters_take_max_turns_and_seed_the_env_from_the_reset_seed(registered, env_id,
+                                                                       action):
+    """Both Gymnasium adapters (of a Python env and of a native env): ``options["max_turns"]``
+    sets the horizon, and the env's own seed is drawn from the reset seed (equal seeds give
+    equal env seeds, other seeds other env seeds)."""
+    env = agentgym.make(env_id).unwrapped
+    env.reset(seed=4, options={"task": 3, "max_turns": 1})
+    assert env.step(action)[2:4] == (False, True)
+
+    def env_seed(seed):  # the Python env echoes its seed; the native adapter reports it
+        obs, info = env.reset(seed=seed, options={"task": 3})
+        return info.get("seed", obs)
+
+    assert env_seed(4) == env_seed(4) != env_seed(5)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("env_id", ["textcraft", "maze", "wordle", "test/aiops", "test/seeded"])
 def test_check_env_passes(registered, env_id):

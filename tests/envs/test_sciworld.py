@@ -6,12 +6,12 @@ Tests that start a JVM are few and marked ``slow``; they share one simulator.
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
 from agentgym.envs.sciworld import AGENTGYM_EXCLUDED, TASKS, SciWorldEnv
 from agentgym.errors import EnvError, InvalidTaskError
+from tests.helpers import process_gone
 
 
 def jvm(test):
@@ -141,17 +141,4 @@ async def test_worker_pool_hosts_jvms_and_closes_them():
         jvms = worker["children"]
         assert len(jvms) == 1  # the env instance's JVM, a child of the worker
     for pid in [worker["pid"], *jvms]:
-        assert _gone(pid)
-
-
-def _gone(pid: int, wait_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
+        assert process_gone(pid, wait_s=20.0)

@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from bench.baselines import wordle_py
-from tests.helpers import play_to_end
+from tests.helpers import assert_steps_match_reference, play_to_end
 
 KWARGS = [
     {},
@@ -60,14 +60,7 @@ def test_parity_with_python_baseline(kwargs):
     for task in range(25 if kwargs.get("valid_actions") == "consistent" else 150):
         seed = rng.getrandbits(64)
         assert pool.reset(tasks=[task], seeds=[seed])[0] == py.reset(task, seed)
-        for _ in range(12):
-            valid = pool.valid_actions(0)
-            assert valid == py.valid_actions()
-            action = rng.choice(valid + EXTRA_ACTIONS)
-            obs, reward, terminated, _ = pool.step([0], [action])
-            assert (obs[0], float(reward[0]), bool(terminated[0])) == py.step(action)
-            if terminated[0]:
-                break
+        assert_steps_match_reference(pool, py, rng, 12, EXTRA_ACTIONS)
 
 
 def test_pool_and_make_are_deterministic():

@@ -16,6 +16,7 @@ from agentgym.envs import BaseEnv  # noqa: E402
 from agentgym.learner.checkpoint import find_checkpoint  # noqa: E402
 from agentgym.learner.tracking import read_jsonl  # noqa: E402
 from agentgym.learner.trainer import Trainer, TrainerConfig, make_schedule  # noqa: E402
+from tests.helpers import PickEnv  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,23 +35,6 @@ class EndlessEnv(BaseEnv):
 
     def valid_actions(self):
         return ["move north", "move south"]
-
-
-class PickEnv(BaseEnv):
-    """One turn: reward 1 for 'move east', else 0 (a bandit the policy must learn)."""
-
-    instructions = "Maze. Reply with Action: move north, move south, move east or move west."
-    num_tasks = 1000
-
-    def reset(self, task=None, seed=None):
-        return "North: open. South: open. East: open. West: open."
-
-    def step(self, action):
-        ok = action.strip().lower().endswith("east")
-        return ("You reached the goal!" if ok else "Nothing here."), float(ok), True, {}
-
-    def valid_actions(self):
-        return ["move north", "move south", "move east", "move west"]
 
 
 class TwoLengthEnv(BaseEnv):

@@ -10,22 +10,17 @@ import time
 import pytest
 
 import agentgym
-from agentgym.envs import BaseEnv
 from agentgym.errors import EpisodeFinishedError, EpisodeNotStartedError, UnknownEnvError
 from agentgym.runtime.workers import ProcessEnvPool
+from tests.helpers import TaskEnv, process_gone
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class FaultyEnv(BaseEnv):
+class FaultyEnv(TaskEnv):
     """Test-only env for fault injection: counts steps; some actions hang, crash or raise."""
 
     instructions = "say anything"
-    num_tasks = 100
-
-    def reset(self, task=None, seed=None):
-        self.task, self.n = task, 0
-        return f"task {task}"
 
     def step(self, action):
         if action == "hang":
@@ -42,20 +37,6 @@ class FaultyEnv(BaseEnv):
 
 
 agentgym.register("test-faulty", FaultyEnv, override=True)
-
-
-def _gone(pid: int, wait_s: float = 15.0) -> bool:
-    """True once ``pid`` no longer runs (absent or a zombie)."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow  # spawns and restarts worker processes
@@ -165,12 +146,12 @@ async def test_shutdown_leaves_no_processes():
     # a hang kills the worker's whole process group, grandchildren included
     out = await pool.step_many([0], ["hang"])
     assert out[0][4]["stop_reason"] == "timeout"
-    assert _gone(child)
+    assert process_gone(child)
     (child2,) = [int(o) for o, *_ in await pool.step_many([1], ["spawn"])]
     workers = [info["pid"] for info in await pool.worker_info()]
     await pool.aclose()
     for pid in [*workers, child2]:  # the shutdown also clears each worker's process group
-        assert _gone(pid)
+        assert process_gone(pid)
 
 
 def test_sync_close_without_loop():
@@ -182,19 +163,14 @@ def test_sync_close_without_loop():
 
     pids = asyncio.run(run())
     pool.close()
-    assert all(_gone(pid) for pid in pids)
+    assert all(process_gone(pid) for pid in pids)
 
 
-class GatedEnv(BaseEnv):
+class GatedEnv(TaskEnv):
     """Test-only env: ``wait:<dir>`` writes ``<dir>/started`` and returns once ``<dir>/go``
     exists (a step the test holds in flight); any other action counts."""
 
     instructions = "say anything"
-    num_tasks = 100
-
-    def reset(self, task=None, seed=None):
-        self.task, self.n = task, 0
-        return f"task {task}"
 
     def step(self, action):
         if action.startswith("wait:"):

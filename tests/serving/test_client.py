@@ -195,19 +195,36 @@ def _dead_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+def _count_sends(monkeypatch, name: str) -> list:
+    """Record the path of every request ``RemoteEnv.<name>`` (``_send`` or ``_asend``) sends,
+    then send it for real; returns the record."""
+    sent, real = [], getattr(RemoteEnv, name)
+
+    def counted(self, method, path, body):
+        sent.append(path)
+        return real(self, method, path, body)
+
+    monkeypatch.setattr(RemoteEnv, name, counted)
+    return sent
+
+
 @pytest.mark.timeout(15)
-def test_server_down_is_a_clear_error_quickly():
+def test_server_down_is_a_clear_error_quickly(monkeypatch):
+    sent = _count_sends(monkeypatch, "_send")
     env = RemoteEnv(_dead_url(), ENV, retries=2, backoff=0.01, connect_timeout=1.0)
     with pytest.raises(ServerUnavailableError, match="unreachable after 3 attempts"):
         env.reset(seed=0)
+    assert sent == ["create"] * 3  # the request that never arrived was sent again
     env.close()
 
 
 @pytest.mark.timeout(15)
-async def test_server_down_async():
+async def test_server_down_async(monkeypatch):
+    sent = _count_sends(monkeypatch, "_asend")
     env = RemoteEnv(_dead_url(), ENV, retries=1, backoff=0.01, connect_timeout=1.0)
-    with pytest.raises(ServerUnavailableError):
+    with pytest.raises(ServerUnavailableError, match="unreachable after 2 attempts"):
         await env.areset(seed=0)
+    assert sent == ["create"] * 2
     await env.aclose()
 
 
@@ -224,14 +241,16 @@ def test_read_timeout_is_an_error_not_a_hang(srv):
         env.close()
 
 
-def test_busy_server_503_is_retried_then_reported():
+def test_busy_server_503_is_retried_then_reported(monkeypatch):
     with ServerThread(ENV, max_envs=1) as server:
         holder = RemoteEnv(server.url, ENV)
         holder.reset(seed=0, options={"task": 0})
         waiter = RemoteEnv(server.url, ENV, retries=1, backoff=0.01)
+        sent = _count_sends(monkeypatch, "_send")
         with pytest.raises(RemoteEnvError) as err:
             waiter.reset(seed=0, options={"task": 0})
         assert err.value.status == 503 and "cap" in str(err.value)
+        assert sent == ["create"] * 2  # the 503 was retried once, then reported
         holder.close()
         assert waiter.reset(seed=0, options={"task": 0})[0].startswith("task 0:")
         waiter.close()

@@ -88,6 +88,23 @@ def _reset_kwargs(env: BaseEnv) -> set[str]:
     return {name for name in ("task", "seed") if name in params}
 
 
+
+def begin_episode(adapter: gym.Env, options: dict | None, num_tasks: int | None) -> tuple[Any, int]:
+    """The common start of a Gymnasium adapter's ``reset``, after ``super().reset(seed=...)``.
+
+    Takes ``options["max_turns"]`` (when given) into ``adapter.max_turns`` and returns
+    ``(task, env_seed)``: ``options["task"]``, else a task drawn from ``adapter.np_random``
+    among ``num_tasks`` (None when the env declares none), and the seed of the env's own
+    randomness, drawn next from the same RNG, so equal seeds replay equal episodes.
+    """
+    options = options or {}
+    if "max_turns" in options:
+        adapter.max_turns = options["max_turns"]
+    task = options.get("task")
+    if task is None and num_tasks:
+        task = int(adapter.np_random.integers(min(num_tasks, 2**63 - 1)))
+    return task, int(adapter.np_random.integers(2**63))
+
 class BaseEnvAdapter(gym.Env):
     """Gymnasium view of a :class:`BaseEnv` (text observations and actions).
 
@@ -120,13 +137,7 @@ class BaseEnvAdapter(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = dict(options or {})
-        if "max_turns" in options:
-            self.max_turns = options["max_turns"]
-        task = options.get("task")
-        if task is None and self.env.num_tasks:
-            task = int(self.np_random.integers(self.env.num_tasks))
-        env_seed = int(self.np_random.integers(2**63))
+        task, env_seed = begin_episode(self, options, self.env.num_tasks)
         kwargs = {}
         if "task" in self._accepts:
             kwargs["task"] = task

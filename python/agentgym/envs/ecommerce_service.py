@@ -14,10 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
-from agentgym.envs.commands import BAD_FORMAT, parse_command
-from agentgym.envs.tasks import SCENARIO_SPLITS, TaskSplits
-from agentgym.errors import EpisodeFinishedError
+from agentgym.envs.commands import CommandEnv
 
 CATEGORIES = ("refund", "exchange", "damaged", "shipping", "warranty", "cancellation")
 W_CLASSIFY, W_RESOLVE, W_REPLY, PENALTY = 0.2, 0.6, 0.2, 0.3
@@ -289,18 +286,15 @@ def render_message(sc: Scenario, seed: int | None) -> str:
 _RESOLUTIONS = ("refund", "exchange", "replace", "reship", "warranty_claim", "cancel", "deny")
 
 
-class ECommerceServiceEnv(BaseEnv):
+class ECommerceServiceEnv(CommandEnv):
     """Customer service under a policy book; see the module doc and the README."""
 
     instructions = INSTRUCTIONS
-    splits = ("train", "test", "all")
-    held_out_split = "test"
+    env_name = "ecommerce_service"
 
     def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("ecommerce_service", SCENARIO_SPLITS, split)
-        self.split, self.num_tasks = split, self._tasks.num_tasks
+        super().__init__(split)
         self.sc: Scenario | None = None
-        self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         index = self._tasks.resolve(task, seed)
@@ -321,13 +315,7 @@ class ECommerceServiceEnv(BaseEnv):
                 return o
         return None
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self.sc is None or self.done:
-            raise EpisodeFinishedError("ecommerce_service: call reset() first")
-        command = parse_command(action)
-        if command is None:
-            return BAD_FORMAT, 0.0, False, {"invalid": True}
-        name, arg = command
+    def command(self, name: str, arg: str) -> tuple[str, float, bool, dict[str, Any]]:
         args = [a.strip() for a in arg.split(",")] if arg else []
         if name == "classify":
             if arg.lower() not in CATEGORIES:

@@ -7,10 +7,12 @@ import json
 import gymnasium as gym
 
 from agentgym import _core
+from agentgym.envs.base import begin_episode
 from agentgym.envs.spaces import TextSpace
+from agentgym.pool import NativeEnvInfo
 
 
-class NativeEnv(gym.Env):
+class NativeEnv(NativeEnvInfo, gym.Env):
     """A native env as a Gymnasium env (text observations and actions).
 
     ``reset(seed=s, options={"task": index_or_text, "max_turns": m})``: without a task, one
@@ -29,23 +31,9 @@ class NativeEnv(gym.Env):
         self.action_space = TextSpace()
         self._task = None
 
-    @property
-    def instructions(self) -> str:
-        return self._pool.instructions
-
-    @property
-    def num_tasks(self) -> int:
-        return self._pool.num_tasks
-
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = dict(options or {})
-        if "max_turns" in options:
-            self.max_turns = options["max_turns"]
-        task = options.get("task")
-        if task is None:
-            task = int(self.np_random.integers(min(self._pool.num_tasks, 2**63 - 1)))
-        env_seed = int(self.np_random.integers(2**63))
+        task, env_seed = begin_episode(self, options, self._pool.num_tasks)
         (obs,) = self._pool.reset([0], [task], [env_seed], [self.max_turns])
         self._task = task
         return obs, {"task": task, "seed": env_seed, "turns": 0}

@@ -17,10 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
-from agentgym.envs.commands import BAD_FORMAT, parse_command
-from agentgym.envs.tasks import SCENARIO_SPLITS, TaskSplits
-from agentgym.errors import EpisodeFinishedError
+from agentgym.envs.commands import CommandEnv
 
 MAX_ITEMS = 20
 MATCH_THRESHOLD = 0.5
@@ -204,19 +201,16 @@ def score(pred: list[Todo], gold: list[Todo]) -> dict[str, Any]:
             "predicted": len(pred)}
 
 
-class OfficeEnv(BaseEnv):
+class OfficeEnv(CommandEnv):
     """Meeting notes -> to-dos with owners and deadlines; see the module doc."""
 
     instructions = INSTRUCTIONS
-    splits = ("train", "test", "all")
-    held_out_split = "test"
+    env_name = "office"
 
     def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("office", SCENARIO_SPLITS, split)
-        self.split, self.num_tasks = split, self._tasks.num_tasks
+        super().__init__(split)
         self.meeting: Meeting | None = None
         self.todos: list[Todo] = []
-        self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         index = self._tasks.resolve(task, seed)
@@ -231,13 +225,7 @@ class OfficeEnv(BaseEnv):
         return "\n".join(f"{k}. {t.task} | {t.owner} | {t.deadline}"
                          for k, t in enumerate(self.todos, 1))
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self.meeting is None or self.done:
-            raise EpisodeFinishedError("office: call reset() first")
-        command = parse_command(action)
-        if command is None:
-            return BAD_FORMAT, 0.0, False, {"invalid": True}
-        name, arg = command
+    def command(self, name: str, arg: str) -> tuple[str, float, bool, dict[str, Any]]:
         if name == "add_todo":
             parts = [x.strip() for x in arg.split("|")]
             if len(parts) != 3 or not parts[0] or not parts[1]:

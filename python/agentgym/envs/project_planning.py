@@ -16,10 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
-from agentgym.envs.commands import BAD_FORMAT, parse_command
-from agentgym.envs.tasks import SCENARIO_SPLITS, TaskSplits
-from agentgym.errors import EpisodeFinishedError
+from agentgym.envs.commands import CommandEnv
 
 PLAN_STEPS = [
     "gather requirements", "write the design doc", "review the design", "build the prototype",
@@ -92,19 +89,16 @@ def generate_project(index: int) -> Project:
     return Project(start, tasks, earliest, finish)
 
 
-class ProjectPlanningEnv(BaseEnv):
+class ProjectPlanningEnv(CommandEnv):
     """Schedule a project's tasks under dependencies and earliest dates; finish early."""
 
     instructions = PLAN_INSTRUCTIONS
-    splits = ("train", "test", "all")
-    held_out_split = "test"
+    env_name = "project_planning"
 
     def __init__(self, split: str = "train"):
-        self._tasks = TaskSplits("project_planning", SCENARIO_SPLITS, split)
-        self.split, self.num_tasks = split, self._tasks.num_tasks
+        super().__init__(split)
         self.project: Project | None = None
         self.plan: dict[str, dt.date] = {}
-        self.done = True
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         index = self._tasks.resolve(task, seed)
@@ -136,13 +130,7 @@ class ProjectPlanningEnv(BaseEnv):
         return {"valid": valid, "finish": finish, "reward": reward,
                 "optimal_finish": self.project.finish, "solved": reward >= 0.999}
 
-    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self.project is None or self.done:
-            raise EpisodeFinishedError("project_planning: call reset() first")
-        command = parse_command(action)
-        if command is None:
-            return BAD_FORMAT, 0.0, False, {"invalid": True}
-        name, arg = command
+    def command(self, name: str, arg: str) -> tuple[str, float, bool, dict[str, Any]]:
         if name == "schedule":
             parts = [x.strip() for x in arg.split("|")]
             ids = {t.tid.lower(): t.tid for t in self.project.tasks}

@@ -54,8 +54,11 @@ class ServerUnavailableError(RemoteEnvError):
     """The env server could not be reached (refused, unresolvable, connect timeout)."""
 
 
-class _Unreached(Exception):
-    """Internal: the request never reached the server (its ``__cause__`` says why)."""
+@dataclass(frozen=True)
+class _Unreached:
+    """A request that never reached the server (safe to resend); ``cause`` says why."""
+
+    cause: BaseException
 
 
 @dataclass(frozen=True)
@@ -181,49 +184,46 @@ class RemoteEnv(gym.Env):
                 pass
         return min(self.backoff * (2**attempt), 5.0)
 
+    def _settle(self, outcome: _Reply | _Unreached, attempt: int, retries: int,
+                path: str) -> tuple[Any, float | None]:
+        """The retry policy for attempt ``attempt`` (from 0) of ``retries + 1``: ``(answer,
+        None)`` for a final reply (not a 503, or the last attempt), else ``(None, delay)``
+        with the seconds to wait before the next attempt; a request that never reached the
+        server on its last attempt raises :class:`ServerUnavailableError`."""
+        if isinstance(outcome, _Reply):
+            if outcome.status != 503 or attempt == retries:
+                return self._parse(outcome, path), None
+            return None, self._delay(attempt, outcome)
+        if attempt == retries:
+            raise self._unavailable(outcome.cause, retries)
+        return None, self._delay(attempt)
+
     def _request(self, method: str, path: str, body: dict | None = None,
                  retries: int | None = None) -> Any:
-        last: Exception | None = None
         retries = self.retries if retries is None else retries
         for attempt in range(retries + 1):
-            try:
-                reply = self._send(method, path, body)
-            except _Unreached as e:
-                last = e.__cause__
-            else:
-                if reply.status != 503 or attempt == retries:
-                    return self._parse(reply, path)
-                last = RemoteEnvError(reply.content[:200].decode(errors="replace"), 503)
-                time.sleep(self._delay(attempt, reply))
-                continue
-            if attempt < retries:
-                time.sleep(self._delay(attempt))
-        raise self._unavailable(last, retries)
+            answer, delay = self._settle(self._send(method, path, body), attempt, retries, path)
+            if delay is None:
+                return answer
+            time.sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _arequest(self, method: str, path: str, body: dict | None = None,
                         retries: int | None = None) -> Any:
-        last: Exception | None = None
         retries = self.retries if retries is None else retries
         for attempt in range(retries + 1):
-            try:
-                reply = await self._asend(method, path, body)
-            except _Unreached as e:
-                last = e.__cause__
-            else:
-                if reply.status != 503 or attempt == retries:
-                    return self._parse(reply, path)
-                last = RemoteEnvError(reply.content[:200].decode(errors="replace"), 503)
-                await asyncio.sleep(self._delay(attempt, reply))
-                continue
-            if attempt < retries:
-                await asyncio.sleep(self._delay(attempt))
-        raise self._unavailable(last, retries)
+            answer, delay = self._settle(await self._asend(method, path, body), attempt,
+                                         retries, path)
+            if delay is None:
+                return answer
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _timed_out(self, path: str, e: BaseException) -> RemoteEnvError:
         return RemoteEnvError(f"env server {self.url} did not answer /{path} within "
                               f"{self.timeout.read}s ({type(e).__name__})")
 
-    def _send(self, method: str, path: str, body: dict | None) -> _Reply:
+    def _send(self, method: str, path: str, body: dict | None) -> _Reply | _Unreached:
         url = f"{self.url}/{path}"
         try:
             if method == "GET":
@@ -231,14 +231,14 @@ class RemoteEnv(gym.Env):
             else:
                 r = self.client.request(method, url, json=body if body is not None else {})
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise _Unreached from e  # never reached the server: safe to resend
+            return _Unreached(e)
         except httpx.TimeoutException as e:
             raise self._timed_out(path, e) from e
         except httpx.HTTPError as e:
             raise RemoteEnvError(f"request to {url} failed: {type(e).__name__}: {e}") from e
         return _Reply(r.status_code, r.content, r.reason_phrase, r.headers.get("Retry-After"))
 
-    async def _asend(self, method: str, path: str, body: dict | None) -> _Reply:
+    async def _asend(self, method: str, path: str, body: dict | None) -> _Reply | _Unreached:
         url = f"{self.url}/{path}"
         kwargs: dict[str, Any] = (
             {"params": {k: str(v) for k, v in (body or {}).items()}} if method == "GET"
@@ -248,17 +248,13 @@ class RemoteEnv(gym.Env):
                 content = await r.read()
                 return _Reply(r.status, content, r.reason or "", r.headers.get("Retry-After"))
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
-            raise _Unreached from e
+            return _Unreached(e)
         except (asyncio.TimeoutError, aiohttp.SocketTimeoutError) as e:
             raise self._timed_out(path, e) from e
         except aiohttp.ClientError as e:
             raise RemoteEnvError(f"request to {url} failed: {type(e).__name__}: {e}") from e
 
-    def _unavailable(self, last: BaseException | None, retries: int) -> RemoteEnvError:
-        if isinstance(last, RemoteEnvError):
-            return RemoteEnvError(
-                f"env server {self.url} stayed busy (503) after {retries + 1} attempts: "
-                f"{last}", 503, "Unavailable")
+    def _unavailable(self, last: BaseException, retries: int) -> ServerUnavailableError:
         return ServerUnavailableError(
             f"env server {self.url} is unreachable after {retries + 1} attempts "
             f"({type(last).__name__}: {last})", None, "Unavailable")
