@@ -45,9 +45,25 @@ async def test_openai_backend_server_down_is_clear_error():
     await backend.close()
 
 
+async def _completions_server(completions):
+    """A real aiohttp server on 127.0.0.1 answering ``/v1/completions`` with
+    ``completions`` (fault injection: it answers what the test tells it); its runner and
+    base URL."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
 @MODULE_LOOP
 async def test_openai_backend_retries_5xx_with_fresh_request_ids():
-    web = pytest.importorskip("aiohttp.web")
+    from aiohttp import web
+
     from agentgym.backends.openai_backend import OpenAIBackend
 
     seen: list[dict] = []
@@ -70,14 +86,8 @@ async def test_openai_backend_retries_5xx_with_fresh_request_ids():
             }
         )
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    backend = OpenAIBackend(f"http://127.0.0.1:{port}", "m", max_retries=3, backoff_s=0.01)
+    runner, url = await _completions_server(completions)
+    backend = OpenAIBackend(url, "m", max_retries=3, backoff_s=0.01)
     try:
         res = await backend.generate(PROMPT, SamplingParams(max_new_tokens=4), request_id="r")
         assert res.token_ids == [5, 6, 7, 8] and res.logprobs == [-1.5] * 4
@@ -95,7 +105,8 @@ async def test_openai_backend_retries_5xx_with_fresh_request_ids():
 async def test_openai_backend_bad_responses_are_backend_errors():
     """A 200 whose body is not JSON, a malformed completion, a 4xx and a call after close
     each raise BackendError (not the JSON decoder's, httpx's or a RuntimeError)."""
-    web = pytest.importorskip("aiohttp.web")
+    from aiohttp import web
+
     from agentgym.backends.openai_backend import OpenAIBackend
 
     answers = {
@@ -108,14 +119,8 @@ async def test_openai_backend_bad_responses_are_backend_errors():
         body = await request.json()
         return answers[body["request_id"].split("/")[0]]()
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    backend = OpenAIBackend(f"http://127.0.0.1:{port}", "m", max_retries=0)
+    runner, url = await _completions_server(completions)
+    backend = OpenAIBackend(url, "m", max_retries=0)
     try:
         for rid, match in [("not-json", "not JSON"), ("list-choice", "malformed"),
                            ("bad-request", "400")]:
