@@ -13,7 +13,9 @@ result = agent.infer(env)  # trajectories + success rate of the trained policy
 ``env`` is an env id (``"maze"``), a native env instance (``TextCraftEnv()``, anything with
 ``env_id``), a Gymnasium env made by ``agentgym.make`` or a user ``BaseEnv`` instance (it is
 registered under a fresh id; each rollout slot plays a deep copy). ``base_model="tiny"``
-builds the local tiny model (and, for training, gives it the random-policy format warm-up).
+builds the local tiny model (and, for training, gives it the random-policy format warm-up);
+``base_model="smollm2-135m"`` is SmolLM2-135M-Instruct, built once into the cache from the
+``smollm2`` extra (:mod:`agentgym.models.smollm2`).
 Keyword arguments of ``LLMAgent`` and ``train`` override :class:`TrainerConfig` fields; a
 YAML/TOML file works too: ``LLMAgent.from_config("configs/maze_tiny.yaml")``.
 """
@@ -88,7 +90,8 @@ class InferenceResult:
 class LLMAgent:
     """An LLM policy that trains with multi-turn RL and plays episodes.
 
-    ``base_model``: a Hugging Face model folder or hub id, or ``"tiny"``; ``backend``:
+    ``base_model``: a Hugging Face model folder or hub id, ``"tiny"``, or a named model
+    (``"smollm2-135m"``, :data:`agentgym.models.NAMED_MODELS`); ``backend``:
     ``"transformers"`` | ``"vllm"`` | ``"openai"`` (rollouts and inference). Other keyword
     arguments are :class:`TrainerConfig` fields (``output_dir``, ``seed``, ``learner``, ...).
     """
@@ -153,7 +156,9 @@ class LLMAgent:
 
         env_id, env_kwargs = resolve_env(env)
         cfg = self._config(env_id, env_kwargs, {})
-        model_dir = self.model_dir
+        from agentgym.models import resolve_model
+
+        model_dir = await asyncio.to_thread(resolve_model, self.model_dir)
         if model_dir is None:  # untrained tiny model
             from agentgym.models import build_tiny_model
 

