@@ -8,7 +8,8 @@ own instructions as the system prompt, transformers backend); the random and ora
 play the same tasks (``plan_tasks``: the env's test split where it has one) through the
 same rollout engine and tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend`
 (``Action: <action>`` replies; the oracle falls back to random where an env has none).
-Prints one JSON object and writes it to ``bench/results/zero_shot.json`` (``--out``).
+Prints one JSON object and writes it to ``bench/results/zero_shot.json`` (``--out``);
+``--table FILE`` prints a report's markdown table (success rate, mean turns in brackets).
 """
 
 from __future__ import annotations
@@ -79,6 +80,18 @@ def model_rows(envs: list[str], args) -> dict[str, dict]:
     return rows
 
 
+def markdown(report: dict) -> str:
+    """The README table of a report: success rate (mean turns) per policy and env."""
+    cols = ("smollm2-135m", "random", "oracle")
+    lines = ["| env | max turns | SmolLM2-135M zero-shot | random | oracle |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for r in report["results"]:
+        cells = [f"{r[c]['success_rate']:.2f} ({r[c]['num_turns/mean']:.1f})" if c in r else "-"
+                 for c in cols]
+        lines.append(f"| `{r['env']}` | {r['max_turns']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--env", default=None, help="env ids, comma-separated (default: all)")
@@ -87,7 +100,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--no-model", action="store_true", help="random and oracle only")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--table", metavar="JSON", help="print the markdown table of a report")
     args = ap.parse_args(argv)
+    if args.table:
+        report = json.loads(Path(args.table).read_text())
+        print(markdown(report), end="")
+        return report
 
     from transformers import AutoTokenizer
 
@@ -131,6 +149,7 @@ def main(argv=None) -> dict:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report), end="", file=sys.stderr)
     print(json.dumps(report))
     return report
 
