@@ -92,6 +92,30 @@ def test_group_sampling_shares_task_seed_and_prompt(tokenizer):
     assert packed.offsets[-1] == packed.num_tokens == sum(len(t.token_ids) for t in batch)
 
 
+def test_stream_requests_plays_exactly_the_requests(tokenizer):
+    from agentgym.engine import EpisodeRequest
+
+    reqs = [EpisodeRequest(5, 40, 1), EpisodeRequest(5, 40, 0), EpisodeRequest(2, 7, 3),
+            EpisodeRequest(9, 41, 0, seed=12345)]
+
+    async def play(eng, requests):
+        return sorted([t async for t in eng.stream_requests(requests, "maze", max_turns=6)],
+                      key=lambda t: (t.group_id, t.sample_index))
+
+    first = asyncio.run(play(engine(tokenizer), reqs))
+    assert [(t.task_id, t.group_id, t.sample_index) for t in first] == [
+        (2, 7, 3), (5, 40, 0), (5, 40, 1), (9, 41, 0)]
+    assert first[3].seed == 12345
+    assert first[1].seed == first[2].seed != first[0].seed  # a group shares its env seed
+    # The same request replays the same episode on another engine, alone or in any order;
+    # the seed depends on (config seed, group), not on what else is played.
+    again = asyncio.run(play(engine(tokenizer), [reqs[2], reqs[0]]))
+    assert [(t.seed, t.token_ids, t.reward) for t in again] == [
+        (t.seed, t.token_ids, t.reward) for t in (first[0], first[2])]
+    other = asyncio.run(play(engine(tokenizer, seed=1), reqs[:1]))
+    assert other[0].seed != first[2].seed
+
+
 def test_horizon_and_length_limits(tokenizer):
     eng = engine(tokenizer, policy="random")
     horizon = eng.collect_sync(8, "maze", max_turns=2, env_kwargs={})

@@ -25,7 +25,7 @@ import itertools
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -86,6 +86,21 @@ class Turn(NamedTuple):
     #: The episode's token list, extended in place with what the turn appends.
     context: list[int]
     episode: _Episode
+
+
+class EpisodeRequest(NamedTuple):
+    """One episode to play: its task, its group and its sample index within the group.
+
+    The env seed is ``seed`` when given, else derived from (``RolloutConfig.seed``,
+    ``group_id``): the samples of a group share it (GRPO's group of the same task instance),
+    and the same request always replays the same episode with a deterministic backend.
+    """
+
+    #: A task index of the env's task set, or an explicit task text.
+    task: int | str
+    group_id: int
+    sample_index: int = 0
+    seed: int | None = None
 
 
 #: ``Turn(...)`` without the Python-level ``__new__`` of a named tuple (once per turn).
@@ -391,14 +406,25 @@ class RolloutEngine:
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 
-    def _episodes(self, tasks, cfg: RolloutConfig) -> list[_Episode]:
+    def requests(self, tasks: int | Sequence[int | str],
+                 n_samples: int | None = None) -> list[EpisodeRequest]:
+        """``tasks`` x ``n_samples`` requests, each task a fresh group (the engine's group
+        counter advances, so consecutive calls play new episodes)."""
+        n = self.config.n_samples if n_samples is None else n_samples
         task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
-        groups = np.array([next(self._groups) for _ in task_list], np.int64)
-        seeds = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
+        groups = [next(self._groups) for _ in task_list]
+        return [EpisodeRequest(task, g, s) for task, g in zip(task_list, groups)
+                for s in range(n)]
+
+    def _episodes(self, requests: Iterable[EpisodeRequest],
+                  cfg: RolloutConfig) -> list[_Episode]:
+        reqs = [r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r) for r in requests]
+        groups = np.array([r.group_id for r in reqs], np.uint64)
+        derived = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
         return [
-            _Episode(next(self._keys), -1, task, seed, int(g), s)
-            for task, seed, g in zip(task_list, seeds, groups)
-            for s in range(cfg.n_samples)
+            _Episode(next(self._keys), -1, r.task, int(r.seed) if r.seed is not None else seed,
+                     int(r.group_id), int(r.sample_index))
+            for r, seed in zip(reqs, derived)
         ]
 
     async def stream(self, tasks: int | Sequence[int | str], env_id: str, *,
@@ -408,10 +434,21 @@ class RolloutEngine:
         ``tasks``: task indices or explicit task texts (an int ``n`` means ``range(n)``);
         each is played ``n_samples`` times with the same seed and a shared ``group_id``.
         """
+        n = overrides.get("n_samples", self.config.n_samples)
+        async for t in self.stream_requests(self.requests(tasks, n), env_id,
+                                            env_kwargs=env_kwargs, **overrides):
+            yield t
+
+    async def stream_requests(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+                              env_kwargs: dict | None = None,
+                              **overrides) -> AsyncIterator[Trajectory]:
+        """Play exactly ``requests`` (each an :class:`EpisodeRequest`) and yield each
+        trajectory as soon as its episode ends (completion order). The trajectory carries the
+        request's task, ``group_id`` and ``sample_index``; ``n_samples`` is not used."""
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
-            episodes = self._episodes(tasks, cfg)
+            episodes = self._episodes(requests, cfg)
             capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)
             queue = iter(episodes)
