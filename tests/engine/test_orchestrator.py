@@ -116,6 +116,56 @@ def test_stream_requests_plays_exactly_the_requests(tokenizer):
     assert other[0].seed != first[2].seed
 
 
+def test_stream_requests_takes_requests_that_arrive_while_it_runs(tokenizer):
+    """An async iterable of requests feeds one running stream: requests sent after the first
+    trajectories came back join it, the stream ends once the feed is exhausted, and each
+    request plays the episode the list form plays."""
+    from agentgym.engine import EpisodeRequest
+
+    reqs = [EpisodeRequest(k % 5, 100 + k, k % 2) for k in range(12)]
+    eng = engine(tokenizer, max_concurrency=4)
+
+    async def play_fed():
+        sent_more = asyncio.Event()
+        first_done = asyncio.Event()
+
+        async def feed():
+            for r in reqs[:3]:
+                yield r
+            await first_done.wait()  # the rest arrive only after a trajectory came back
+            for r in reqs[3:]:
+                yield r
+            sent_more.set()
+
+        out = []
+        async for t in eng.stream_requests(feed(), "maze", max_turns=6):
+            out.append((t, sent_more.is_set()))
+            first_done.set()
+        return out
+
+    fed = asyncio.run(play_fed())
+    assert not fed[0][1]  # the first came back before the rest of the feed was sent
+    got = sorted((t for t, _ in fed), key=lambda t: t.group_id)
+    assert [(t.task_id, t.group_id, t.sample_index) for t in got] == [tuple(r[:3]) for r in reqs]
+
+    async def play_list():
+        return sorted([t async for t in engine(tokenizer).stream_requests(
+            reqs, "maze", max_turns=6)], key=lambda t: t.group_id)
+
+    assert [(t.seed, t.token_ids) for t in got] == [(t.seed, t.token_ids)
+                                                    for t in asyncio.run(play_list())]
+
+    async def failing():
+        yield reqs[0]
+        raise RuntimeError("feed broke")
+
+    async def drain():
+        return [t async for t in eng.stream_requests(failing(), "maze", max_turns=6)]
+
+    with pytest.raises(RuntimeError, match="feed broke"):
+        asyncio.run(drain())
+
+
 def test_horizon_and_length_limits(tokenizer):
     eng = engine(tokenizer, policy="random")
     horizon = eng.collect_sync(8, "maze", max_turns=2, env_kwargs={})

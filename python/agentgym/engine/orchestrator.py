@@ -25,7 +25,7 @@ import itertools
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -67,6 +67,13 @@ class _Episode:
 @dataclass(slots=True)
 class _WorkerFailure:
     error: BaseException
+
+
+@dataclass(slots=True)
+class _FeedEnd:
+    """An async request feed is exhausted after ``count`` requests."""
+
+    count: int
 
 
 class Turn(NamedTuple):
@@ -439,24 +446,58 @@ class RolloutEngine:
                                             env_kwargs=env_kwargs, **overrides):
             yield t
 
-    async def stream_requests(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+    async def stream_requests(self, requests: Iterable[EpisodeRequest]
+                              | AsyncIterable[EpisodeRequest], env_id: str, *,
                               env_kwargs: dict | None = None,
                               **overrides) -> AsyncIterator[Trajectory]:
         """Play exactly ``requests`` (each an :class:`EpisodeRequest`) and yield each
         trajectory as soon as its episode ends (completion order). The trajectory carries the
-        request's task, ``group_id`` and ``sample_index``; ``n_samples`` is not used."""
+        request's task, ``group_id`` and ``sample_index``; ``n_samples`` is not used.
+
+        ``requests`` may be an async iterable: each request then joins the running stream as
+        it arrives (a free slot takes it at once), and the stream ends when the iterable is
+        exhausted and every episode has ended."""
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
-            episodes = self._episodes(requests, cfg)
-            capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)
-            queue = iter(episodes)
             done: asyncio.Queue = asyncio.Queue()
+            feeder = None
+            if isinstance(requests, AsyncIterable):
+                total = None  # known once the feed is exhausted
+                capacity = max(1, cfg.max_concurrency)
+                arrived: asyncio.Queue = asyncio.Queue()
+
+                async def feed() -> None:
+                    n = 0
+                    try:
+                        async for r in requests:
+                            arrived.put_nowait(self._episodes([r], cfg)[0])
+                            n += 1
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException as e:  # the caller's feed failed: surface it
+                        done.put_nowait(_WorkerFailure(e))
+                    for _ in range(capacity):
+                        arrived.put_nowait(None)
+                    done.put_nowait(_FeedEnd(n))
+
+                async def next_episode():
+                    return await arrived.get()
+
+                feeder = asyncio.ensure_future(feed())
+            else:
+                episodes = self._episodes(requests, cfg)
+                total = len(episodes)
+                capacity = max(1, min(cfg.max_concurrency, total))
+                queue = iter(episodes)
+
+                async def next_episode():
+                    return next(queue, None)
 
             async def worker(slot: int) -> None:
                 try:
-                    for ep in queue:
+                    while (ep := await next_episode()) is not None:
                         ep.slot = slot
                         done.put_nowait(await run.run_episode(ep))
                 except asyncio.CancelledError:
@@ -465,16 +506,24 @@ class RolloutEngine:
                     done.put_nowait(_WorkerFailure(e))
 
             workers = [asyncio.ensure_future(worker(s)) for s in range(capacity)]
-            bar = _progress(cfg, len(episodes))
+            bar = _progress(cfg, total)
             try:
-                for _ in range(len(episodes)):
+                yielded = 0
+                while total is None or yielded < total:
                     item = await done.get()
+                    if isinstance(item, _FeedEnd):
+                        total = item.count
+                        continue
                     if isinstance(item, _WorkerFailure):
                         raise item.error
                     if bar is not None:
                         bar.update(1)
+                    yielded += 1
                     yield item
             finally:
+                if feeder is not None:
+                    feeder.cancel()
+                    workers.append(feeder)
                 for w in workers:
                     w.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
