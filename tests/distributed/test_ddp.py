@@ -147,7 +147,7 @@ def test_two_gloo_ranks_take_the_single_process_update(tmp_path, tiny_model_dir)
             moved = 0.0
             for name, w in want.items():  # atol: 0.1% of an Adam step (lr 1e-2)
                 torch.testing.assert_close(got[name], w, rtol=1e-4, atol=1e-5,
-                                           msg=lambda m, n=name: f"{over}: {n}: {m}")
+                                           msg=lambda m, n=name, o=over: f"{o}: {n}: {m}")
                 moved = max(moved, float((w - _initial(tiny_model_dir)[name]).abs().max()))
             assert moved > 1e-5, over  # the update changed the weights
             for key in ("actor/pg_loss", "actor/grad_norm",
@@ -168,3 +168,43 @@ def _initial(model_dir: str) -> dict:
         _INITIAL[model_dir] = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32).state_dict()
     return _INITIAL[model_dir]
+
+
+@pytest.mark.slow
+def test_torchrun_training_step_equals_the_single_process_step(tmp_path, tiny_model_dir):
+    """``torchrun --nproc-per-node 2 -m agentgym.cli train``: rank 0 rolls out, both ranks
+    train, rank 0 alone writes metrics and the checkpoint, whose weights equal those of the
+    same step in one process."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from agentgym.cli import main
+
+    args = ["train", "--env", "maze", "--model", tiny_model_dir, "--method", "GRPO",
+            "--max-turns", "2", "--max-steps", "1", "--tasks-per-step", "2", "--n-samples",
+            "2", "--eval-every", "0", "--no-warmup", "--lr", "0.01", "--set",
+            "max_new_tokens=8", "--set", "save_every=1", "--set", "tensorboard=false",
+            "--set", "torch_threads=1", "--set", "progress=false", "--set", "plot=false",
+            "--set", 'learner={"lr": 0.01, "adam_eps": 0.0001, "use_kl_loss": false}']
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr",
+                           "127.0.0.1", "--master-port", str(_free_port()), "-m",
+                           "agentgym.cli", *args, "-o", str(tmp_path / "ddp")],
+                          env=env, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("done: 1 steps") == 1  # rank 0 reports, rank 1 does not
+    assert main([*args, "-o", str(tmp_path / "one")]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["step"] == 1
+    got = load_file(tmp_path / "ddp/checkpoints/step_1/model/model.safetensors")
+    want = load_file(tmp_path / "one/checkpoints/step_1/model/model.safetensors")
+    assert got.keys() == want.keys()
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, rtol=1e-4, atol=1e-5)
+    assert any(not torch.equal(w, _initial(tiny_model_dir)[name]) for name, w in want.items())

@@ -270,7 +270,7 @@ class RayRolloutPool:
         #: the last weights sent (a Ray object ref or a path) and their version, for
         #: restarted workers
         self._latest: tuple[Any, int] | None = None
-        self._weights_lock: asyncio.Lock | None = None
+        self._weights_lock: tuple[Any, asyncio.Lock] | None = None
         self._started = False
         #: per worker position: requests it delivered; pool-wide fault counters
         self.served: Counter[int] = Counter()
@@ -310,7 +310,6 @@ class RayRolloutPool:
         """Start every worker (once); raises :class:`RolloutWorkerError` if one cannot."""
         if self._started:
             return
-        self._weights_lock = asyncio.Lock()
         await asyncio.gather(*(self._start(s) for s in self._slots))
         self._started = True
 
@@ -388,7 +387,10 @@ class RayRolloutPool:
 
         await self.start()
         version = self._version + 1 if version is None else int(version)
-        async with self._weights_lock:
+        loop = asyncio.get_running_loop()
+        if self._weights_lock is None or self._weights_lock[0] is not loop:
+            self._weights_lock = (loop, asyncio.Lock())  # one update at a time
+        async with self._weights_lock[1]:
             payload = weights
             if not isinstance(weights, (str, Path)):
                 if any(s.spec.backend == "vllm" for s in self._slots):
@@ -577,7 +579,7 @@ class _PoolRun:
             elif slot.actor is not None or slot.restarts < pool.max_restarts:
                 self.tasks[slot.index] = asyncio.ensure_future(self._restart(slot))
         try:
-            while self.left:
+            for _ in range(len(self.reqs)):  # each request's trajectory, once
                 item = await self.out.get()
                 if isinstance(item, BaseException):
                     raise item

@@ -143,11 +143,10 @@ class Trainer:
             return
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from agentgym.distributed.ddp import DataParallel, init_from_env, main_first
         from agentgym.engine import RolloutEngine
         from agentgym.learner import LearnerConfig, make_optimizer
         from agentgym.learner.checkpoint import load_checkpoint, restore_rng
-
-        from agentgym.distributed.ddp import DataParallel, init_from_env, main_first
 
         cfg = self.cfg
         joined = torch.distributed.is_available() and torch.distributed.is_initialized()
