@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(240)
 #: entropy bonus, two epochs (Adam state), each loss aggregation's global normaliser.
 CONFIGS = [
     dict(loss_agg_mode="token-mean", num_mini_batches=4, max_tokens_per_microbatch=96,
-         use_kl_loss=True, kl_coef=0.1),
+         use_kl_loss=True, kl_coef=0.1, sgd=True),
     dict(loss_agg_mode="seq-mean-token-mean", ppo_epochs=2, entropy_coeff=0.01,
          use_kl_loss=False),
     dict(loss_agg_mode="seq-mean-token-sum-norm", num_mini_batches=2, use_kl_loss=False,
@@ -34,6 +34,7 @@ CONFIGS = [
 
 
 def _learner_config(over: dict) -> LearnerConfig:
+    over = {k: v for k, v in over.items() if k != "sgd"}
     # AdamW's eps well above float noise in a gradient of ~0: the step stays a smooth function
     # of the gradient, so equal gradients within float tolerance give equal weights
     return LearnerConfig(**{"lr": 1e-2, "adam_eps": 1e-4, "shuffle": True, "seed": 3, **over})
@@ -82,7 +83,10 @@ def _update(model_dir: str, pb, over: dict, data_parallel_model=None):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     cfg = _learner_config(over)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.use_kl_loss else None
-    opt = make_optimizer(model, cfg)
+    # plain SGD (lr 1) moves the weights by the gradient itself, which AdamW's scale
+    # invariance would hide
+    opt = torch.optim.SGD(model.parameters(), lr=1.0) if over.get("sgd") \
+        else make_optimizer(model, cfg)
     dp = data_parallel_model(model) if data_parallel_model else None
     metrics = policy_update(model, opt, pb, cfg, ref, data_parallel=dp)
     return model, metrics
@@ -190,7 +194,8 @@ def test_torchrun_training_step_equals_the_single_process_step(tmp_path, tiny_mo
             "2", "--eval-every", "0", "--no-warmup", "--lr", "0.01", "--set",
             "max_new_tokens=8", "--set", "save_every=1", "--set", "tensorboard=false",
             "--set", "torch_threads=1", "--set", "progress=false", "--set", "plot=false",
-            "--set", 'learner={"lr": 0.01, "adam_eps": 0.0001, "use_kl_loss": false}']
+            "--set", 'learner={"lr": 0.01, "adam_eps": 0.0001, "use_kl_loss": false, '
+            '"entropy_coeff": 0.01}']  # a gradient even where every reward is equal
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr",
@@ -201,7 +206,10 @@ def test_torchrun_training_step_equals_the_single_process_step(tmp_path, tiny_mo
     assert proc.stdout.count("done: 1 steps") == 1  # rank 0 reports, rank 1 does not
     assert main([*args, "-o", str(tmp_path / "one")]) == 0
     rows = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 and rows[0]["step"] == 1
+    one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["step"] == 1 and rows[0]["actor/grad_norm"] > 0
+    for key in ("actor/pg_loss", "actor/grad_norm", "learner/num_trained", "reward/mean"):
+        assert rows[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-7), key
     got = load_file(tmp_path / "ddp/checkpoints/step_1/model/model.safetensors")
     want = load_file(tmp_path / "one/checkpoints/step_1/model/model.safetensors")
     assert got.keys() == want.keys()
