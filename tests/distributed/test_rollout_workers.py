@@ -189,10 +189,12 @@ def test_trainer_takes_rollouts_from_ray_workers_and_syncs_weights(
                         max_steps=2, tasks_per_step=2, n_samples=2, max_new_tokens=8,
                         eval_every=0, save_every=0, warmup=None,
                         output_dir=str(tmp_path / "run"), progress=False, tensorboard=False,
-                        torch_threads=1, learner={"lr": 5e-2, "use_kl_loss": False},
+                        torch_threads=1,
+                        learner={"lr": 3e-2, "use_kl_loss": False, "entropy_coeff": 0.5},
                         num_rollout_workers=1, rollout_worker={"num_cpus": CPU})
     trainer = Trainer(cfg)
     trainer.train()
     assert [r["policy_version"] for r in trainer.history] == [1, 2]
     assert [(v, c) for v, c, _ in seen] == [([0] * 4, 0), ([1] * 4, 1)]
+    assert seen[0][2]["actor/grad_norm"] > 0  # the first update moved the weights
     assert abs(seen[1][2]["actor/ppo_kl"]) < 1e-4  # workers sampled with the synced weights

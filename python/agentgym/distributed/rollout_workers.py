@@ -215,7 +215,7 @@ def init_ray(address: str | None = None, **kw) -> None:
         return
     if address in (None, "", "local"):
         kw.setdefault("include_dashboard", False)
-        ray.init(**kw)
+        ray.init(address="local", **kw)
     else:
         ray.init(address=address, **kw)
 
