@@ -214,7 +214,7 @@ def test_server_down_is_a_clear_error_quickly(monkeypatch):
     env = RemoteEnv(_dead_url(), ENV, retries=2, backoff=0.01, connect_timeout=1.0)
     with pytest.raises(ServerUnavailableError, match="unreachable after 3 attempts"):
         env.reset(seed=0)
-    assert sent == ["create"] * 3  # the request that never arrived was sent again
+    assert sent == [""] + ["create"] * 3  # the protocol probe, then the request that never arrived was sent again
     env.close()
 
 
@@ -224,7 +224,7 @@ async def test_server_down_async(monkeypatch):
     env = RemoteEnv(_dead_url(), ENV, retries=1, backoff=0.01, connect_timeout=1.0)
     with pytest.raises(ServerUnavailableError, match="unreachable after 2 attempts"):
         await env.areset(seed=0)
-    assert sent == ["create"] * 2
+    assert sent == [""] + ["create"] * 2
     await env.aclose()
 
 
@@ -250,7 +250,7 @@ def test_busy_server_503_is_retried_then_reported(monkeypatch):
         with pytest.raises(RemoteEnvError) as err:
             waiter.reset(seed=0, options={"task": 0})
         assert err.value.status == 503 and "cap" in str(err.value)
-        assert sent == ["create"] * 2  # the 503 was retried once, then reported
+        assert sent == [""] + ["create"] * 2  # the 503 was retried once, then reported
         holder.close()
         assert waiter.reset(seed=0, options={"task": 0})[0].startswith("task 0:")
         waiter.close()
@@ -299,9 +299,8 @@ def test_agentgym_server_profiles_against_our_server(srv, name):
         obs, _ = env.reset(seed=3, options={"task": 4})
         seed = 3 if profile.send_seed else profile.reset_extra.get("seed", 0)
         expected = local.reset(seed=seed, options={"task": 4})[0]
-        if profile.reset_obs == "task_description":
-            expected = "\n" + expected  # our server sends no task_description
-        assert obs == expected
+        assert obs == expected  # the generic server's observation as it is (no SciWorld join)
+        assert env.server == "agentgym-rl" and env.server_dialect == "generic"
         o, r, *_ = env.step("nope")
         assert (o, r) == local.step("nope")[:2]
     finally:

@@ -65,12 +65,16 @@ from typing import Any
 from aiohttp import web
 
 from agentgym.serving.dialects import Dialect, dialect_for
-from agentgym.serving.service import TOKEN_ENV, EnvService, RequestError, close_quietly, json_type
+from agentgym.serving.service import (
+    PROTOCOL_HEADER,
+    TOKEN_ENV,
+    EnvService,
+    RequestError,
+    close_quietly,
+    json_type,
+)
 
 _log = logging.getLogger(__name__)
-#: Response header naming the protocol a server speaks at its root (``generic`` or the
-#: AgentGym family), read by :class:`~agentgym.serving.client.RemoteEnv`.
-PROTOCOL_HEADER = "X-AgentGym-Protocol"
 #: Path prefix of the generic protocol when an AgentGym dialect holds the root.
 GENERIC_PREFIX = "/generic"
 _HTTP_KINDS = {404: "NotFound", 405: "MethodNotAllowed", 413: "TooLarge"}

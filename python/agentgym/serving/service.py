@@ -33,6 +33,9 @@ from agentgym.errors import (
 TASK_KEYS = ("data_idx", "idx", "game", "session_id")
 #: Environment variable holding the bearer token (server and :class:`RemoteEnv` read it).
 TOKEN_ENV = "AGENTGYM_AUTH_TOKEN"
+#: Response header naming the protocol a server speaks at its root (``generic`` or the
+#: AgentGym family), read by :class:`~agentgym.serving.client.RemoteEnv`.
+PROTOCOL_HEADER = "X-AgentGym-Protocol"
 _MAX_SEED = 2**64 - 1
 _MAX_TASK = 2**64 - 1
 _log = logging.getLogger(__name__)
@@ -444,4 +447,5 @@ def close_quietly(env) -> None:
         pass
 
 
-__all__ = ["TASK_KEYS", "TOKEN_ENV", "EnvService", "RequestError", "close_quietly", "json_type"]
+__all__ = ["PROTOCOL_HEADER", "TASK_KEYS", "TOKEN_ENV", "EnvService", "RequestError",
+           "close_quietly", "json_type"]
