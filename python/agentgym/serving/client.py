@@ -167,7 +167,8 @@ class RemoteEnv(gym.Env):
                             f"{type(async_client).__name__}")
         self.url = url.rstrip("/")
         self.env_name = env_name
-        self._named_profile = profile or PROFILES.get(env_name.lower())
+        named = env_name.lower()
+        self._named_profile = profile or (PROFILES.get(named) if named != "agentgym" else None)
         self.profile = self._named_profile or PROFILES["agentgym"]
         token = auth_token if auth_token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}

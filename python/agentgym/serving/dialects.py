@@ -215,8 +215,14 @@ def _points(x: float) -> int:
     return int(round(100 * x))
 
 
+def _base(env: Any) -> Any:
+    """The env a Gymnasium adapter wraps (``BaseEnvAdapter.env``), else the env itself."""
+    env = getattr(env, "unwrapped", env)
+    return getattr(env, "env", env)
+
+
 def _sw_state(slot: Any) -> dict:
-    env = getattr(slot.env, "unwrapped", slot.env)
+    env = _base(slot.env)
     description, _, first = slot.reset_observation.partition("\n\n")
     return {"task_name": getattr(env, "task_name", None),
             "var_num": getattr(env, "variation", None), "task_description": description,
@@ -254,13 +260,13 @@ async def _sw_task_description(service: EnvService, query: Mapping[str, Any]) ->
 
 
 def _hint(env: Any) -> dict:
-    sim = env.simulator
-    return {"possible_actions": list(sim.getPossibleActions()),
-            "possible_objects": list(sim.getPossibleObjects())}
+    sim = _base(env).simulator
+    return {"possible_actions": list(sim.get_possible_actions()),
+            "possible_objects": list(sim.get_possible_objects())}
 
 
 def _goals(env: Any) -> dict:
-    return {"goals": str(env.simulator.getGoalProgressStr())}
+    return {"goals": str(_base(env).simulator.get_goal_progress())}
 
 
 async def _sw_action_hint(service: EnvService, query: Mapping[str, Any]) -> dict:

@@ -383,9 +383,9 @@ class EnvService:
 
     async def run_on(self, slot: _Slot, fn, *args):
         """``fn(env, *args)`` on the env's own thread-pool turn (one call at a time per env),
-        with the env's errors mapped to HTTP statuses; ``env`` is the unwrapped env."""
+        with the env's errors mapped to HTTP statuses."""
         async with slot.lock:
-            return await self._guarded(fn, getattr(slot.env, "unwrapped", slot.env), *args)
+            return await self._guarded(fn, slot.env, *args)
 
     def query_slot(self, query: Mapping[str, str]) -> tuple[int, _Slot]:
         """The env named by a query string's ``id`` (or ``env_idx``)."""
