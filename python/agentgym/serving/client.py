@@ -99,15 +99,16 @@ class ServerProfile:
     reset_obs: str = "response"
     #: The ``/create`` body (SearchQA's server requires the first task's ``id``).
     create_body: Mapping[str, Any] = field(default_factory=dict)
-    #: Whether the server needs a task in every reset (BabyAI, SciWorld, SearchQA): without
-    #: one, ``reset(seed=s)`` sends task ``s`` (0 without a seed).
+    #: Whether every reset sends a task to an AgentGym server (BabyAI, SciWorld and SearchQA
+    #: need one; TextCraft's defaults to 0): without one, ``reset(seed=s)`` sends task ``s``
+    #: (0 without a seed).
     task_required: bool = False
 
 
 #: Server families by env name; unknown names use ``PROFILES["agentgym"]`` (our server).
 PROFILES: dict[str, ServerProfile] = {
     "agentgym": ServerProfile(),
-    "textcraft": ServerProfile(),
+    "textcraft": ServerProfile(task_required=True),
     "babyai": ServerProfile(task_required=True),
     "sciworld": ServerProfile(reset_obs="task_description", task_required=True),
     "alfworld": ServerProfile(task_key="game", reset_extra={"world_type": "Text"}),

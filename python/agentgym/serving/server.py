@@ -377,6 +377,8 @@ class ServerThread:
         except BaseException:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
             raise
 
     @property
