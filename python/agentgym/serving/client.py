@@ -307,8 +307,7 @@ class RemoteEnv(gym.Env):
             kind = data.get("type") if isinstance(data, dict) else None
             body = reply.content[:500].decode(errors="replace")
             text = f"env server {self.url} /{path} -> {status}: {message or body or reply.reason}"
-            if kind == "EpisodeFinishedError" or (
-                    status == 200 and "has finished" in str(message)):
+            if kind == "EpisodeFinishedError":
                 raise EpisodeFinishedError(text)
             if kind == "InvalidTaskError":
                 raise InvalidTaskError(text)
