@@ -5,7 +5,11 @@ Works against :mod:`agentgym.serving.server` and against AgentGym's own env serv
 ``-webarena``, AgentGym-RL's SearchQA). Those servers differ in small ways (the key that names
 the env, the key that names the task, where the first observation comes from); each
 difference is one field of a :class:`ServerProfile`, chosen by ``env_name`` from
-:data:`PROFILES`.
+:data:`PROFILES`, else by the family the server's ``GET /`` names (``X-AgentGym-Protocol``
+from :mod:`agentgym.serving.server`, AgentGym's greeting strings). A 200 answer carrying
+``error`` is an error; a reset that finds its env gone (404/410 here, AgentGym's 200 "The id
+N is not valid." or 500) creates a new one. ``auth_token`` (default: ``$AGENTGYM_AUTH_TOKEN``)
+is sent as a bearer token.
 
 One ``httpx.Client`` (and, for ``areset``/``astep``, one ``aiohttp.ClientSession``) per env
 keeps connections alive; pass ``client=`` / ``async_client=`` to share one pool across many

@@ -4,7 +4,14 @@ AgentGym (``agentenv-*`` packages) runs each environment suite as a FastAPI app 
 ``POST /create``, ``POST /step``, ``POST /reset``, ``GET /observation`` and ``POST /close``;
 its clients (``agentenv.envs.*EnvClient``) and AgentGym-RL's rollout talk to those endpoints.
 This module serves any env that :func:`agentgym.make` builds behind the same endpoints and
-bodies, so AgentGym's own clients and :class:`agentgym.serving.client.RemoteEnv` both work:
+bodies, so AgentGym's own clients and :class:`agentgym.serving.client.RemoteEnv` both work.
+Each AgentGym family spells the protocol its own way; with ``protocol="agentgym"`` (what
+``agentgym-rl serve-env`` uses) an env of a family is served in that family's dialect
+(:mod:`agentgym.serving.dialects`) at the root and in the generic protocol below under
+``/generic``; ``protocol="generic"`` (the default here) serves the generic protocol at the
+root. With ``auth_token`` every request needs ``Authorization: Bearer <token>`` (401
+otherwise); off loopback :func:`start_server` refuses to start without one unless
+``insecure=True``. The generic protocol:
 
 =======  ====================  ==========================================  =====================
 method   path                  request body / query                        response (200)
