@@ -311,8 +311,13 @@ def describe(env, image) -> tuple[str, dict[str, list[int]], dict[str, str]]:
     text += (f"You are carrying a {carry.color} {carry.type}." if carry is not None
              else "You are not carrying anything.")
 
+    found: dict[tuple, list[int] | None] = {}
+
     def path(goal: tuple[int, int], arrive: bool) -> list[int] | None:
-        return _find_path(pos, d, goal, objs, ranges, arrive)
+        if (goal, arrive) not in found:  # pickup and go to ask for the same paths
+            found[goal, arrive] = _find_path(pos, d, goal, objs, ranges, arrive)
+        low = found[goal, arrive]
+        return None if low is None else list(low)
 
     actions: dict[str, list[int]] = {"turn left": [LEFT], "turn right": [RIGHT]}
     errors: dict[str, str] = {}
