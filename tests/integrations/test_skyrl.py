@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any
 
 import pytest
 import skyrl_gym
@@ -21,13 +21,13 @@ from skyrl_gym.envs.registration import registry
 from typing_extensions import TypedDict
 
 import agentgym
+from agentgym.integrations._episodes import TaskRefError
 from agentgym.integrations.skyrl import (
     ENV_PREFIX,
     AgentGymGenerator,
     AgentGymTextEnv,
     register_envs,
 )
-from agentgym.integrations._episodes import TaskRefError
 
 
 @dataclass
@@ -39,18 +39,18 @@ class TrajectoryID:  # skyrl.train.generators.base.TrajectoryID (skyrl 0.3.0)
 class GeneratorOutput(TypedDict):  # skyrl.train.generators.base.GeneratorOutput (0.3.0)
     prompt_token_ids: list[list[int]]
     response_ids: list[list[int]]
-    rewards: Union[list[float], list[list[float]]]
+    rewards: list[float] | list[list[float]]
     loss_masks: list[list[int]]
-    stop_reasons: Optional[list[str]]
-    rollout_metrics: Optional[dict[str, Any]]
-    rollout_logprobs: Optional[list[list[float]]]
-    trajectory_ids: Optional[list[TrajectoryID]]
-    trajectory_generation_times: Optional[list[float]]
-    rollout_expert_indices: Optional[list[list[list[list[int]]]]]
-    is_last_step: Optional[list[bool]]
-    env_metrics: Optional[list[dict[str, Any]]]
-    pixel_values: Optional[list[Any]]  # list[torch.Tensor] in SkyRL
-    image_grid_thw: Optional[list[Any]]
+    stop_reasons: list[str] | None
+    rollout_metrics: dict[str, Any] | None
+    rollout_logprobs: list[list[float]] | None
+    trajectory_ids: list[TrajectoryID] | None
+    trajectory_generation_times: list[float] | None
+    rollout_expert_indices: list[list[list[list[int]]]] | None
+    is_last_step: list[bool] | None
+    env_metrics: list[dict[str, Any]] | None
+    pixel_values: list[Any] | None  # list[torch.Tensor] in SkyRL
+    image_grid_thw: list[Any] | None
 
 
 def test_every_env_registered_with_skyrl_gym():

@@ -92,7 +92,8 @@ def test_grpo_trainer_trains_on_engine_episodes(tmp_path, turn_model_dir):
             n = len(t.token_ids) - p
             assert tool_mask[b, :n].tolist() == t.loss_mask[p:]
             assert inputs["completion_ids"][b, :n].tolist() == t.token_ids[p:]
-            runs = [m for i, m in enumerate(t.loss_mask[p:]) if i == 0 or m != t.loss_mask[p + i - 1]]
+            resp_mask = t.loss_mask[p:]
+            runs = [m for i, m in enumerate(resp_mask) if i == 0 or m != resp_mask[i - 1]]
             multi_turn |= runs[:3] == [1, 0, 1]
     assert multi_turn  # model turns with env observations (mask 0) between them
 
