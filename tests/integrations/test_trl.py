@@ -75,6 +75,8 @@ def test_grpo_trainer_trains_on_engine_episodes(tmp_path, turn_model_dir):
     assert any(not torch.equal(before[k], after[k].detach()) for k in before)
 
     assert len(rollout.calls) == len(seen) == 2
+    # The engine's backend got the trainer's weights before each step's rollout.
+    assert [{t.policy_version for t in trajs} for _, trajs, _ in rollout.calls] == [{1}, {2}]
     multi_turn = False
     for (prompts, trajs, out), inputs in zip(rollout.calls, seen):
         assert len(trajs) == len(prompts) == 4
