@@ -78,8 +78,9 @@ def trl_loop(trainer, env_id: str, tasks: list[int], n: int, max_turns: int) -> 
         go = [k for k, i in enumerate(live) if ended[k] or len(replies[k]) < cap]
         for k, i in enumerate(live):
             ctx[i].extend(replies[k])
-            turns[i] += 1
         stepped = [live[k] for k in go]
+        for i in stepped:  # turns that reached the env (the engine's num_turns)
+            turns[i] += 1
         nxt = []
         if stepped:
             o, _, term, trunc = pool.step(stepped, [actions[k] for k in go])
@@ -141,7 +142,7 @@ def main() -> None:
         trainer.model.eval()
         tasks = list(range(args.tasks))
         runs: dict[str, list[dict]] = {"trl_loop": [], "agentgym": []}
-        agentgym_path(trainer, rollout, args.env, tasks[:1], 1)  # load the backend once
+        agentgym_path(trainer, rollout, args.env, tasks[:1], n)  # load the backend once
         for _ in range(args.repeats):
             runs["trl_loop"].append(trl_loop(trainer, args.env, tasks, n, args.max_turns))
             runs["agentgym"].append(agentgym_path(trainer, rollout, args.env, tasks, n))
