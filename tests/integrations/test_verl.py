@@ -89,11 +89,11 @@ class HFServerManager:
         return tokens, logprobs
 
 
-def verl_config(max_turns=3):
+def verl_config(max_turns=3, prompt_length=PROMPT_LEN):
     return OmegaConf.create({
         "actor_rollout_ref": {
             "rollout": {
-                "prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN,
+                "prompt_length": prompt_length, "response_length": RESPONSE_LEN,
                 "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
                 "val_kwargs": {"temperature": 0, "top_p": 1.0, "top_k": -1},
                 "agent": {"default_agent_loop": "single_turn_agent"},
@@ -252,6 +252,19 @@ def test_validation_sampling_and_server_failure(tmp_path, turn_model_dir, tokeni
     out = asyncio.run(worker.generate_sequences(verl_batch(tmp_path, tokenizer, "maze", [3, 4], 1)))
     assert list(out.non_tensor_batch["agentgym_stop_reason"]) == ["backend_error"] * 2
     assert not out.batch["response_mask"].any()
+
+
+def test_prompt_longer_than_verls_prompt_length_is_masked_out(tmp_path, turn_model_dir,
+                                                              tokenizer):
+    sm = HFServerManager(turn_model_dir)
+    worker = make_worker(sm, tokenizer, verl_config(max_turns=2, prompt_length=32))
+    batch = verl_batch(tmp_path, tokenizer, "maze", [0, 1], repeat=1)
+    out = asyncio.run(worker.generate_sequences(batch))
+    assert out.batch["prompts"].shape[1] == 32
+    assert list(out.non_tensor_batch["agentgym_prompt_too_long"]) == [True, True]
+    assert not out.batch["response_mask"].any()
+    assert not out.batch["rm_scores"].any()
+    assert all(len(c["prompt_ids"]) > 32 for c in sm.calls)  # the episodes were played
 
 
 def test_unknown_env_is_a_named_error(tmp_path, turn_model_dir, tokenizer):

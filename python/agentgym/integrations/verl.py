@@ -32,6 +32,7 @@ agentgym``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ from agentgym.integrations._episodes import (
 
 __all__ = ["AGENT_NAME", "AgentGymAgentLoop", "TaskRefError", "VerlServerBackend", "dataset_rows",
            "write_dataset"]
+
+log = logging.getLogger(__name__)
 
 #: The name the agent loop is registered under (the rows' ``agent_name``).
 AGENT_NAME = "agentgym"
@@ -222,22 +225,29 @@ class AgentGymAgentLoop(AgentLoopBase):
 
     def output(self, traj: Trajectory, logprobs: bool = True) -> AgentLoopOutput:
         """verl's ``AgentLoopOutput`` of a trajectory (``agentgym.data.exports.to_verl``),
-        the response cut at ``rollout.response_length``. ``extra_fields`` carries the stop
-        reason, the per-turn rewards (``turn_scores``) and whether the cut happened."""
+        the response cut at ``rollout.response_length``. A first prompt longer than
+        ``rollout.prompt_length`` is left-truncated and the episode masked out (reward 0),
+        so the batch goes on. ``extra_fields`` carries the stop reason, the per-turn rewards
+        (``turn_scores``) and whether either cut happened."""
         f = to_verl(traj)
         n = self.response_length
         response_ids = f["response_ids"]
         prompt_ids = f["prompt_ids"]
-        if len(prompt_ids) > self.prompt_length:
-            raise ValueError(f"the first prompt of {traj.env_id} task {traj.task_id} has "
-                             f"{len(prompt_ids)} tokens > rollout.prompt_length "
-                             f"{self.prompt_length}")
+        mask, reward = f["response_mask"][:n], f["reward_score"]
+        too_long = len(prompt_ids) > self.prompt_length
+        if too_long:
+            # verl pads every prompt to prompt_length: keep the batch, train on nothing.
+            log.warning("the first prompt of %s task %s has %d tokens > rollout.prompt_length "
+                        "%d: left-truncated, masked out", traj.env_id, traj.task_id,
+                        len(prompt_ids), self.prompt_length)
+            prompt_ids = prompt_ids[-self.prompt_length:]
+            mask, reward = [0] * len(mask), 0.0
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=response_ids[:n],
-            response_mask=f["response_mask"][:n],
+            response_mask=mask,
             response_logprobs=f["response_logprobs"][:n] if logprobs else None,
-            reward_score=f["reward_score"],
+            reward_score=reward,
             num_turns=2 * f["num_turns"] + 1,  # user, then assistant + env per turn
             metrics=AgentLoopMetrics(generate_sequences=traj.timings.get("gen_s", 0.0)),
             extra_fields={
@@ -245,6 +255,7 @@ class AgentGymAgentLoop(AgentLoopBase):
                 "tool_rewards": [],
                 "agentgym_stop_reason": traj.stop_reason,
                 "agentgym_truncated": len(response_ids) > n,
+                "agentgym_prompt_too_long": too_long,
             },
         )
 
