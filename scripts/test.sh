@@ -5,3 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check python tests bench
 .venv/bin/python -m pytest -q "$@"
+# The verl adapter's tests, in verl's own virtualenv (the run above deselects them).
+PYTHONPATH="$PWD/python" .venv-verl/bin/python -m pytest -q -m verl tests/integrations/test_verl.py
