@@ -2,7 +2,7 @@
 # The README's test command: set up .venv (scripts/setup.sh) and run the Python tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --verl
 .venv/bin/ruff check python tests bench
 .venv/bin/python -m pytest -q "$@"
 # The verl adapter's tests, in verl's own virtualenv (the run above deselects them).
