@@ -1,0 +1,124 @@
+"""What a collection shows while it runs (a tqdm bar) and the summary at its end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agentgym.data.trajectories import FAILED_STOP_REASONS, Trajectory
+
+__all__ = ["Progress", "format_summary", "run_summary"]
+
+
+class Progress:
+    """Counts of this session's episodes; a tqdm bar (episodes done / total, episodes/s,
+    generated tokens/s, success rate so far, failures by stop reason, ETA) when ``show``
+    (None: when stderr is a terminal)."""
+
+    def __init__(self, total: int, already: int, show: bool | None = None):
+        self.total, self.already = total, already
+        self.episodes = self.tokens = self.successes = 0
+        self.failures: Counter[str] = Counter()
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+        show = sys.stderr.isatty() if show is None else show
+        self.bar = None
+        if show:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=already, desc="collect", unit="ep",
+                            dynamic_ncols=True)
+
+    def update(self, traj: Trajectory) -> None:
+        self.episodes += 1
+        self.tokens += sum(traj.loss_mask)
+        if traj.success:
+            self.successes += 1
+        if traj.stop_reason in FAILED_STOP_REASONS:
+            self.failures[traj.stop_reason] += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            now = time.perf_counter()
+            if now - self._last > 0.5:
+                self._last = now
+                self.bar.set_postfix_str(self.postfix(), refresh=False)
+
+    def postfix(self) -> str:
+        wall = max(time.perf_counter() - self.t0, 1e-9)
+        parts = [f"{self.tokens / wall:,.0f} tok/s",
+                 f"success {self.successes / max(self.episodes, 1):.2f}"]
+        if self.failures:
+            parts.append("failed " + " ".join(f"{k}={v}" for k, v in
+                                              sorted(self.failures.items())))
+        return ", ".join(parts)
+
+    def session(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.t0
+        return {"episodes": self.episodes, "wall_s": wall,
+                "episodes_per_s": self.episodes / wall if wall > 0 else 0.0,
+                "generated_tokens": self.tokens,
+                "generated_tokens_per_s": self.tokens / wall if wall > 0 else 0.0,
+                "failures": dict(self.failures)}
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(self.postfix(), refresh=False)
+            self.bar.close()
+
+
+def run_summary(tables: Iterable[pa.Table], expected: int) -> dict[str, Any]:
+    """Totals over every row of a run (``tables``: its shards' ``stop_reason``, ``reward``,
+    ``num_turns`` and ``loss_mask`` columns)."""
+    rows = successes = tokens = 0
+    reward_sum = turns_sum = 0.0
+    stops: Counter[str] = Counter()
+    for t in tables:
+        rows += t.num_rows
+        if not t.num_rows:
+            continue
+        stop = t.column("stop_reason")
+        reward = t.column("reward").to_numpy().astype(np.float64)
+        done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
+        successes += int((done & (reward >= 1.0 - 1e-6)).sum())
+        reward_sum += float(reward.sum())
+        turns_sum += float(t.column("num_turns").to_numpy().sum())
+        tokens += int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0)
+        stops.update(dict(zip(*np.unique(stop.to_numpy(zero_copy_only=False),
+                                         return_counts=True))))
+    return {
+        "rows": rows, "expected": expected, "complete": rows == expected,
+        "success_rate": successes / rows if rows else 0.0,
+        "reward_mean": reward_sum / rows if rows else 0.0,
+        "num_turns_mean": turns_sum / rows if rows else 0.0,
+        "generated_tokens": tokens,
+        "stop_reasons": {str(k): int(v) for k, v in sorted(stops.items())},
+        "failed": int(sum(v for k, v in stops.items() if k in FAILED_STOP_REASONS)),
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as a two-column text table."""
+    run, ses = summary["run"], summary["session"]
+    rows = [
+        ("folder", summary["out"]),
+        ("rows / expected", f"{run['rows']:,} / {run['expected']:,}"
+                            + ("" if run["complete"] else " (incomplete)")),
+        ("success rate", f"{run['success_rate']:.3f}"),
+        ("reward mean", f"{run['reward_mean']:.3f}"),
+        ("turns mean", f"{run['num_turns_mean']:.2f}"),
+        ("stop reasons", ", ".join(f"{k}={v:,}" for k, v in run["stop_reasons"].items())
+                         or "-"),
+        ("this session", f"{ses['episodes']:,} episodes in {ses['wall_s']:.1f} s"),
+        ("episodes/s", f"{ses['episodes_per_s']:,.1f}"),
+        ("generated tokens/s", f"{ses['generated_tokens_per_s']:,.0f}"),
+        ("shards", f"{summary['shards']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
