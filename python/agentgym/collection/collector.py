@@ -40,7 +40,7 @@ import numpy as np
 
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
-from agentgym.collection.store import RunStore, read_run
+from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import EpisodeRequest
 
@@ -219,8 +219,7 @@ class Collector:
 
     def _finish(self, prog: Progress) -> None:
         store = self.store
-        run = run_summary(read_run(self.out, ["stop_reason", "reward", "num_turns",
-                                              "loss_mask"]), self.total)
+        run = run_summary((s["stats"] for s in store.shards), self.total)
         self.summary = {"out": str(self.out), "run_id": store.run_id, "env_id": self.env_id,
                         "run": run, "session": prog.session(), "shards": len(store.shards)}
         store.finish(run["complete"], self.summary)

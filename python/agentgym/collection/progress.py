@@ -73,32 +73,49 @@ class Progress:
             self.bar.close()
 
 
-def run_summary(tables: Iterable[pa.Table], expected: int) -> dict[str, Any]:
-    """Totals over every row of a run (``tables``: its shards' ``stop_reason``, ``reward``,
-    ``num_turns`` and ``loss_mask`` columns)."""
-    rows = successes = tokens = 0
-    reward_sum = turns_sum = 0.0
+#: The columns :func:`shard_stats` reads.
+STATS_COLUMNS = ["stop_reason", "reward", "num_turns", "loss_mask"]
+
+
+def shard_stats(t: pa.Table) -> dict[str, Any]:
+    """Totals of one shard's rows (vectorised): rows, successes, reward and turn sums,
+    model tokens, stop reason counts."""
+    if not t.num_rows:
+        return {"rows": 0, "successes": 0, "reward_sum": 0.0, "turns_sum": 0,
+                "generated_tokens": 0, "stop_reasons": {}}
+    stop = t.column("stop_reason")
+    reward = t.column("reward").to_numpy().astype(np.float64)
+    done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
+    names, counts = np.unique(stop.to_numpy(zero_copy_only=False), return_counts=True)
+    return {
+        "rows": int(t.num_rows),
+        "successes": int((done & (reward >= 1.0 - 1e-6)).sum()),
+        "reward_sum": float(reward.sum()),
+        "turns_sum": int(t.column("num_turns").to_numpy().sum()),
+        "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),
+        "stop_reasons": {str(k): int(v) for k, v in zip(names, counts)},
+    }
+
+
+def run_summary(stats: Iterable[dict[str, Any]], expected: int) -> dict[str, Any]:
+    """The run's totals from its shards' :func:`shard_stats`."""
+    rows = successes = tokens = turns = 0
+    reward = 0.0
     stops: Counter[str] = Counter()
-    for t in tables:
-        rows += t.num_rows
-        if not t.num_rows:
-            continue
-        stop = t.column("stop_reason")
-        reward = t.column("reward").to_numpy().astype(np.float64)
-        done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
-        successes += int((done & (reward >= 1.0 - 1e-6)).sum())
-        reward_sum += float(reward.sum())
-        turns_sum += float(t.column("num_turns").to_numpy().sum())
-        tokens += int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0)
-        stops.update(dict(zip(*np.unique(stop.to_numpy(zero_copy_only=False),
-                                         return_counts=True))))
+    for s in stats:
+        rows += s["rows"]
+        successes += s["successes"]
+        reward += s["reward_sum"]
+        turns += s["turns_sum"]
+        tokens += s["generated_tokens"]
+        stops.update(s["stop_reasons"])
     return {
         "rows": rows, "expected": expected, "complete": rows == expected,
         "success_rate": successes / rows if rows else 0.0,
-        "reward_mean": reward_sum / rows if rows else 0.0,
-        "num_turns_mean": turns_sum / rows if rows else 0.0,
+        "reward_mean": reward / rows if rows else 0.0,
+        "num_turns_mean": turns / rows if rows else 0.0,
         "generated_tokens": tokens,
-        "stop_reasons": {str(k): int(v) for k, v in sorted(stops.items())},
+        "stop_reasons": dict(sorted(stops.items())),
         "failed": int(sum(v for k, v in stops.items() if k in FAILED_STOP_REASONS)),
     }
 

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from agentgym.collection.progress import STATS_COLUMNS, shard_stats
 from agentgym.collection.schema import SCHEMA, SCHEMA_VERSION, to_jsonl
 from agentgym.data.trajectories import FAILED_STOP_REASONS
 
@@ -255,7 +256,9 @@ class RunStore:
         for f in shard_files(self.path):
             if not f.name.endswith(self.fmt):
                 raise RunMismatchError(f"{self.path} holds {f.name}, not a {self.fmt} shard")
-            t = read_shard(f, ["task_index", "sample_index", "stop_reason"])
+            known = listed.get(f.name, {}).get("stats")
+            t = read_shard(f, ["task_index", "sample_index"]
+                           + (["stop_reason"] if known else STATS_COLUMNS))
             ti = t.column("task_index").to_numpy()
             si = t.column("sample_index").to_numpy().astype(np.int64)
             fl = pc.is_in(t.column("stop_reason"),
@@ -265,8 +268,11 @@ class RunStore:
             tasks.append(ti)
             samples.append(si)
             failed.append(fl)
+            if not known or known.get("rows") != t.num_rows:
+                known = shard_stats(t if "reward" in t.column_names
+                                    else read_shard(f, STATS_COLUMNS))
             self.shards.append({"name": f.name, "rows": int(t.num_rows),
-                                "failed": int(fl.sum())})
+                                "failed": int(fl.sum()), "stats": known})
         for name in set(listed) - {s["name"] for s in self.shards}:
             log.warning("%s is listed in the manifest but missing: its keys are played again",
                         name)
@@ -334,7 +340,8 @@ class RunStore:
         self._samples = np.concatenate(
             [self._samples, table.column("sample_index").to_numpy().astype(np.int64)])
         self._failed = np.concatenate([self._failed, fl])
-        self.shards.append({"name": name, "rows": int(table.num_rows), "failed": int(fl.sum())})
+        self.shards.append({"name": name, "rows": int(table.num_rows), "failed": int(fl.sum()),
+                            "stats": shard_stats(table)})
         self._write_manifest(complete=False)
         return name
 
