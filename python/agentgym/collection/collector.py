@@ -67,8 +67,9 @@ def _task_spec(tasks: Sequence[int | str]) -> Any:
 
 
 class _Writer:
-    """A thread that turns batches of trajectories into shards (``to_table`` then
-    ``RunStore.write_shard``); its first error is raised by the next ``submit`` / ``join``."""
+    """Batches of trajectories become Arrow tables in the caller (``to_table``) and shards in
+    a thread (``RunStore.write_shard``: Parquet encoding, compression and fsync release the
+    GIL); the thread's first error is raised by the next ``submit`` / ``join``."""
 
     def __init__(self, store: RunStore, row_args: dict[str, Any]):
         self.store, self.row_args = store, row_args
@@ -80,14 +81,12 @@ class _Writer:
 
     def _loop(self) -> None:
         while True:
-            trajs = self.q.get()
-            if trajs is None:
+            table = self.q.get()
+            if table is None:
                 return
             if self.error is not None:
                 continue
             try:
-                table = to_table(trajs, task_index=[t.group_id for t in trajs],
-                                 **self.row_args)
                 self.store.write_shard(table)
             except BaseException as e:
                 self.error = e
@@ -98,10 +97,13 @@ class _Writer:
 
     async def submit(self, trajs: list[Trajectory]) -> None:
         self._raise()
+        # The conversion holds the GIL either way; done here, between ticks, it never makes
+        # the event loop wait for a GIL hand-over from the writer thread.
+        table = to_table(trajs, task_index=[t.group_id for t in trajs], **self.row_args)
         try:
-            self.q.put_nowait(trajs)
+            self.q.put_nowait(table)
         except queue.Full:  # two shards queued: wait for the writer (backpressure)
-            await asyncio.to_thread(self.q.put, trajs)
+            await asyncio.to_thread(self.q.put, table)
 
     async def join(self) -> None:
         await asyncio.to_thread(self.q.put, None)
