@@ -151,7 +151,8 @@ class Collector:
             raise ValueError("n_samples, shard_size and window must be >= 1")
         self.runner, self.env_id = runner, env_id
         self.tasks = range(tasks) if isinstance(tasks, int) else (
-            tasks if isinstance(tasks, range) else list(tasks))
+            tasks if isinstance(tasks, range)
+            else [x if isinstance(x, str) else int(x) for x in tasks])
         if not len(self.tasks):
             raise ValueError("no tasks to collect")
         self.n_samples, self.env_kwargs = n_samples, dict(env_kwargs or {})
