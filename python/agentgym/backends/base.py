@@ -101,8 +101,18 @@ class Backend(Protocol):
 
 def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
     """Construct a backend by name: ``"vllm"`` (in-process AsyncLLM), ``"openai"`` (an
-    OpenAI-compatible server: pass ``base_url``; ``model`` defaults to ``model_dir``) or
-    ``"transformers"`` (a local Hugging Face model)."""
+    OpenAI-compatible server: pass ``base_url``; ``model`` defaults to ``model_dir``),
+    ``"transformers"`` (a local Hugging Face model) or ``"scripted"`` (the env's oracle or a
+    random policy: ``tokenizer``, else ``model_dir``'s)."""
+    if name == "scripted":
+        from agentgym.backends.scripted import ScriptedBackend
+
+        tok = kw.pop("tokenizer", None)
+        if tok is None:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(model_dir)
+        return ScriptedBackend(tok, **kw)
     if name == "transformers":
         from agentgym.backends.transformers_backend import TransformersBackend
 
@@ -116,7 +126,8 @@ def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
 
         kw.setdefault("model", model_dir)
         return OpenAIBackend(**kw)
-    raise ValueError(f"unknown backend {name!r}; expected 'vllm', 'openai' or 'transformers'")
+    raise ValueError(f"unknown backend {name!r}; expected 'vllm', 'openai', 'transformers' "
+                     "or 'scripted'")
 
 
 def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
