@@ -198,3 +198,27 @@ def test_trainer_takes_rollouts_from_ray_workers_and_syncs_weights(
     assert [(v, c) for v, c, _ in seen] == [([0] * 4, 0), ([1] * 4, 1)]
     assert seen[0][2]["actor/grad_norm"] > 0  # the first update moved the weights
     assert abs(seen[1][2]["actor/ppo_kl"]) < 1e-4  # workers sampled with the synced weights
+
+
+def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_model_dir,
+                                                           tmp_path):
+    """``agentgym-rl collect --ray --num-workers 2`` (on the running cluster) writes the rows
+    the in-process collect writes: same episodes, same tokens."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from agentgym.cli import main
+
+    def rows(out):
+        t = pq.read_table(glob.glob(f"{out}/*.parquet")).to_pylist()
+        return sorted((r["group_id"], r["sample_index"], r["task_id"], r["seed"],
+                       r["token_ids"], r["reward"], r["stop_reason"]) for r in t)
+
+    args = ["collect", "--env", "maze", "--tasks", "0:12", "--n-samples", "2", "--model",
+            tiny_model_dir, "--max-turns", "6", "--no-progress", "--json"]
+    assert main([*args, "-o", str(tmp_path / "ray"), "--ray", "--num-workers", "2",
+                 "--worker-cpus", str(CPU)]) == 0
+    assert main([*args, "-o", str(tmp_path / "local")]) == 0
+    got = rows(tmp_path / "ray")
+    assert len(got) == 24 and got == rows(tmp_path / "local")

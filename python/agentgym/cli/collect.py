@@ -56,6 +56,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--env-workers", type=int, default=None)
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="play on Ray rollout workers: the cluster at ADDRESS; alone, a local "
+                        "cluster")
+    p.add_argument("--num-workers", type=int, metavar="N",
+                   help="Ray rollout workers (default 2 with --ray; --max-concurrency is "
+                        "per worker)")
+    p.add_argument("--worker-cpus", type=float, default=1.0, help="Ray CPUs per worker")
+    p.add_argument("--worker-gpus", type=float, default=0.0, help="Ray GPUs per worker")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -118,9 +126,19 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> dict:
         import asyncio
 
-        engine, tok, ident = await asyncio.to_thread(
-            open_engine, args.backend, args.model, backend_kwargs=backend_kwargs,
-            progress=False, **rollout)
+        if args.ray is not None or args.num_workers:  # the same rows from Ray workers
+            from agentgym.distributed.rollout_workers import open_pool
+
+            engine, tok, ident = await asyncio.to_thread(
+                open_pool, args.backend, args.model, args.num_workers or 2,
+                address=None if args.ray in (None, "local") else args.ray,
+                backend_kwargs=backend_kwargs,
+                worker={"num_cpus": args.worker_cpus, "num_gpus": args.worker_gpus},
+                **rollout)
+        else:
+            engine, tok, ident = await asyncio.to_thread(
+                open_engine, args.backend, args.model, backend_kwargs=backend_kwargs,
+                progress=False, **rollout)
         try:
             collector = Collector(
                 engine, args.env, tasks, args.out, n_samples=args.n_samples,
@@ -131,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
                 progress=False if args.no_progress else None)
             return await collector.run()
         finally:
-            await engine.backend.close()
+            if hasattr(engine, "backend"):  # a rollout pool closes its workers' backends
+                await engine.backend.close()
             engine.close()
 
     try:

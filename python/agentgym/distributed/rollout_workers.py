@@ -55,7 +55,8 @@ from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.orchestrator import EpisodeRequest, RolloutBatch
 from agentgym.errors import AgentGymError
 
-__all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray"]
+__all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
+           "open_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -609,3 +610,28 @@ class _suppress:
 def _cause(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[-1] if text else type(e).__name__
+
+
+def open_pool(backend: str = "scripted", model: str | None = None, num_workers: int = 2, *,
+              address: str | None = None, backend_kwargs: dict[str, Any] | None = None,
+              worker: dict[str, Any] | None = None, **rollout: Any):
+    """``(pool, tokenizer, identity)``: :func:`agentgym.collection.open_engine`'s
+    counterpart on ``num_workers`` Ray workers (the cluster at ``address``, or a local one),
+    each running ``backend`` over ``model`` with the rollout settings ``rollout``;
+    ``worker``: :class:`WorkerSpec` resources (``num_cpus``, ``num_gpus``). The identity is
+    the in-process one, so a run may resume on either. Close with ``pool.close()``."""
+    from transformers import AutoTokenizer
+
+    from agentgym.collection.collector import resolve_model, tokenizer_sha256
+
+    model_dir = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    kw = dict(backend_kwargs or {})
+    init_ray(address)
+    spec = WorkerSpec(model_dir, backend, kw, dict(rollout), **(worker or {}))
+    pool = RayRolloutPool(spec, num_workers)
+    identity = {"backend": backend, "model": str(model or "tiny"),
+                "tokenizer_sha256": tokenizer_sha256(tok)}
+    if backend == "scripted":
+        identity["policy"] = kw.get("policy", "oracle")
+    return pool, tok, identity
