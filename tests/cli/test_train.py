@@ -23,3 +23,17 @@ def test_cli_builds_the_main_job_and_overrides(tmp_path):
     assert cfg["env_kwargs"] == MAIN_JOB["env_kwargs"]
     cfg = _train_config(p.parse_args(["--env", "textcraft", "--method", "GRPO"]))
     assert "env_kwargs" not in cfg and cfg["method"] == "GRPO"
+
+
+def test_cli_ray_flags_set_the_rollout_workers():
+    import argparse
+
+    from agentgym.cli.train import _train_config, add_args
+
+    p = argparse.ArgumentParser()
+    add_args(p)
+    cfg = _train_config(p.parse_args(["--ray", "--num-rollout-workers", "3"]))
+    assert cfg["num_rollout_workers"] == 3 and cfg["ray_address"] is None
+    cfg = _train_config(p.parse_args(["--ray", "10.0.0.5:6379"]))
+    assert cfg["num_rollout_workers"] == 2 and cfg["ray_address"] == "10.0.0.5:6379"
+    assert "num_rollout_workers" not in _train_config(p.parse_args([]))

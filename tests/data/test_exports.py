@@ -65,3 +65,14 @@ def test_exports_match_a_hand_built_trajectory():
         assert got.dtype == dtype, name
         np.testing.assert_array_equal(got, np.array(values, dtype), err_msg=name)
     assert packed.lengths.tolist() == [7, 3] and packed.rewards.tolist() == [1.0, 0.5]
+
+
+def test_to_trl_is_the_pre_tokenized_sft_row():
+    from agentgym.data.exports import to_trl
+
+    t = Trajectory(task_id=0, env_id="maze", group_id=0, sample_index=0,
+                   token_ids=[101, 102, 11, 201, 12], loss_mask=[0, 0, 1, 0, 1],
+                   logprobs=[0.0] * 5, prompt_len=2, turn_rewards=[0.0, 0.5], reward=0.5,
+                   num_turns=2, stop_reason="done", policy_version=0)
+    assert to_trl(t) == {"input_ids": [101, 102, 11, 201, 12],
+                         "assistant_masks": [0, 0, 1, 0, 1], "reward": 0.5}

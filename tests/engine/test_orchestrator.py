@@ -92,6 +92,80 @@ def test_group_sampling_shares_task_seed_and_prompt(tokenizer):
     assert packed.offsets[-1] == packed.num_tokens == sum(len(t.token_ids) for t in batch)
 
 
+def test_stream_requests_plays_exactly_the_requests(tokenizer):
+    from agentgym.engine import EpisodeRequest
+
+    reqs = [EpisodeRequest(5, 40, 1), EpisodeRequest(5, 40, 0), EpisodeRequest(2, 7, 3),
+            EpisodeRequest(9, 41, 0, seed=12345)]
+
+    async def play(eng, requests):
+        return sorted([t async for t in eng.stream_requests(requests, "maze", max_turns=6)],
+                      key=lambda t: (t.group_id, t.sample_index))
+
+    first = asyncio.run(play(engine(tokenizer), reqs))
+    assert [(t.task_id, t.group_id, t.sample_index) for t in first] == [
+        (2, 7, 3), (5, 40, 0), (5, 40, 1), (9, 41, 0)]
+    assert first[3].seed == 12345
+    assert first[1].seed == first[2].seed != first[0].seed  # a group shares its env seed
+    # The same request replays the same episode on another engine, alone or in any order;
+    # the seed depends on (config seed, group), not on what else is played.
+    again = asyncio.run(play(engine(tokenizer), [reqs[2], reqs[0]]))
+    assert [(t.seed, t.token_ids, t.reward) for t in again] == [
+        (t.seed, t.token_ids, t.reward) for t in (first[0], first[2])]
+    other = asyncio.run(play(engine(tokenizer, seed=1), reqs[:1]))
+    assert other[0].seed != first[2].seed
+
+
+def test_stream_requests_takes_requests_that_arrive_while_it_runs(tokenizer):
+    """An async iterable of requests feeds one running stream: requests sent after the first
+    trajectories came back join it, the stream ends once the feed is exhausted, and each
+    request plays the episode the list form plays."""
+    from agentgym.engine import EpisodeRequest
+
+    reqs = [EpisodeRequest(k % 5, 100 + k, k % 2) for k in range(12)]
+    eng = engine(tokenizer, max_concurrency=4)
+
+    async def play_fed():
+        sent_more = asyncio.Event()
+        first_done = asyncio.Event()
+
+        async def feed():
+            for r in reqs[:3]:
+                yield r
+            await first_done.wait()  # the rest arrive only after a trajectory came back
+            for r in reqs[3:]:
+                yield r
+            sent_more.set()
+
+        out = []
+        async for t in eng.stream_requests(feed(), "maze", max_turns=6):
+            out.append((t, sent_more.is_set()))
+            first_done.set()
+        return out
+
+    fed = asyncio.run(play_fed())
+    assert not fed[0][1]  # the first came back before the rest of the feed was sent
+    got = sorted((t for t, _ in fed), key=lambda t: t.group_id)
+    assert [(t.task_id, t.group_id, t.sample_index) for t in got] == [tuple(r[:3]) for r in reqs]
+
+    async def play_list():
+        return sorted([t async for t in engine(tokenizer).stream_requests(
+            reqs, "maze", max_turns=6)], key=lambda t: t.group_id)
+
+    assert [(t.seed, t.token_ids) for t in got] == [(t.seed, t.token_ids)
+                                                    for t in asyncio.run(play_list())]
+
+    async def failing():
+        yield reqs[0]
+        raise RuntimeError("feed broke")
+
+    async def drain():
+        return [t async for t in eng.stream_requests(failing(), "maze", max_turns=6)]
+
+    with pytest.raises(RuntimeError, match="feed broke"):
+        asyncio.run(drain())
+
+
 def test_horizon_and_length_limits(tokenizer):
     eng = engine(tokenizer, policy="random")
     horizon = eng.collect_sync(8, "maze", max_turns=2, env_kwargs={})

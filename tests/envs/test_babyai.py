@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 pytest.importorskip("minigrid")
 
 import agentgym  # noqa: E402
-from agentgym.envs.babyai import AGENTGYM_LEVELS, BabyAIEnv  # noqa: E402
+from agentgym.envs.babyai import AGENTGYM_LEVELS, CHECK, BabyAIEnv  # noqa: E402
 from agentgym.errors import EnvError, InvalidTaskError  # noqa: E402
 
 PRIMITIVES = ["turn left", "turn right", "move forward", "pick up", "drop", "toggle"]
@@ -27,20 +28,20 @@ def test_observation_text_on_a_hand_checked_state():
     assert obs == (
         "Your goal: go to the red ball\n"
         "In front of you in this room, you can see several objects: There is a red ball 1 "
-        "4 steps in front of you and 3 steps to your right. The room has walls around you. "
+        "4 steps in front of you and 3 steps to your right.  The room has walls around you. "
         "You are facing a wall 6 steps away. You are not carrying anything."
     )
     assert env.valid_actions() == [
         "turn left",
         "turn right",
         "move forward",
-        "go to red ball 1",
         "pickup red ball 1",
+        "go to red ball 1",
     ]
     obs, reward, done, _ = env.step("turn left")  # now facing +y: wall at y = 7 is 2 ahead
     assert obs == (
-        "You cannot see any objects within sight. The room has walls around you. "
-        "You are facing a wall 2 steps away. You are not carrying anything."
+        "In front of you in this room, you can see several objects: The room has walls around "
+        "you. You are facing a wall 2 steps away. You are not carrying anything."
     )
     assert (reward, done) == (0.0, False)
     env.step("turn right")
@@ -126,3 +127,54 @@ def test_bot_oracle_solves_while_random_rarely_does(level):
         random_wins += info["success"]
     assert oracle >= 9
     assert random_wins <= 3
+
+
+# AgentGym's agentenv-babyai server's texts (its environment.py run on minigrid 3.2) for
+# data_idx -> reset observation, and for index 4 after each action.
+AGENTGYM_RESETS = {
+    15: 'Your goal: open the purple door and open the red door\nIn front of you in this room, you can see several objects: There is a grey closed door 1 3 steps in front of you and 1 steps to your right.  There is a red closed door 1 4 steps in front of you and 2 steps to your left.  The room has walls around you. You are facing a wall 4 steps away. You are not carrying anything.\nAvailable actions: ["turn left", "turn right", "move forward", "toggle and go through grey closed door 1", "toggle and go through red closed door 1", "go to grey closed door 1", "go to red closed door 1", "check available actions"]',  # noqa: E501
+    22: 'Your goal: put the yellow box next to the green ball\nIn front of you in this room, you can see several objects: There is a purple box 1 1 steps in front of you and 1 steps to your right.  There is a yellow box 1 2 steps in front of you and 1 steps to your left.  There is a green key 1 2 steps in front of you and 3 steps to your right.  The room has walls around you. You are facing a wall 3 steps away. You are carrying a yellow box.\nAvailable actions: ["turn left", "turn right", "move forward", "drop", "go to purple box 1", "go to yellow box 1", "go to green key 1", "check available actions"]',  # noqa: E501
+    53: 'Your goal: open a door in front of you\nIn front of you in this room, you can see several objects: There is a yellow closed door 1 4 steps in front of you and 1 steps to your left.  The room has walls around you. You are facing a wall 6 steps away. You are not carrying anything.\nAvailable actions: ["turn left", "turn right", "move forward", "toggle and go through yellow closed door 1", "go to yellow closed door 1", "check available actions"]',  # noqa: E501
+    4: 'Your goal: go to a green key\nIn front of you in this room, you can see several objects: There is a yellow key 1 1 steps in front of you and 1 steps to your left.  There is a grey ball 1 1 steps in front of you and 1 steps to your right.  There is a purple key 1 2 steps in front of you and 1 steps to your left.  There is a green key 1 2 steps in front of you and 1 steps to your right.  There is a red box 1 2 steps in front of you and 2 steps to your right.  There is a grey ball 2 5 steps in front of you and 1 steps to your right.  There is a green key 2 4 steps in front of you and 2 steps to your right.  The room has walls around you. You are facing a wall 6 steps away. You are not carrying anything.\nAvailable actions: ["turn left", "turn right", "move forward", "pickup yellow key 1", "pickup grey ball 1", "pickup purple key 1", "pickup green key 1", "pickup red box 1", "pickup grey ball 2", "pickup green key 2", "go to yellow key 1", "go to grey ball 1", "go to purple key 1", "go to green key 1", "go to red box 1", "go to grey ball 2", "go to green key 2", "check available actions"]',  # noqa: E501
+}
+_AFTER_LEFT = ["turn left", "turn right", "move forward", "pickup yellow key 1",
+               "pickup purple key 1", "go to yellow key 1", "go to purple key 1",
+               "check available actions"]
+AGENTGYM_STEPS_4 = [
+    ("turn left", "In front of you in this room, you can see several objects: There is a yellow key 1 1 steps in front of you and 1 steps to your right.  There is a purple key 1 1 steps in front of you and 2 steps to your right.  The room has walls around you. You are facing a wall 2 steps away. You are not carrying anything."),  # noqa: E501
+    ("go to blue key 1", "The action is not recognized. Please check valid actions."),
+    ("nonsense", "The action is not recognized. Please check valid actions."),
+]
+
+
+def test_texts_equal_agentgyms_server():
+    env = BabyAIEnv()
+    for task, text in AGENTGYM_RESETS.items():
+        assert env.reset(task) == text, task
+    listed = "\nAvailable actions: [" + ", ".join(f'"{a}"' for a in _AFTER_LEFT) + "]"
+    for action, text in AGENTGYM_STEPS_4:
+        obs, reward, done, _ = env.step(action)
+        assert (obs, reward, done) == (text + listed, 0.0, False), action
+
+
+def test_texts_follow_agentgyms_rules_over_many_tasks():
+    """Over two seeds of all 40 levels: AgentGym's goal rewrite, its object sentences (two
+    spaces after each), "move forward" listed unless a wall or box is right ahead, the turns
+    first and "check available actions" last, and no primitive "pick up" listed."""
+    env = BabyAIEnv()
+    for task in range(80):
+        obs = env.reset(task)
+        mission = env.env.mission
+        goal, body = obs.split("\n", 1)
+        assert goal == "Your goal: " + mission.replace("then", "and").replace("after you", "and")
+        description, listed = body.split("\nAvailable actions: ")
+        actions = json.loads(listed)
+        assert actions[:2] == ["turn left", "turn right"] and actions[-1] == CHECK
+        assert "pick up" not in actions and "pickup" not in actions
+        ahead = env.env.grid.get(*env.env.front_pos)
+        blocked = ahead is not None and ahead.type in ("wall", "box")
+        assert ("move forward" in actions) == (not blocked), task
+        if "There is a " in description:
+            sentences = description.split("There is a ")[1:]
+            assert all(s.endswith(".  ") for s in sentences[:-1]), task
+            assert sentences[-1].split(".  ")[1].startswith("The room has walls around you.")

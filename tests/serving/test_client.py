@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 import threading
@@ -214,7 +215,8 @@ def test_server_down_is_a_clear_error_quickly(monkeypatch):
     env = RemoteEnv(_dead_url(), ENV, retries=2, backoff=0.01, connect_timeout=1.0)
     with pytest.raises(ServerUnavailableError, match="unreachable after 3 attempts"):
         env.reset(seed=0)
-    assert sent == ["create"] * 3  # the request that never arrived was sent again
+    # the protocol probe, then the request that never arrived, sent again
+    assert sent == [""] + ["create"] * 3
     env.close()
 
 
@@ -224,7 +226,7 @@ async def test_server_down_async(monkeypatch):
     env = RemoteEnv(_dead_url(), ENV, retries=1, backoff=0.01, connect_timeout=1.0)
     with pytest.raises(ServerUnavailableError, match="unreachable after 2 attempts"):
         await env.areset(seed=0)
-    assert sent == ["create"] * 2
+    assert sent == [""] + ["create"] * 2
     await env.aclose()
 
 
@@ -250,7 +252,7 @@ def test_busy_server_503_is_retried_then_reported(monkeypatch):
         with pytest.raises(RemoteEnvError) as err:
             waiter.reset(seed=0, options={"task": 0})
         assert err.value.status == 503 and "cap" in str(err.value)
-        assert sent == ["create"] * 2  # the 503 was retried once, then reported
+        assert sent == [""] + ["create"] * 2  # the 503 was retried once, then reported
         holder.close()
         assert waiter.reset(seed=0, options={"task": 0})[0].startswith("task 0:")
         waiter.close()
@@ -299,9 +301,8 @@ def test_agentgym_server_profiles_against_our_server(srv, name):
         obs, _ = env.reset(seed=3, options={"task": 4})
         seed = 3 if profile.send_seed else profile.reset_extra.get("seed", 0)
         expected = local.reset(seed=seed, options={"task": 4})[0]
-        if profile.reset_obs == "task_description":
-            expected = "\n" + expected  # our server sends no task_description
-        assert obs == expected
+        assert obs == expected  # the generic server's observation as it is (no SciWorld join)
+        assert env.server == "agentgym-rl" and env.server_dialect == "generic"
         o, r, *_ = env.step("nope")
         assert (o, r) == local.step("nope")[:2]
     finally:
@@ -338,3 +339,232 @@ def test_server_going_away_mid_episode():
         env.step("0")
     env.close()  # nothing to free any more: quiet
     assert env.env_id is None
+
+
+# ------------------------------------------------- against AgentGym's servers (stand-ins)
+class AgentGymStandIn:
+    """A stand-in for one AgentGym env server, answering field for field as that family's
+    ``agentenv-*/server.py`` does (AgentGym's servers are not on PyPI): its greeting, its
+    request models (FastAPI's 422 for a missing field), its reply shapes, its errors (200
+    with ``{"error"}``; 500 for WebShop's and SearchQA's unknown ids), no ``/close`` on
+    WebShop, and steps after ``done`` answered as it answers them. Its episodes are a
+    stand-in game: two steps to ``done`` (reward 1 on the second). ``restart()`` forgets
+    every env, as a restarted server does; ``seen`` records ``(path, body)``."""
+
+    def __init__(self, family: str):
+        from aiohttp import web
+
+        self.family, self.envs, self.next_id, self.seen = family, {}, 0, []
+        app = web.Application()
+        text = {"babyai": "This is environment BabyAI.",
+                "textcraft": "This is environment TextCraft.",
+                "sciworld": "This is environment ScienceWorld."}.get(family, "ok")
+
+        async def hello(request):
+            return web.json_response(text)
+
+        app.router.add_get("/", hello)
+        for path in ("create", "reset", "step", "close"):
+            if not (family == "webshop" and path == "close"):
+                app.router.add_post(f"/{path}", self._post(path))
+        app.router.add_get("/observation", self._observation)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._runner = web.AppRunner(app)
+
+        async def start():
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            return self._runner.addresses[0][1]
+
+        port = asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def restart(self):
+        self.envs.clear()
+
+    def stop(self):
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def key(self) -> str:
+        return "env_idx" if self.family in ("webshop", "searchqa") else "id"
+
+    def _obs(self, env: dict) -> str:
+        return f"task {env['task']}: {env['left']} to go"
+
+    async def _observation(self, request):
+        from aiohttp import web
+
+        env = self.envs.get(int(request.query[self.key]))
+        return web.json_response(self._obs(env) if env else {"error": "unknown"})
+
+    def _post(self, path):
+        from aiohttp import web
+
+        required = {("create", "searchqa"): ["id"], ("reset", "babyai"): ["id", "data_idx"],
+                    ("reset", "sciworld"): ["id", "data_idx"]}.get((path, self.family))
+        if required is None:
+            required = [] if path == "create" else [self.key]
+            required += ["action"] if path == "step" else []
+
+        async def handler(request):
+            raw = await request.read()
+            body = json.loads(raw) if raw.strip() else {}
+            self.seen.append((path, body))
+            for key in required:
+                if not isinstance(body.get(key), int if key != "action" else str):
+                    return web.json_response({"detail": [{"loc": ["body", key],
+                                                          "msg": "field required"}]},
+                                             status=422)
+            return web.json_response(self._answer(path, body))
+
+        async def guarded(request):
+            try:
+                return await handler(request)
+            except KeyError:  # WebShop's and SearchQA's servers don't catch a bad id
+                return web.Response(status=500, text="Internal Server Error")
+
+        return guarded
+
+    def _answer(self, path: str, body: dict):
+        fam = self.family
+        if path == "create":
+            idx, self.next_id = self.next_id, self.next_id + 1
+            self.envs[idx] = {"task": body.get("id", idx), "left": 2, "score": 0, "done": False}
+            if fam in ("webshop", "searchqa"):
+                return idx
+            if fam == "textcraft":
+                return {"id": idx, "observation": self._obs(self.envs[idx]), "done": False,
+                        "reward": 0}
+            return {"id": idx}
+        idx = body[self.key]
+        if fam in ("webshop", "searchqa"):
+            env = self.envs[idx]  # KeyError -> 500, as theirs
+        elif idx not in self.envs:
+            return {"error": f"The id {idx} is not valid."}
+        else:
+            env = self.envs[idx]
+        if path == "close":
+            del self.envs[idx]
+            return True
+        if path == "reset":
+            task = {"webshop": body.get("session_id"), "searchqa": body.get("id")}.get(
+                fam, body.get("data_idx", 0))
+            if fam == "sciworld" and task >= 10:
+                return {"error": "list index out of range"}
+            env.update(task=task, left=2, score=0, done=False)
+            obs = self._obs(env)
+            if fam == "webshop":
+                return [obs, None]
+            if fam == "searchqa":
+                return obs
+            if fam == "textcraft":
+                return {"id": idx, "observation": obs, "done": False, "reward": 0}
+            if fam == "babyai":
+                return {"observation": obs, "reward": 0, "score": 0, "deleted": False,
+                        "done": False}
+            return {"task_name": "boil", "var_num": task, "task_description": "Boil it.",
+                    "observation": obs, "reward": 0, "score": 0, "deleted": False,
+                    "done": False}
+        if env["done"] and fam in ("babyai", "sciworld"):
+            return {"error": f"The task with environment {idx} has finished."}
+        env["left"] = max(env["left"] - 1, 0)
+        reward = 1 if env["left"] == 0 and not env["done"] else 0
+        env["done"] = env["left"] == 0
+        env["score"] += reward
+        obs = self._obs(env)
+        if fam == "webshop":
+            return {"state": obs, "reward": reward, "done": env["done"], "info": None}
+        if fam in ("searchqa", "textcraft"):
+            out = {"observation": obs, "reward": reward, "done": env["done"]}
+            return out | ({"info": None} if fam == "searchqa" else {})
+        return {"observation": obs, "reward": reward, "score": env["score"],
+                "done": env["done"]}
+
+
+FAMILIES = ["babyai", "textcraft", "sciworld", "webshop", "searchqa"]
+
+
+@pytest.fixture(params=FAMILIES)
+def standin(request):
+    server = AgentGymStandIn(request.param)
+    yield server
+    server.stop()
+
+
+def _named(family: str) -> str:
+    """The env name RemoteEnv gets: none for the families whose greeting names them."""
+    return family if family in ("webshop", "searchqa") else "agentgym"
+
+
+def test_remote_env_plays_agentgym_servers(standin):
+    env = RemoteEnv(standin.url, _named(standin.family), backoff=0.01)
+    obs, info = env.reset(seed=4)  # no task: the servers that need one get data_idx 4
+    assert (env.server, env.server_dialect) == ("agentgym", standin.family)
+    assert info["server_dialect"] == standin.family
+    expected = "task 4: 2 to go" if standin.family != "webshop" else "task None: 2 to go"
+    if standin.family == "sciworld":
+        expected = "Boil it.\n" + expected  # AgentGym's client joins them so
+    assert obs == expected
+    resets = [b for p, b in standin.seen if p == "reset"]
+    if standin.family in ("babyai", "sciworld", "searchqa"):
+        assert resets[-1][env.profile.task_key] == 4
+    obs, reward, term, trunc, _ = env.step("go")
+    assert (obs, reward, term) == (f"task {4 if standin.family != 'webshop' else None}: "
+                                   "1 to go", 0.0, False)
+    obs, reward, term, trunc, _ = env.step("go")
+    assert (reward, term, trunc) == (1.0, True, False)
+    obs, _ = env.reset(options={"task": 7})
+    assert obs.endswith("task 7: 2 to go")
+    env.close()
+
+
+def test_remote_env_recreates_an_env_agentgym_lost(standin):
+    env = RemoteEnv(standin.url, _named(standin.family), backoff=0.01)
+    env.reset(options={"task": 1})
+    first = env.env_id
+    standin.restart()  # a restarted server: "The id 0 is not valid." (or 500)
+    obs, _ = env.reset(options={"task": 2})
+    assert obs.endswith("task 2: 2 to go") and env.env_id != first
+    assert [p for p, _ in standin.seen].count("create") == 2
+    standin.restart()
+    with pytest.raises(RemoteEnvError) as err:  # mid-episode: an error, never a reply
+        env.step("go")
+    assert err.value.status in (200, 500)
+    env.close()
+
+
+def test_agentgym_error_answers_are_errors():
+    server = AgentGymStandIn("sciworld")
+    try:
+        env = RemoteEnv(server.url, backoff=0.01)
+        with pytest.raises(RemoteEnvError, match="list index out of range") as err:
+            env.reset(options={"task": 12})  # 200 {"error": ...}: not an episode
+        assert err.value.status == 200
+        assert env.reset(options={"task": 3})[0] == "Boil it.\ntask 3: 2 to go"
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_remote_env_sends_bearer_token(monkeypatch):
+    with ServerThread(ENV, auth_token="s3cret") as server:
+        env = RemoteEnv(server.url, ENV, auth_token="s3cret")
+        assert env.reset(seed=0, options={"task": 1})[0].startswith("task 1")
+        env.close()
+        monkeypatch.setenv("AGENTGYM_AUTH_TOKEN", "s3cret")
+        env = RemoteEnv(server.url, ENV)  # the token from the environment
+        assert env.reset(seed=0, options={"task": 2})[0].startswith("task 2")
+        env.close()
+        monkeypatch.delenv("AGENTGYM_AUTH_TOKEN")
+        env = RemoteEnv(server.url, ENV, retries=0)
+        with pytest.raises(RemoteEnvError) as err:
+            env.reset(seed=0)
+        assert err.value.status == 401
+        env.close()

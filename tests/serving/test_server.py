@@ -410,3 +410,49 @@ def test_requests_library_like_agentgym_clients():
         assert post("close", {})["closed"] is True
         # A BabyAI-style create without any body.
         assert requests.post(f"{base}/create", timeout=300).json()["id"] == env_id + 1
+
+
+# ------------------------------------------------------------- bearer token
+def test_bearer_token_is_required_when_set():
+    with ServerThread(ENV, auth_token="s3cret", protocol="agentgym") as srv:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            r = httpx.post(srv.url + "/create", json={}, headers=headers)
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+            assert "bearer token" in r.json()["error"]
+        assert httpx.get(srv.url + "/list").status_code == 401  # every route
+        assert srv.service.created == 0  # a refused request reached no env
+        ok = httpx.post(srv.url + "/create", json={},
+                        headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["id"] == 0
+
+
+def test_off_loopback_needs_a_token_or_insecure():
+    from agentgym.serving.server import InsecureServerError, check_exposure, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    with pytest.raises(InsecureServerError, match="--auth-token"):
+        ServerThread(ENV, host="0.0.0.0")
+    check_exposure("0.0.0.0", "tok", False)  # a token: fine
+    check_exposure("0.0.0.0", None, True)  # told --insecure: fine
+    check_exposure("127.0.0.1", None, False)  # loopback stays token-free
+
+
+def test_serve_env_cli_refuses_open_host_and_reads_token_env(monkeypatch, capsys):
+    import argparse
+
+    from agentgym.cli import serve_env
+
+    p = argparse.ArgumentParser()
+    serve_env.add_args(p)
+    monkeypatch.delenv("AGENTGYM_AUTH_TOKEN", raising=False)
+    assert serve_env.run(p.parse_args([ENV, "--host", "0.0.0.0", "--port", "0"])) == 2
+    assert "refusing to serve on '0.0.0.0'" in capsys.readouterr().out
+    seen = {}
+    monkeypatch.setattr("agentgym.serving.server.serve", lambda env, **kw: seen.update(kw))
+    monkeypatch.setenv("AGENTGYM_AUTH_TOKEN", "from-env")
+    assert serve_env.run(p.parse_args([ENV, "--host", "0.0.0.0"])) == 0
+    assert seen["auth_token"] == "from-env" and seen["protocol"] == "agentgym"
+    assert serve_env.run(p.parse_args([ENV, "--auth-token", "flag", "--protocol",
+                                       "generic"])) == 0
+    assert seen["auth_token"] == "flag" and seen["protocol"] == "generic"

@@ -6,6 +6,8 @@ subcommand          module                                 does
 ``train``           :mod:`agentgym.cli.train`              RL training (no arguments: the
                                                            main job)
 ``eval``            :mod:`agentgym.cli.evaluate`           held-out success rate of a model
+``collect``         :mod:`agentgym.cli.collect`            collect rollouts into shards
+``export``          :mod:`agentgym.cli.export`             a collected run for verl/SkyRL/TRL
 ``play``            :mod:`agentgym.cli.play`               play an env in the terminal
 ``serve-env``       :mod:`agentgym.cli.serve_env`          serve an env over HTTP
 ``list``            :mod:`agentgym.cli.list_envs`          the registered env ids
@@ -23,12 +25,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentgym.cli import evaluate, list_envs, make_tiny_model, play, serve_env, train
+from agentgym.cli import (
+    collect,
+    evaluate,
+    export,
+    list_envs,
+    make_tiny_model,
+    play,
+    serve_env,
+    train,
+)
 
 #: subcommand name -> the module that implements it, in ``--help`` order.
 SUBCOMMANDS = {
     "train": train,
     "eval": evaluate,
+    "collect": collect,
+    "export": export,
     "play": play,
     "serve-env": serve_env,
     "list": list_envs,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "serve an env over AgentGym's HTTP protocol"
 
@@ -14,18 +15,38 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-envs", type=int, default=4096)
     p.add_argument("--idle-timeout", type=float, default=None, help="seconds; None = never")
     p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--protocol", default="agentgym",
+                   help="'agentgym' (default): the dialect of the env's AgentGym family "
+                        "(textcraft, babyai, sciworld, webshop, searchqa for search) at the "
+                        "root and the generic protocol under /generic; 'generic': the generic "
+                        "protocol at the root; or a family name")
+    p.add_argument("--auth-token", default=None,
+                   help="require 'Authorization: Bearer TOKEN' on every request (default: "
+                        "$AGENTGYM_AUTH_TOKEN); needed off loopback")
+    p.add_argument("--insecure", action="store_true",
+                   help="serve off loopback without a token (anyone who reaches it can step "
+                        "its envs)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``agentgym-rl serve-env`` (until interrupted)."""
-    from agentgym.serving.server import serve
+    from agentgym.serving.server import InsecureServerError, serve
+    from agentgym.serving.service import TOKEN_ENV
 
-    serve(
-        args.env,
-        host=args.host,
-        port=args.port,
-        max_envs=args.max_envs,
-        idle_timeout=args.idle_timeout,
-        max_turns=args.max_turns,
-    )
+    token = args.auth_token or os.environ.get(TOKEN_ENV) or None
+    try:
+        serve(
+            args.env,
+            host=args.host,
+            port=args.port,
+            max_envs=args.max_envs,
+            idle_timeout=args.idle_timeout,
+            max_turns=args.max_turns,
+            protocol=args.protocol,
+            auth_token=token,
+            insecure=args.insecure,
+        )
+    except (InsecureServerError, ValueError) as e:
+        print(f"agentgym-rl serve-env: {e}", flush=True)
+        return 2
     return 0

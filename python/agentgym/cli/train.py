@@ -78,6 +78,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", help="run folder (default runs/<timestamp>)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="any TrainerConfig field (JSON value), repeatable")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="roll out on Ray workers: the cluster at ADDRESS (e.g. "
+                        "127.0.0.1:6379 or auto); alone, a local cluster")
+    p.add_argument("--num-rollout-workers", type=int, metavar="N",
+                   help="Ray rollout workers (default 2 with --ray)")
 
 
 def _train_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -109,6 +114,9 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["learner"] = {**cfg.get("learner", {}), "lr": args.lr}
     if args.no_warmup:
         cfg["warmup"] = None
+    if args.ray is not None or args.num_rollout_workers:
+        cfg["num_rollout_workers"] = args.num_rollout_workers or 2
+        cfg["ray_address"] = None if args.ray in (None, "local") else args.ray
     cfg.update(parse_key_values(args.set))
     if not cfg.get("output_dir"):
         cfg["output_dir"] = str(Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
@@ -126,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
           f"output -> {cfg['output_dir']}", file=sys.stderr)
     trainer = Trainer(cfg)
     summary = trainer.train()
+    if summary.get("rank", 0):  # a data-parallel rank other than 0: rank 0 reports
+        return 0
     out = Path(summary["output_dir"])
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     s0, s1 = summary.get("eval_success_start"), summary.get("eval_success_end")

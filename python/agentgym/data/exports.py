@@ -1,4 +1,4 @@
-"""Exports of trajectories in verl's and SkyRL's shapes (the packed numpy layout is
+"""Exports of trajectories in verl's, SkyRL's and TRL's shapes (the packed numpy layout is
 ``agentgym.data.trajectories.pack``)."""
 
 from __future__ import annotations
@@ -31,4 +31,15 @@ def to_skyrl(trajs: Sequence[Trajectory]) -> dict:
         "loss_masks": [t.loss_mask[t.prompt_len :] for t in trajs],
         "stop_reasons": [t.stop_reason for t in trajs],
         "rollout_logprobs": [t.logprobs[t.prompt_len :] for t in trajs],
+    }
+
+
+def to_trl(traj: Trajectory) -> dict:
+    """A pre-tokenized row for TRL's ``SFTTrainer`` (``input_ids`` with ``assistant_masks``,
+    used with ``assistant_only_loss=True``: loss on exactly the model's tokens), plus the
+    episode's reward."""
+    return {
+        "input_ids": traj.token_ids,
+        "assistant_masks": traj.loss_mask,
+        "reward": traj.reward,
     }

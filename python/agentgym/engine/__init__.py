@@ -2,6 +2,13 @@
 
 from agentgym.engine.chat import ChatFormatter, ChatTemplateError
 from agentgym.engine.config import RolloutConfig
-from agentgym.engine.orchestrator import RolloutBatch, RolloutEngine
+from agentgym.engine.orchestrator import EpisodeRequest, RolloutBatch, RolloutEngine
 
-__all__ = ["ChatFormatter", "ChatTemplateError", "RolloutBatch", "RolloutConfig", "RolloutEngine"]
+__all__ = [
+    "ChatFormatter",
+    "ChatTemplateError",
+    "EpisodeRequest",
+    "RolloutBatch",
+    "RolloutConfig",
+    "RolloutEngine",
+]

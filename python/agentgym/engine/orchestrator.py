@@ -25,7 +25,7 @@ import itertools
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -69,6 +69,13 @@ class _WorkerFailure:
     error: BaseException
 
 
+@dataclass(slots=True)
+class _FeedEnd:
+    """An async request feed is exhausted after ``count`` requests."""
+
+    count: int
+
+
 class Turn(NamedTuple):
     """One model reply on its way to the turn batch. ``TurnCodec.step_turn_batch`` and
     ``record_turn_batch`` read the first six fields by position."""
@@ -86,6 +93,21 @@ class Turn(NamedTuple):
     #: The episode's token list, extended in place with what the turn appends.
     context: list[int]
     episode: _Episode
+
+
+class EpisodeRequest(NamedTuple):
+    """One episode to play: its task, its group and its sample index within the group.
+
+    The env seed is ``seed`` when given, else derived from (``RolloutConfig.seed``,
+    ``group_id``): the samples of a group share it (GRPO's group of the same task instance),
+    and the same request always replays the same episode with a deterministic backend.
+    """
+
+    #: A task index of the env's task set, or an explicit task text.
+    task: int | str
+    group_id: int
+    sample_index: int = 0
+    seed: int | None = None
 
 
 #: ``Turn(...)`` without the Python-level ``__new__`` of a named tuple (once per turn).
@@ -391,14 +413,25 @@ class RolloutEngine:
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 
-    def _episodes(self, tasks, cfg: RolloutConfig) -> list[_Episode]:
+    def requests(self, tasks: int | Sequence[int | str],
+                 n_samples: int | None = None) -> list[EpisodeRequest]:
+        """``tasks`` x ``n_samples`` requests, each task a fresh group (the engine's group
+        counter advances, so consecutive calls play new episodes)."""
+        n = self.config.n_samples if n_samples is None else n_samples
         task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
-        groups = np.array([next(self._groups) for _ in task_list], np.int64)
-        seeds = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
+        groups = [next(self._groups) for _ in task_list]
+        return [EpisodeRequest(task, g, s) for task, g in zip(task_list, groups)
+                for s in range(n)]
+
+    def _episodes(self, requests: Iterable[EpisodeRequest],
+                  cfg: RolloutConfig) -> list[_Episode]:
+        reqs = [r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r) for r in requests]
+        groups = np.array([r.group_id for r in reqs], np.uint64)
+        derived = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
         return [
-            _Episode(next(self._keys), -1, task, seed, int(g), s)
-            for task, seed, g in zip(task_list, seeds, groups)
-            for s in range(cfg.n_samples)
+            _Episode(next(self._keys), -1, r.task, int(r.seed) if r.seed is not None else seed,
+                     int(r.group_id), int(r.sample_index))
+            for r, seed in zip(reqs, derived)
         ]
 
     async def stream(self, tasks: int | Sequence[int | str], env_id: str, *,
@@ -408,18 +441,63 @@ class RolloutEngine:
         ``tasks``: task indices or explicit task texts (an int ``n`` means ``range(n)``);
         each is played ``n_samples`` times with the same seed and a shared ``group_id``.
         """
+        n = overrides.get("n_samples", self.config.n_samples)
+        async for t in self.stream_requests(self.requests(tasks, n), env_id,
+                                            env_kwargs=env_kwargs, **overrides):
+            yield t
+
+    async def stream_requests(self, requests: Iterable[EpisodeRequest]
+                              | AsyncIterable[EpisodeRequest], env_id: str, *,
+                              env_kwargs: dict | None = None,
+                              **overrides) -> AsyncIterator[Trajectory]:
+        """Play exactly ``requests`` (each an :class:`EpisodeRequest`) and yield each
+        trajectory as soon as its episode ends (completion order). The trajectory carries the
+        request's task, ``group_id`` and ``sample_index``; ``n_samples`` is not used.
+
+        ``requests`` may be an async iterable: each request then joins the running stream as
+        it arrives (a free slot takes it at once), and the stream ends when the iterable is
+        exhausted and every episode has ended."""
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
-            episodes = self._episodes(tasks, cfg)
-            capacity = max(1, min(cfg.max_concurrency, len(episodes)))
             run = _Run(self, driver, cfg)
-            queue = iter(episodes)
             done: asyncio.Queue = asyncio.Queue()
+            feeder = None
+            if isinstance(requests, AsyncIterable):
+                total = None  # known once the feed is exhausted
+                capacity = max(1, cfg.max_concurrency)
+                arrived: asyncio.Queue = asyncio.Queue()
+
+                async def feed() -> None:
+                    n = 0
+                    try:
+                        async for r in requests:
+                            arrived.put_nowait(self._episodes([r], cfg)[0])
+                            n += 1
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException as e:  # the caller's feed failed: surface it
+                        done.put_nowait(_WorkerFailure(e))
+                    for _ in range(capacity):
+                        arrived.put_nowait(None)
+                    done.put_nowait(_FeedEnd(n))
+
+                async def next_episode():
+                    return await arrived.get()
+
+                feeder = asyncio.ensure_future(feed())
+            else:
+                episodes = self._episodes(requests, cfg)
+                total = len(episodes)
+                capacity = max(1, min(cfg.max_concurrency, total))
+                queue = iter(episodes)
+
+                async def next_episode():
+                    return next(queue, None)
 
             async def worker(slot: int) -> None:
                 try:
-                    for ep in queue:
+                    while (ep := await next_episode()) is not None:
                         ep.slot = slot
                         done.put_nowait(await run.run_episode(ep))
                 except asyncio.CancelledError:
@@ -428,16 +506,24 @@ class RolloutEngine:
                     done.put_nowait(_WorkerFailure(e))
 
             workers = [asyncio.ensure_future(worker(s)) for s in range(capacity)]
-            bar = _progress(cfg, len(episodes))
+            bar = _progress(cfg, total)
             try:
-                for _ in range(len(episodes)):
+                yielded = 0
+                while total is None or yielded < total:
                     item = await done.get()
+                    if isinstance(item, _FeedEnd):
+                        total = item.count
+                        continue
                     if isinstance(item, _WorkerFailure):
                         raise item.error
                     if bar is not None:
                         bar.update(1)
+                    yielded += 1
                     yield item
             finally:
+                if feeder is not None:
+                    feeder.cancel()
+                    workers.append(feeder)
                 for w in workers:
                     w.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)

@@ -43,8 +43,8 @@ LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE, DONE = range(7)
 _ORACLE_TEXT = {LEFT: "turn left", RIGHT: "turn right", FORWARD: "move forward",
                 PICKUP: "pick up", DROP: "drop", TOGGLE: "toggle"}  # fmt: skip
 CHECK = "check available actions"
-# view-grid direction vectors: 0 = the agent's facing (up in the egocentric grid), clockwise
-_DIRS = ((0, -1), (1, 0), (0, 1), (-1, 0))
+#: primitives accepted without being listed, so minigrid's bot (``oracle_action``) can act
+_PRIMITIVES = {"pick up": [PICKUP], "pickup": [PICKUP], "toggle": [TOGGLE], "drop": [DROP]}
 
 INSTRUCTIONS = """You are an agent in a BabyAI grid world (rooms, doors, keys, balls, boxes).
 Each turn you see what is in front of you: objects with their position relative to you
@@ -140,35 +140,38 @@ class BabyAIEnv(BaseEnv):
         level, level_seed = self.task_of(task, seed)
         self.env = self._make(level)
         with contextlib.redirect_stdout(io.StringIO()):  # "Sampling rejected: ..." prints
-            self.env.reset(seed=level_seed)
+            self._image = self.env.reset(seed=level_seed)[0]["image"]
         self.level, self.level_seed = level, level_seed
         self._bot, self._bot_action, self._done = None, None, False
-        return f"Your goal: {self.env.mission}\n{self._with_actions(self._observe())}"
+        self.goal = self.env.mission.replace("then", "and").replace("after you", "and")
+        return f"Your goal: {self.goal}\n{self._with_actions(self._observe())}"
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self.env is None or self._done:
             raise EnvError("babyai: call reset() before step() (episode not running)")
         act = " ".join(str(action).lower().split()).strip(" .\"'")
         info: dict[str, Any] = {"action_is_valid": True, "success": False}
-        if act.startswith("check"):
+        if "check" in act:
             text = "You can take the following actions: " + ", ".join(self._actions)
             return self._with_actions(text), 0.0, False, info
-        if act == "pickup":
-            act = "pick up"
         if act in self._actions:
             low = self._actions[act]
+        elif act in _PRIMITIVES and act not in self._errors:
+            low = _PRIMITIVES[act]  # unlisted, for minigrid's bot (oracle_action)
         else:
             info["action_is_valid"] = False
-            msg = self._errors.get(act, "The action is not recognized. Please check valid actions.")
+            msg = ("No change in state." if not act else self._errors.get(
+                act, "The action is not recognized. Please check valid actions."))
             return self._with_actions(msg), 0.0, False, info
+        if not low:
+            return self._with_actions("No change in state."), 0.0, False, info
         reward, terminated, truncated = self._run(low)
         text = self._observe()
         success = terminated and reward > 0
         if terminated:
-            text += "\nThe task is completed." if success else "\nThe task has failed."
+            text += "\n The task is completed." if success else "\n The task has failed."
         self._done = terminated or truncated
-        if not self._done:
-            text = self._with_actions(text)
+        text = self._with_actions(text)
         info.update(success=success, low_level_steps=int(self.env.step_count))
         if truncated and not terminated:
             info["truncated"] = True
@@ -177,7 +180,7 @@ class BabyAIEnv(BaseEnv):
         return text, float(reward), terminated or truncated, info
 
     def valid_actions(self) -> list[str]:
-        return list(self._actions) if not self._done else []
+        return [a for a in self._actions if a != CHECK] if not self._done else []
 
     def oracle_action(self) -> str | None:
         """``BabyAIBot``'s next low-level action as text (None when it has no advice)."""
@@ -201,213 +204,227 @@ class BabyAIEnv(BaseEnv):
 
     # ---------------------------------------------------------------- internals
     def _run(self, low: list[int]) -> tuple[float, bool, bool]:
-        """Execute low-level actions; stop early when one changes nothing (as AgentGym)."""
+        """Execute low-level actions; stop early when one leaves the agent's view image
+        unchanged (as AgentGym), or when the episode ends."""
         env = self.env
         total, terminated, truncated = 0.0, False, False
+        before = self._image
         for a in low:
-            before = _state_key(env)
-            _, r, terminated, truncated, _ = env.step(a)
+            obs, r, terminated, truncated, _ = env.step(a)
             total += float(r)
             if self._bot is not None and not (terminated or truncated):
                 try:
                     self._bot_action = int(self._bot.replan(a))
                 except Exception:  # the bot gives up on states it cannot parse: rebuild later
                     self._bot, self._bot_action = None, None
-            if terminated or truncated:
+            self._image = obs["image"]
+            if terminated or truncated or (obs["image"] == before).all():
                 break
-            after = _state_key(env)
-            if after == before:
-                break
+            before = obs["image"]
         return total, terminated, truncated
 
     def _with_actions(self, text: str) -> str:
         if not self.show_actions:
             return text
-        listed = ", ".join(f'"{a}"' for a in [*self._actions, CHECK])
+        listed = ", ".join(f'"{a}"' for a in self._actions)
         return f"{text}\nAvailable actions: [{listed}]"
 
     def _observe(self) -> str:
-        """Describe the view (AgentGym's wording) and recompute the available actions."""
-        env = self.env
-        grid, vis = env.gen_obs_grid()
-        view = env.agent_view_size
-        me = (view // 2, view - 1)
-        objs: list[tuple[int, str, tuple[int, int]]] = []  # (distance, name, cell)
-        for j in range(view):  # far rows first, then left to right (AgentGym's scan order)
-            for i in range(view):
-                if (i, j) == me or not vis[i, j]:
-                    continue
-                cell = grid.get(i, j)
-                if cell is None or cell.type not in ("door", "key", "ball", "box", "goal", "lava"):
-                    continue
-                if cell.type == "door":
-                    state = "locked" if cell.is_locked else ("open" if cell.is_open else "closed")
-                    name = f"{cell.color} {state} door"
-                else:
-                    name = (
-                        cell.type if cell.type in ("goal", "lava") else f"{cell.color} {cell.type}"
-                    )
-                objs.append((abs(i - me[0]) + abs(j - me[1]), name, (i, j)))
-        objs.sort(key=lambda o: o[0])
-        numbered: list[tuple[str, tuple[int, int]]] = []
-        counts: dict[str, int] = {}
-        parts = []
-        for _, name, (i, j) in objs:
-            counts[name] = counts.get(name, 0) + 1
-            label = f"{name} {counts[name]}"
-            numbered.append((label, (i, j)))
-            front, right = me[1] - j, i - me[0]
-            if right == 0:
-                where = f"right in front of you {front} steps away."
-            else:
-                side = "right" if right > 0 else "left"
-                where = f"{front} steps in front of you and {abs(right)} steps to your {side}."
-            parts.append(f"There is a {label} {where}")
-        if parts:
-            text = "In front of you in this room, you can see several objects: " + " ".join(parts)
-        else:
-            text = "You cannot see any objects within sight."
-        text += " The room has walls around you."
-        for k in range(1, me[1] + 1):  # straight ahead
-            cell = grid.get(me[0], me[1] - k) if vis[me[0], me[1] - k] else None
-            if cell is not None and cell.type in ("wall", "box"):
-                text += f" You are facing a {cell.type} {k} steps away."
-                break
-        carry = env.carrying
-        text += (
-            f" You are carrying a {carry.color} {carry.type}."
-            if carry is not None
-            else " You are not carrying anything."
-        )
-        self._compute_actions(grid, vis, me, numbered)
+        """Describe the view and recompute the available actions, by AgentGym's rules."""
+        text, self._actions, self._errors = describe(self.env, self._image)
         return text
 
-    def _compute_actions(self, grid, vis, me, numbered) -> None:
-        actions: dict[str, list[int]] = {"turn left": [LEFT], "turn right": [RIGHT]}
-        errors: dict[str, str] = {}
-        front_cell = grid.get(me[0], me[1] - 1)
-        if front_cell is None or (front_cell.can_overlap() and front_cell.type != "lava"):
-            actions["move forward"] = [FORWARD]
-        else:
-            errors["move forward"] = "There is a barrier in front of you, you can't move forward."
-        carry = self.env.carrying
-        if carry is None and front_cell is not None and front_cell.can_pickup():
-            actions["pick up"] = [PICKUP]
-        else:
-            errors["pick up"] = (
-                "You cannot pick up, as you are already carrying something."
-                if carry is not None
-                else "There is nothing to pick up right in front of you."
-            )
-        if carry is not None:
-            if front_cell is None:
-                actions["drop"] = [DROP]
+
+# the view scan's object kinds, and the names that block a path (AgentGym's rules)
+_SEEN = ("door", "key", "ball", "box", "goal", "lava", "wall")
+_BLOCKING = ("wall", "box", "lava", "ball", "key")
+_STATES = ("open", "closed", "locked")
+# absolute direction vectors (minigrid's DIR_TO_VEC): right, down, left, up
+_VEC = ((1, 0), (0, 1), (-1, 0), (0, -1))
+
+
+def describe(env, image) -> tuple[str, dict[str, list[int]], dict[str, str]]:
+    """AgentGym's text for minigrid ``env``'s view ``image`` (the egocentric encoding its
+    last reset or step returned) and its action space.
+
+    Returns ``(description, actions, errors)``: ``actions`` maps each available action
+    (AgentGym's names, in its order, ``check available actions`` last) to its low-level
+    minigrid actions; ``errors`` maps known-but-unavailable actions to AgentGym's reason.
+    The rules, as AgentGym's agentenv-babyai applies them: every door, key, ball, box,
+    goal, lava and wall cell of the egocentric image (unseen cells excluded) with its
+    absolute position is an object, sorted by Manhattan distance (stable, far rows
+    first); walls and boxes straight ahead are barriers. Paths are a breadth-first search
+    over (cell, heading) inside the view's coordinate range, where walls, boxes, lava,
+    balls and keys block and a state is expanded once.
+    """
+    from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
+
+    view = env.agent_view_size
+    pos = (int(env.agent_pos[0]), int(env.agent_pos[1]))
+    d = int(env.agent_dir)
+    f, r = _VEC[d], _VEC[(d + 1) % 4]
+    top = (pos[0] + f[0] * (view - 1) - r[0] * (view // 2),
+           pos[1] + f[1] * (view - 1) - r[1] * (view // 2))
+    edge = (top[0] + view * (r[0] - f[0]), top[1] + view * (r[1] - f[1]))
+    ranges = tuple(range(edge[k], top[k] + 1) if edge[k] < top[k] else range(top[k], edge[k])
+                   for k in (0, 1))
+    objs: list[tuple[str, tuple[int, int], int]] = []  # (name, cell, distance)
+    barriers: list[tuple[str, int]] = []  # (kind, distance ahead)
+    for vj in range(view):
+        for vi in range(view):
+            cell = (top[0] - f[0] * vj + r[0] * vi, top[1] - f[1] * vj + r[1] * vi)
+            rel = (cell[0] - pos[0], cell[1] - pos[1])
+            dist = abs(rel[0]) + abs(rel[1])
+            if cell[0] < 0 or cell[1] < 0 or dist == 0:
+                continue
+            kind = IDX_TO_OBJECT[int(image[vi, vj, 0])]
+            color = IDX_TO_COLOR[int(image[vi, vj, 1])]
+            if kind in _SEEN:
+                state = _STATES[int(image[vi, vj, 2])] if kind == "door" else None
+                name = f"{color} {state} door" if state else f"{color} {kind}"
+                objs.append((name, cell, dist))
+            if kind in ("box", "wall") and f[0] * rel[1] - f[1] * rel[0] == 0:
+                barriers.append((kind, f[0] * rel[0] + f[1] * rel[1]))
+    objs.sort(key=lambda o: o[2])
+    barriers.sort(key=lambda b: b[1])
+
+    text = "You cannot see any objects within sight."
+    if objs:
+        text = "In front of you in this room, you can see several objects: "
+        seen: dict[str, int] = {}
+        for name, cell, _ in objs:
+            if "wall" in name:
+                continue
+            rel = (cell[0] - pos[0], cell[1] - pos[1])
+            front, right = f[0] * rel[0] + f[1] * rel[1], r[0] * rel[0] + r[1] * rel[1]
+            if right == 0:
+                where = f"right in front of you {front} steps away. "
             else:
-                errors["drop"] = (
-                    "You cannot drop the object, as there is already an object in front of you."
-                )
+                side = "right" if right > 0 else "left"
+                where = f"{front} steps in front of you and {abs(right)} steps to your {side}. "
+            seen[name] = seen.get(name, 0) + 1
+            text += f"There is a {name} {seen[name]} {where} "
+    text += "The room has walls around you. "
+    if barriers:
+        text += f"You are facing a {barriers[0][0]} {barriers[0][1]} steps away. "
+    carry = env.carrying
+    text += (f"You are carrying a {carry.color} {carry.type}." if carry is not None
+             else "You are not carrying anything.")
+
+    found: dict[tuple, list[int] | None] = {}
+
+    def path(goal: tuple[int, int], arrive: bool) -> list[int] | None:
+        if (goal, arrive) not in found:  # pickup and go to ask for the same paths
+            found[goal, arrive] = _find_path(pos, d, goal, objs, ranges, arrive)
+        low = found[goal, arrive]
+        return None if low is None else list(low)
+
+    actions: dict[str, list[int]] = {"turn left": [LEFT], "turn right": [RIGHT]}
+    errors: dict[str, str] = {}
+    if not barriers or barriers[0][1] > 1:
+        actions["move forward"] = [FORWARD]
+    else:
+        errors["move forward"] = "There is a barrier in front of you, you can't move forward."
+
+    def numbered(verb: str, skip: tuple[str, ...], tail: list[int]) -> None:
+        count: dict[str, int] = {}
+        for name, cell, _ in objs:
+            if any(word in name for word in skip):
+                continue
+            low = path(cell, False)
+            k = count.get(name, 0) + 1
+            if low is not None:
+                count[name] = k
+                actions[f"{verb} {name} {k}"] = low + tail
+            else:
+                what = "pickup" if verb == "pickup" else "go to"
+                errors[f"{verb} {name} {k}"] = (
+                    f"You cannot {what} {name} {k}, as there is no path leading to it.")
+
+    if carry is None:
+        numbered("pickup", ("wall", "door", "goal"), [PICKUP])
+    if carry is not None:
+        ahead = (pos[0] + f[0], pos[1] + f[1])
+        if any(c == ahead and any(w in n for w in _BLOCKING) for n, c, _ in objs):
+            errors["drop"] = ("You cannot drop the object, as there is already an object in "
+                              "front of you.")
         else:
-            errors["drop"] = "You cannot drop the object, as you are not carrying anything."
-        if front_cell is not None and front_cell.type in ("door", "box"):
+            actions["drop"] = [DROP]
+    else:
+        errors["drop"] = "You cannot drop the object, as you are not carrying anything."
+    doors: dict[str, int] = {}
+    for name, cell, _ in objs:
+        if "door" not in name:
+            continue
+        doors[name] = k = doors.get(name, 0) + 1
+        label = f"{name} {k}"
+        if "open door" in name:
+            low = path(cell, True)
+            if low is not None:
+                actions[f"go through {label}"] = low
+            else:
+                errors[f"go through {label}"] = (
+                    f"You cannot go through {label}, as there is no path leading to it.")
+            continue
+        if "locked door" in name:
+            if carry is None or carry.type != "key" or carry.color != name.split(" ")[0]:
+                why = ("you are not carrying a key" if carry is None or carry.type != "key"
+                       else "the color of the key you are carrying does not match the color "
+                            "of door")
+                errors[f"toggle and go through {label}"] = (
+                    f"You cannot toggle and go through {label}, as {why}.")
+                continue
+        low = path(cell, False)
+        if low is not None:
+            actions[f"toggle and go through {label}"] = low + [TOGGLE, FORWARD]
+        else:
+            errors[f"toggle and go through {label}"] = (
+                f"You cannot toggle and go through {label}, as there is no path leading to it.")
+        if low == []:
             actions["toggle"] = [TOGGLE]
-        else:
-            errors["toggle"] = "There is no door or box right in front of you to toggle."
-        paths = _Paths(grid, vis, me)
-        for label, cell in numbered:
-            name = label.rsplit(" ", 1)[0]
-            kind = name.split()[-1]
-            if kind == "goal":
-                path = paths.arrive(cell)
-                if path is not None:
-                    actions["go to goal"] = path
+        if "closed door" in name:
+            errors[f"go through {label}"] = (
+                f"You cannot go through {label}, as it is closed. You should toggle it first.")
+    for name, cell, _ in objs:
+        if "goal" in name:
+            low = path(cell, True)
+            if low is not None:
+                actions["go to goal"] = low
+            else:
+                errors["go to goal"] = ("You cannot go to the goal, as there is no path "
+                                        "leading to it.")
+    numbered("go to", ("wall", "goal"), [])
+    actions[CHECK] = []
+    return text, actions, errors
+
+
+def _find_path(start, heading, goal, objs, ranges, arrive) -> list[int] | None:
+    """AgentGym's path search: breadth-first over (cell, heading) from the agent, moves
+    tried forward, left, right; a move is blocked outside ``ranges``, into an already
+    expanded state, or onto a cell holding a wall, box, lava, ball or key; the parent link
+    of a state is the last one that reached it before it was expanded. The path ends on
+    ``goal`` (``arrive``) or facing it."""
+    blocked = {cell for name, cell, _ in objs if any(w in name for w in _BLOCKING)}
+    parent: dict[tuple, tuple] = {}
+    expanded: set[tuple] = set()
+    queue = deque([(start, heading)])
+    while queue:
+        state = queue.popleft()
+        expanded.add(state)
+        (x, y), d = state
+        dx, dy = _VEC[d]
+        if (arrive and (x, y) == goal) or (not arrive and (goal[0] - x, goal[1] - y) == (dx, dy)):
+            out = []
+            while state != (start, heading):
+                state, a = parent[state]
+                out.append(a)
+            return out[::-1]
+        for a, nxt in ((FORWARD, ((x + dx, y + dy), d)), (LEFT, ((x, y), (d - 1) % 4)),
+                       (RIGHT, ((x, y), (d + 1) % 4))):
+            (nx, ny), _ = nxt
+            if nx not in ranges[0] or ny not in ranges[1] or nxt in expanded \
+                    or (nx, ny) in blocked:
                 continue
-            if kind == "lava":
-                continue
-            path = paths.face(cell)
-            if path is None:
-                errors[f"go to {label}"] = (
-                    f"You cannot go to {label}, as there is no path leading to it."
-                )
-                continue
-            actions[f"go to {label}"] = path
-            if kind in ("key", "ball", "box") and carry is None:
-                actions[f"pickup {label}"] = path + [PICKUP]
-            if kind == "door":
-                if " open " in f" {name} ":
-                    through = paths.arrive(cell)
-                    if through is not None:
-                        actions[f"go through {label}"] = through
-                elif "closed" in name or (
-                    carry is not None and carry.type == "key" and name.startswith(carry.color)
-                ):
-                    actions[f"toggle and go through {label}"] = path + [TOGGLE, FORWARD]
-                else:
-                    errors[f"toggle and go through {label}"] = (
-                        f"You cannot toggle and go through {label}, as you are not carrying "
-                        "a key of its color."
-                    )
-        self._actions, self._errors = actions, errors
-
-
-def _state_key(env) -> tuple:
-    """What a low-level action can change: pose, carried object, the cell in front."""
-    front = env.grid.get(*env.front_pos)
-    return (
-        int(env.agent_pos[0]),
-        int(env.agent_pos[1]),
-        env.agent_dir,
-        id(env.carrying),
-        id(front),
-        getattr(front, "is_open", None),
-        getattr(front, "is_locked", None),
-    )
-
-
-class _Paths:
-    """Shortest low-level action paths from the agent, by one BFS over (cell, heading)
-    through the visible free cells: ``face(cell)`` ends facing ``cell``, ``arrive(cell)``
-    ends standing on it (None when unreachable)."""
-
-    def __init__(self, grid, vis, start: tuple[int, int]):
-        width, height = grid.width, grid.height
-
-        def free(x: int, y: int) -> bool:
-            if not (0 <= x < width and 0 <= y < height) or not vis[x, y]:
-                return False
-            cell = grid.get(x, y)
-            return cell is None or (cell.can_overlap() and cell.type != "lava")
-
-        s0 = (start[0], start[1], 0)
-        self._prev: dict[tuple[int, int, int], tuple[tuple[int, int, int], int] | None] = {s0: None}
-        self._face: dict[tuple[int, int], tuple[int, int, int]] = {}
-        self._arrive: dict[tuple[int, int], tuple[int, int, int]] = {}
-        queue = deque([s0])
-        while queue:  # first visit = shortest, ties broken by forward, left, right
-            x, y, d = state = queue.popleft()
-            dx, dy = _DIRS[d]
-            self._face.setdefault((x + dx, y + dy), state)
-            self._arrive.setdefault((x, y), state)
-            for a, nxt in (
-                (FORWARD, (x + dx, y + dy, d)),
-                (LEFT, (x, y, (d - 1) % 4)),
-                (RIGHT, (x, y, (d + 1) % 4)),
-            ):
-                if nxt in self._prev or (a == FORWARD and not free(nxt[0], nxt[1])):
-                    continue
-                self._prev[nxt] = (state, a)
-                queue.append(nxt)
-
-    def _trace(self, state: tuple[int, int, int] | None) -> list[int] | None:
-        if state is None:
-            return None
-        path = []
-        while (step := self._prev[state]) is not None:
-            state, a = step
-            path.append(a)
-        return path[::-1]
-
-    def face(self, cell: tuple[int, int]) -> list[int] | None:
-        return self._trace(self._face.get(cell))
-
-    def arrive(self, cell: tuple[int, int]) -> list[int] | None:
-        return self._trace(self._arrive.get(cell))
+            queue.append(nxt)
+            parent[nxt] = (state, a)
+    return None

@@ -93,6 +93,14 @@ class TrainerConfig:
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
     bf16: bool = False
+    # rollouts on Ray workers (agentgym.distributed): 0 = the in-process engine; else that
+    # many workers on the cluster at ray_address (None: a local cluster), each with the
+    # backend above and max_concurrency episodes in flight; rollout_worker: WorkerSpec
+    # resources (num_cpus, num_gpus, torch_threads) and pool options (chunk_size,
+    # max_restarts, max_request_retries, weights_dir)
+    num_rollout_workers: int = 0
+    ray_address: str | None = None
+    rollout_worker: dict[str, Any] = field(default_factory=dict)
     torch_threads: int | None = None  # torch intra-op threads (1 is fastest on busy CPUs)
     # evaluation
     eval_every: int = 10
@@ -119,6 +127,8 @@ class TrainerConfig:
             raise ValueError("max_steps >= 0, tasks_per_step >= 1 and n_samples >= 1 required")
         if self.eval_every < 0 or self.eval_tasks < 0:
             raise ValueError("eval_every and eval_tasks must be >= 0")
+        if self.num_rollout_workers < 0:
+            raise ValueError("num_rollout_workers must be >= 0")
         if self.backend not in ("transformers", "vllm", "openai"):
             raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
 

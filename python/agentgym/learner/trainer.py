@@ -19,6 +19,14 @@ With ``async_rollouts=True`` the rollout of step k+1 runs while step k's update 
 update is in a worker thread); its trajectories are then one policy version old, kept or
 dropped by the learner's staleness rule (``max_staleness``), and the PPO ratio uses their
 behaviour logprobs.
+
+Scale-out (:mod:`agentgym.distributed`): with ``num_rollout_workers`` > 0 the rollouts come
+from a :class:`~agentgym.distributed.RayRolloutPool` of that many Ray workers (each its own
+backend and engine; ``ray_address`` picks the cluster) instead of the in-process engine, and
+the weights go to every worker after each update. Under ``torchrun`` the learner is data
+parallel: rank 0 runs the loop (rollouts, logging, evaluation, checkpoints, weight sync) and
+broadcasts each step's batch; every rank trains on its share of it
+(:class:`~agentgym.distributed.DataParallel`).
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ class Trainer:
         self.cfg = config.replace(**overrides) if overrides else config
         self._injected_backend = backend
         self.backend = backend
+        self.dp = None  # the DataParallel rank under torchrun
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.eval_history: list[dict[str, Any]] = []
@@ -136,25 +145,37 @@ class Trainer:
             return
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from agentgym.distributed.ddp import DataParallel, init_from_env, main_first
         from agentgym.engine import RolloutEngine
         from agentgym.learner import LearnerConfig, make_optimizer
         from agentgym.learner.checkpoint import load_checkpoint, restore_rng
 
         cfg = self.cfg
+        joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+        distributed = init_from_env()
+        self._dist_owned = distributed and not joined
         self._threads_before = torch.get_num_threads()
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         torch.manual_seed(cfg.seed)
+        if distributed:  # rank 0's run folder (a default one is named by the time)
+            cfg.output_dir = main_first(lambda: str(self.output_dir))
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.schedule = make_schedule(cfg)
         self._split_tasks()
         self.failures = FailureGuard(cfg.env, cfg.abort_after_failed_steps,
                                      cfg.abort_failure_rate)
         ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
-        self.model_dir = str(ckpt["model_dir"]) if ckpt else self._resolve_model()
+        if ckpt:
+            self.model_dir = str(ckpt["model_dir"])
+        else:  # built (tiny model, warm-up) once, on rank 0
+            self.model_dir = main_first(self._resolve_model) if distributed \
+                else self._resolve_model()
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if distributed and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(
             self.model_dir, dtype=torch.float32).to(self.device)
@@ -197,7 +218,18 @@ class Trainer:
             restore_rng(st["rng"])
         self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
             or self.model_dir
-        if self.backend is None:
+        if distributed:
+            self.dp = DataParallel(self.model, self.critic)
+            if not self.dp.is_main:  # rank 0 alone rolls out, logs and saves
+                self._ready = True
+                return
+        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
+              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
+              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
+              "system_prompt": cfg.system_prompt, **cfg.rollout}
+        if self.backend is None and cfg.num_rollout_workers:
+            self.backend = self._rollout_pool(ro)
+        elif self.backend is None:
             from agentgym.backends import make_backend
 
             kw = dict(cfg.backend_kwargs)
@@ -210,14 +242,31 @@ class Trainer:
             # trajectories, the staleness rule and the learner metrics see the run's versions
             self.backend.policy_version += self.version_offset
             self.version_offset = 0
-        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
-              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
-              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
-              "system_prompt": cfg.system_prompt, **cfg.rollout}
-        self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
+        if hasattr(self.backend, "stream_requests"):  # a rollout pool: engine and backend
+            self.engine = self.backend
+        else:
+            self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
         self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
                                     resume=ckpt is not None)
         self._ready = True
+
+    def _rollout_pool(self, rollout: dict[str, Any]):
+        """The Ray rollout pool of ``num_rollout_workers`` workers, each with the run's
+        backend and rollout settings (``max_concurrency`` is per worker);
+        ``rollout_worker`` holds WorkerSpec resources and pool options."""
+        from agentgym.distributed.rollout_workers import RayRolloutPool, WorkerSpec, init_ray
+
+        cfg = self.cfg
+        init_ray(cfg.ray_address)
+        kw = dict(cfg.backend_kwargs)
+        if cfg.backend == "transformers":
+            kw.setdefault("seed", cfg.seed)
+        res = dict(cfg.rollout_worker)
+        opts = {k: res.pop(k) for k in ("chunk_size", "max_restarts", "max_request_retries",
+                                        "weights_dir") if k in res}
+        res.setdefault("torch_threads", cfg.torch_threads)
+        spec = WorkerSpec(self.model_dir, cfg.backend, kw, rollout, **res)
+        return RayRolloutPool(spec, cfg.num_rollout_workers, **opts)
 
     def _split_tasks(self) -> None:
         """Train tasks and held-out eval tasks (:func:`agentgym.envs.tasks.plan_tasks`)."""
@@ -259,8 +308,6 @@ class Trainer:
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
-        from agentgym.learner import policy_update
-
         pb = batch.packed()
         stage = self.schedule.stage(step)
         if stage.shapes_rewards:
@@ -268,10 +315,27 @@ class Trainer:
         if self.cfg.format_penalty:
             cut = pb.stop_reason == STOP_CODES["length"]
             pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
+        version = self.backend.policy_version
+        if self.dp is not None:  # the other ranks train on the same batch
+            self.dp.broadcast_object((pb, version))
+        return self._policy_update(pb, version)
+
+    def _policy_update(self, pb, version: int) -> dict[str, float]:
+        from agentgym.learner import policy_update
+
         return policy_update(
             self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,
-            critic_optimizer=self.critic_optimizer,
-            current_version=self.backend.policy_version)
+            critic_optimizer=self.critic_optimizer, current_version=version,
+            data_parallel=self.dp)
+
+    def _follow(self) -> dict[str, Any]:
+        """A data-parallel rank other than 0: train on each batch rank 0 broadcasts, until
+        it broadcasts the end (None)."""
+        steps = 0
+        while (msg := self.dp.broadcast_object(None)) is not None:
+            self._policy_update(*msg)
+            steps += 1
+        return {"rank": self.dp.rank, "steps": steps, "output_dir": str(self.output_dir)}
 
     async def sync_weights(self) -> None:
         """Send the learner's weights to the backend (bumps its policy_version)."""
@@ -322,6 +386,8 @@ class Trainer:
         """Train until ``max_steps`` (default ``cfg.max_steps``) completed steps; returns a
         summary (first/last eval success, paths, wall time)."""
         await self.setup()
+        if self.dp is not None and not self.dp.is_main:
+            return await asyncio.to_thread(self._follow)
         cfg = self.cfg
         end = cfg.max_steps if max_steps is None else max_steps
         t_start = time.perf_counter()
@@ -380,6 +446,8 @@ class Trainer:
                 await asyncio.gather(pending, return_exceptions=True)
             if bar is not None:
                 bar.close()
+            if self.dp is not None:
+                self.dp.broadcast_object(None)  # the other ranks stop
         return self._finish(time.perf_counter() - t_start)
 
     def _finish(self, wall: float) -> dict[str, Any]:
@@ -415,11 +483,16 @@ class Trainer:
 
     async def aclose(self) -> None:
         """Close the engine, the backend (unless injected) and the logger."""
-        if getattr(self, "engine", None) is not None:
-            self.engine.close()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
         if self.backend is not None and self._injected_backend is None:
-            await self.backend.close()
+            if self.backend is not engine:  # a rollout pool closed as the engine
+                await self.backend.close()
             self.backend = None
+        if getattr(self, "_dist_owned", False):
+            torch.distributed.destroy_process_group()
+            self._dist_owned = False
         if getattr(self, "logger", None) is not None:
             self.logger.close()
         if getattr(self, "_threads_before", None):

@@ -213,13 +213,14 @@ def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool =
 
 
 @torch.no_grad()
-def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig) -> np.ndarray:
-    """Run ``fn(micro_batch) -> [n, L-1]`` over the plan; scatter into float32[T]."""
+def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig, dp=None) -> np.ndarray:
+    """Run ``fn(micro_batch) -> [n, L-1]`` over the plan; scatter into float32[T] (with
+    ``dp``, each rank's rows summed into the whole array)."""
     out = np.zeros(pb.num_tokens, dtype=np.float32)
     for rows in plan:
         mb = collate(pb, rows, pad_token_id=config.pad_token_id)
         scatter_to_packed(pb, mb, fn(mb), out)
-    return out
+    return out if dp is None else dp.sum_array_(out)
 
 
 class _Stats:
@@ -248,6 +249,7 @@ def policy_update(
     *,
     critic_optimizer: torch.optim.Optimizer | None = None,
     current_version: int | None = None,
+    data_parallel: Any = None,
 ) -> dict[str, float]:
     """One learner step on a packed batch; returns verl-named metrics.
 
@@ -260,8 +262,14 @@ def policy_update(
     not in any micro-batch. The value loss is added to the same backward pass; its
     parameters are stepped by ``critic_optimizer`` if given (else ``optimizer`` must hold
     them). ``current_version`` defaults to the newest ``policy_version`` in the batch.
+
+    ``data_parallel`` (an :class:`agentgym.distributed.ddp.DataParallel`, on every rank with
+    the same batch): each rank runs its token share of every pass and mini-batch, the loss
+    normalisers are the whole mini-batch's and the gradients are reduced across ranks, so
+    the update equals the single-process one.
     """
     config = config or LearnerConfig()
+    dp = data_parallel
     pb = packed_batch
     if len(pb) == 0:
         return {"learner/num_trajectories": 0.0}
@@ -279,20 +287,20 @@ def policy_update(
     maybe_valid &= (stale_w > 0) & (model_tokens > 0)
     all_plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
                                   max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                                  indices=np.flatnonzero(maybe_valid))
+                                  indices=_own(dp, np.flatnonzero(maybe_valid), pb))
 
     was_training = model.training
     values_t = ref_t = None
     if config.adv_estimator == "gae":
         value_model.eval()
         values_t = _packed_pass(lambda mb: compute_values(value_model, mb, bf16=config.bf16),
-                                all_plan, pb, config)
+                                all_plan, pb, config, dp)
     if use_kl:
         ref_model.eval()
         ref_t = _packed_pass(
             lambda mb: compute_logprobs(ref_model, mb, temperature=config.temperature,
                                         with_entropy=False, bf16=config.bf16)[0],
-            all_plan, pb, config)
+            all_plan, pb, config, dp)
 
     adv = compute_advantages(
         pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
@@ -310,7 +318,7 @@ def policy_update(
         prox_t = _packed_pass(
             lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
                                         with_entropy=False, bf16=config.bf16)[0],
-            all_plan, pb, config)
+            all_plan, pb, config, dp)
 
     token_arrays = {"advantages": adv.advantages, "weights": weights_t, "ref_logprobs": ref_t,
                     "returns": adv.returns, "values": values_t, "prox_logprobs": prox_t}
@@ -319,6 +327,8 @@ def policy_update(
     if value_model is not None:
         value_model.train()
     rng = np.random.default_rng(config.seed)
+    fwd, vfwd = (model, value_model) if dp is None else (dp.model, dp.value_model)
+    scale = 1.0 if dp is None else dp.loss_scale
     stats = _Stats()
     step_stats: dict[str, list[float]] = defaultdict(list)
     n_micro = 0
@@ -329,19 +339,27 @@ def policy_update(
                 continue
             plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
                                       max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                                      indices=np.sort(mini))
+                                      indices=_own(dp, mini, pb))
             mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id) for r in plan]
             n_tok = float(sum(mb.num_model_tokens for mb in mbs))
             n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
-            norm_c = config.loss_norm_constant or float(max(int(mb.lengths.max()) for mb in mbs))
+            norm_c = config.loss_norm_constant or float(
+                max((int(mb.lengths.max()) for mb in mbs), default=0))
+            if dp is not None:
+                n_tok, n_seq, norm_c = dp.global_counts(n_tok, n_seq, norm_c)
             loss_sums: dict[str, float] = defaultdict(float)
-            for mb in mbs:
-                m, losses = _micro_step(model, mb, config, value_model, n_tok, n_seq, norm_c,
-                                        use_kl)
+            for i, mb in enumerate(mbs):
+                with _accumulating(dp, i < len(mbs) - 1):
+                    m, losses = _micro_step(fwd, mb, config, vfwd, n_tok, n_seq, norm_c,
+                                            use_kl, scale)
                 stats.add(m, float(mb.num_model_tokens))
                 for k, v in losses.items():
                     loss_sums[k] += v
                 n_micro += 1
+            if dp is not None:
+                if not mbs:  # no rows here: still take part in the gradient reduction
+                    dp.join_backward(config.pad_token_id)
+                loss_sums = dp.sum_dict(loss_sums)
             for k, v in loss_sums.items():
                 step_stats[k].append(v)
             step_stats["actor/grad_norm"].append(_clip_and_step(optimizer, config))
@@ -349,6 +367,10 @@ def policy_update(
                 step_stats["critic/grad_norm"].append(_clip_and_step(critic_optimizer, config))
     if not was_training:
         model.eval()
+    if dp is not None:  # every rank's micro-batches
+        stats.sums = defaultdict(float, dp.sum_dict(stats.sums))
+        stats.weights = defaultdict(float, dp.sum_dict(stats.weights))
+        n_micro = int(dp.sum_dict({"n": n_micro})["n"])
 
     metrics = dict(adv.metrics)
     metrics.update(stats.means())
@@ -373,10 +395,20 @@ def policy_update(
     return metrics
 
 
+def _own(dp, rows: np.ndarray, pb: PackedBatch) -> np.ndarray:
+    """The rows of ``rows`` this process trains on: all of them, or its data-parallel share."""
+    return np.sort(rows) if dp is None else dp.shard(rows, pb.lengths)
+
+
+def _accumulating(dp, accumulate: bool):
+    return contextlib.nullcontext() if dp is None else dp.accumulating(accumulate)
+
+
 def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok: float,
-                n_seq: float, norm_c: float, use_kl: bool
+                n_seq: float, norm_c: float, use_kl: bool, loss_scale: float = 1.0
                 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Forward + backward of one micro-batch.
+    """Forward + backward of one micro-batch (the backward of ``loss_scale`` times its
+    loss).
 
     Returns (token-mean metrics of this micro-batch, its shares of the aggregated losses:
     ``actor/pg_loss``, ``actor/kl_loss``, ``actor/entropy_loss``, ``critic/vf_loss``, which
@@ -424,7 +456,7 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
         losses["critic/vf_loss"] = vm.pop("critic/vf_loss")
         metrics.update(vm)
         loss = loss + config.vf_coef * vf
-    loss.backward()
+    (loss if loss_scale == 1.0 else loss * loss_scale).backward()
     return ({k: float(v) for k, v in metrics.items()}, {k: float(v) for k, v in losses.items()})
 
 

@@ -5,7 +5,11 @@ Works against :mod:`agentgym.serving.server` and against AgentGym's own env serv
 ``-webarena``, AgentGym-RL's SearchQA). Those servers differ in small ways (the key that names
 the env, the key that names the task, where the first observation comes from); each
 difference is one field of a :class:`ServerProfile`, chosen by ``env_name`` from
-:data:`PROFILES`.
+:data:`PROFILES`, else by the family the server's ``GET /`` names (``X-AgentGym-Protocol``
+from :mod:`agentgym.serving.server`, AgentGym's greeting strings). A 200 answer carrying
+``error`` is an error; a reset that finds its env gone (404/410 here, AgentGym's 200 "The id
+N is not valid." or 500) creates a new one. ``auth_token`` (default: ``$AGENTGYM_AUTH_TOKEN``)
+is sent as a bearer token.
 
 One ``httpx.Client`` (and, for ``areset``/``astep``, one ``aiohttp.ClientSession``) per env
 keeps connections alive; pass ``client=`` / ``async_client=`` to share one pool across many
@@ -23,6 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +46,9 @@ from agentgym.errors import (
     EpisodeNotStartedError,
     InvalidTaskError,
 )
+from agentgym.serving.service import PROTOCOL_HEADER, TOKEN_ENV
+
+_log = logging.getLogger(__name__)
 
 
 class RemoteEnvError(EnvError):
@@ -69,6 +79,7 @@ class _Reply:
     content: bytes
     reason: str
     retry_after: str | None
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,14 +101,20 @@ class ServerProfile:
     #: answer's ``observation``), ``get`` (``GET /observation``) or ``task_description``
     #: (SciWorld: ``task_description + "\\n" + observation``).
     reset_obs: str = "response"
+    #: The ``/create`` body (SearchQA's server requires the first task's ``id``).
+    create_body: Mapping[str, Any] = field(default_factory=dict)
+    #: Whether every reset sends a task to an AgentGym server (BabyAI, SciWorld and SearchQA
+    #: need one; TextCraft's defaults to 0): without one, ``reset(seed=s)`` sends task ``s``
+    #: (0 without a seed).
+    task_required: bool = False
 
 
 #: Server families by env name; unknown names use ``PROFILES["agentgym"]`` (our server).
 PROFILES: dict[str, ServerProfile] = {
     "agentgym": ServerProfile(),
-    "textcraft": ServerProfile(),
-    "babyai": ServerProfile(),
-    "sciworld": ServerProfile(reset_obs="task_description"),
+    "textcraft": ServerProfile(task_required=True),
+    "babyai": ServerProfile(task_required=True),
+    "sciworld": ServerProfile(reset_obs="task_description", task_required=True),
     "alfworld": ServerProfile(task_key="game", reset_extra={"world_type": "Text"}),
     "maze": ServerProfile(task_key="game"),
     "wordle": ServerProfile(task_key="seed", send_seed=False, reset_obs="get"),
@@ -106,8 +123,16 @@ PROFILES: dict[str, ServerProfile] = {
     "webarena": ServerProfile(id_key="env_idx", task_key="idx", done_key="terminated",
                               reset_extra={"seed": 0}, reset_obs="get", send_seed=False),
     "searchqa": ServerProfile(id_key="env_idx", task_key="id", reset_obs="get",
-                              send_seed=False),
+                              send_seed=False, create_body={"id": 0}, task_required=True),
 }
+#: AgentGym servers' ``GET /`` greetings -> their family.
+GREETINGS: dict[str, str] = {
+    "This is environment TextCraft.": "textcraft",
+    "This is environment BabyAI.": "babyai",
+    "This is environment ScienceWorld.": "sciworld",
+}
+#: A 200-with-error answer that means the server no longer has the env (restarted, closed).
+_LOST = re.compile(r"is not valid|has been deleted|not found|not initialized", re.IGNORECASE)
 
 
 class RemoteEnv(gym.Env):
@@ -138,6 +163,7 @@ class RemoteEnv(gym.Env):
         backoff: float = 0.2,
         client: httpx.Client | None = None,
         async_client: aiohttp.ClientSession | None = None,
+        auth_token: str | None = None,
     ):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http(s) URL, got {url!r}")
@@ -146,7 +172,17 @@ class RemoteEnv(gym.Env):
                             f"{type(async_client).__name__}")
         self.url = url.rstrip("/")
         self.env_name = env_name
-        self.profile = profile or PROFILES.get(env_name.lower(), PROFILES["agentgym"])
+        named = env_name.lower()
+        self._named_profile = profile or (PROFILES.get(named) if named != "agentgym" else None)
+        self.profile = self._named_profile or PROFILES["agentgym"]
+        token = auth_token if auth_token is not None else os.environ.get(TOKEN_ENV)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        #: What ``GET /`` said the server is: ``"agentgym-rl"`` (this package's server),
+        #: ``"agentgym"`` (an AgentGym server) or ``"unknown"``; None until the first reset.
+        self.server: str | None = None
+        #: The protocol it speaks: ``"generic"`` or an AgentGym family (``"babyai"``, ...;
+        #: ``"webshop|searchqa"`` when an AgentGym server's greeting cannot tell them apart).
+        self.server_dialect: str | None = None
         self.max_turns = max_turns
         self.retries = max(0, int(retries))
         self.backoff = backoff
@@ -227,16 +263,18 @@ class RemoteEnv(gym.Env):
         url = f"{self.url}/{path}"
         try:
             if method == "GET":
-                r = self.client.request("GET", url, params=body)
+                r = self.client.request("GET", url, params=body, headers=self._headers)
             else:
-                r = self.client.request(method, url, json=body if body is not None else {})
+                r = self.client.request(method, url, json=body if body is not None else {},
+                                        headers=self._headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
             return _Unreached(e)
         except httpx.TimeoutException as e:
             raise self._timed_out(path, e) from e
         except httpx.HTTPError as e:
             raise RemoteEnvError(f"request to {url} failed: {type(e).__name__}: {e}") from e
-        return _Reply(r.status_code, r.content, r.reason_phrase, r.headers.get("Retry-After"))
+        return _Reply(r.status_code, r.content, r.reason_phrase, r.headers.get("Retry-After"),
+                      r.headers.get(PROTOCOL_HEADER))
 
     async def _asend(self, method: str, path: str, body: dict | None) -> _Reply | _Unreached:
         url = f"{self.url}/{path}"
@@ -244,9 +282,11 @@ class RemoteEnv(gym.Env):
             {"params": {k: str(v) for k, v in (body or {}).items()}} if method == "GET"
             else {"json": body if body is not None else {}})
         try:
-            async with self.async_client.request(method, url, **kwargs) as r:
+            async with self.async_client.request(method, url, headers=self._headers,
+                                                 **kwargs) as r:
                 content = await r.read()
-                return _Reply(r.status, content, r.reason or "", r.headers.get("Retry-After"))
+                return _Reply(r.status, content, r.reason or "", r.headers.get("Retry-After"),
+                              r.headers.get(PROTOCOL_HEADER))
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             return _Unreached(e)
         except (asyncio.TimeoutError, aiohttp.SocketTimeoutError) as e:
@@ -283,6 +323,40 @@ class RemoteEnv(gym.Env):
         return data
 
     # ------------------------------------------------------------ protocol pieces
+    def _detect(self, outcome: _Reply | _Unreached) -> None:
+        """Read what the server is from its ``GET /`` answer (once; a server not reached is
+        asked again at the next reset) and, without a profile named by ``env_name`` or
+        ``profile=``, take the detected family's profile."""
+        if isinstance(outcome, _Unreached):
+            return
+        try:
+            data = json.loads(outcome.content)
+        except ValueError:
+            data = None
+        named = self.env_name.lower()
+        if outcome.protocol:
+            self.server, self.server_dialect = "agentgym-rl", outcome.protocol
+        elif isinstance(data, dict) and data.get("name") == "agentgym-rl env server":
+            self.server, self.server_dialect = "agentgym-rl", "generic"
+        elif isinstance(data, str) and data in GREETINGS:
+            self.server, self.server_dialect = "agentgym", GREETINGS[data]
+        elif data == "ok":
+            family = named if named in ("webshop", "searchqa") else "webshop|searchqa"
+            self.server, self.server_dialect = "agentgym", family
+        else:
+            self.server, self.server_dialect = "unknown", None
+        if self._named_profile is None and self.server_dialect in PROFILES:
+            self.profile = PROFILES[self.server_dialect]
+        _log.info("env server %s: %s server, %s protocol", self.url, self.server,
+                  self.server_dialect or "unknown")
+
+    @property
+    def _generic(self) -> bool:
+        return self.server_dialect == "generic"
+
+    def _create_body(self) -> dict:
+        return dict(self.profile.create_body)
+
     def _with_id(self, body: dict | None = None) -> dict:
         out = dict(body or {})
         out[self.profile.id_key] = self.env_id
@@ -308,6 +382,8 @@ class RemoteEnv(gym.Env):
             self.max_turns = options["max_turns"]
         task = options.get("task")
         body = dict(self.profile.reset_extra)
+        if task is None and self.profile.task_required and not self._generic:
+            body[self.profile.task_key] = seed if seed is not None else 0
         if task is not None:
             body[self.profile.task_key] = task
         if self.profile.send_seed:
@@ -319,7 +395,7 @@ class RemoteEnv(gym.Env):
     def _reset_done(self, data: Any, task: Any) -> tuple[str, dict]:
         if not isinstance(data, dict):
             data = {}
-        if self.profile.reset_obs == "task_description":
+        if self.profile.reset_obs == "task_description" and not self._generic:
             obs = f"{data.get('task_description', '')}\n{data.get('observation', '')}"
         else:
             obs = data.get("observation", "")
@@ -327,6 +403,7 @@ class RemoteEnv(gym.Env):
         info.setdefault("task", task)
         info["env_idx"] = self.env_id
         info["turns"] = 0
+        info["server_dialect"] = self.server_dialect
         if "available_actions" in data:
             info["available_actions"] = data["available_actions"]
         self._turns, self._done = 0, False
@@ -362,22 +439,30 @@ class RemoteEnv(gym.Env):
         if self._done:
             raise EpisodeFinishedError(f"{self.env_name}: episode has finished; call reset()")
 
-    @staticmethod
-    def _expired(e: RemoteEnvError) -> bool:
-        return e.status in (404, 410)
+    def _expired(self, e: RemoteEnvError) -> bool:
+        """Whether a failed reset means the server lost the env (restart, expiry, close):
+        404/410 from this package's server; AgentGym's answer 200 with an error naming the
+        id, or 500 (WebShop, SearchQA)."""
+        if e.status in (404, 410):
+            return True
+        if e.status == 200:
+            return bool(_LOST.search(str(e)))
+        return e.status == 500 and self.server != "agentgym-rl"
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        if self.server is None:
+            self._detect(self._send("GET", "", None))
         if self.env_id is None:
-            self._created(self._request("POST", "create", {}))
+            self._created(self._request("POST", "create", self._create_body()))
         body, task = self._reset_body(seed, options)
         try:
             data = self._request("POST", "reset", body)
         except RemoteEnvError as e:
             if not self._expired(e):
                 raise
-            self._created(self._request("POST", "create", {}))
+            self._created(self._request("POST", "create", self._create_body()))
             data = self._request("POST", "reset", self._with_id(body))
         if self.profile.reset_obs == "get":
             data = dict(data) if isinstance(data, dict) else {}
@@ -391,15 +476,17 @@ class RemoteEnv(gym.Env):
     async def areset(self, *, seed: int | None = None, options: dict | None = None):
         """``reset`` over the async client (for the asyncio orchestrator)."""
         gym.Env.reset(self, seed=seed)
+        if self.server is None:
+            self._detect(await self._asend("GET", "", None))
         if self.env_id is None:
-            self._created(await self._arequest("POST", "create", {}))
+            self._created(await self._arequest("POST", "create", self._create_body()))
         body, task = self._reset_body(seed, options)
         try:
             data = await self._arequest("POST", "reset", body)
         except RemoteEnvError as e:
             if not self._expired(e):
                 raise
-            self._created(await self._arequest("POST", "create", {}))
+            self._created(await self._arequest("POST", "create", self._create_body()))
             data = await self._arequest("POST", "reset", self._with_id(body))
         if self.profile.reset_obs == "get":
             data = dict(data) if isinstance(data, dict) else {}

@@ -4,7 +4,14 @@ AgentGym (``agentenv-*`` packages) runs each environment suite as a FastAPI app 
 ``POST /create``, ``POST /step``, ``POST /reset``, ``GET /observation`` and ``POST /close``;
 its clients (``agentenv.envs.*EnvClient``) and AgentGym-RL's rollout talk to those endpoints.
 This module serves any env that :func:`agentgym.make` builds behind the same endpoints and
-bodies, so AgentGym's own clients and :class:`agentgym.serving.client.RemoteEnv` both work:
+bodies, so AgentGym's own clients and :class:`agentgym.serving.client.RemoteEnv` both work.
+Each AgentGym family spells the protocol its own way; with ``protocol="agentgym"`` (what
+``agentgym-rl serve-env`` uses) an env of a family is served in that family's dialect
+(:mod:`agentgym.serving.dialects`) at the root and in the generic protocol below under
+``/generic``; ``protocol="generic"`` (the default here) serves the generic protocol at the
+root. With ``auth_token`` every request needs ``Authorization: Bearer <token>`` (401
+otherwise); off loopback :func:`start_server` refuses to start without one unless
+``insecure=True``. The generic protocol:
 
 =======  ====================  ==========================================  =====================
 method   path                  request body / query                        response (200)
@@ -54,14 +61,53 @@ event loop. The env table itself (:class:`~agentgym.serving.service.EnvService`)
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from agentgym.serving.service import EnvService, RequestError, close_quietly
+from agentgym.serving.dialects import Dialect, dialect_for
+from agentgym.serving.service import (
+    PROTOCOL_HEADER,
+    TOKEN_ENV,
+    EnvService,
+    RequestError,
+    close_quietly,
+    json_type,
+)
+
+_log = logging.getLogger(__name__)
+#: Path prefix of the generic protocol when an AgentGym dialect holds the root.
+GENERIC_PREFIX = "/generic"
+_HTTP_KINDS = {404: "NotFound", 405: "MethodNotAllowed", 413: "TooLarge"}
+
+
+class InsecureServerError(ValueError):
+    """Serving off loopback without a bearer token (and without ``insecure=True``)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, auth_token: str | None, insecure: bool) -> None:
+    """Refuse to serve off loopback without a token unless ``insecure``."""
+    if not is_loopback(host) and not auth_token and not insecure:
+        raise InsecureServerError(
+            f"refusing to serve on {host!r} (reachable from other machines) without a bearer "
+            f"token: pass --auth-token TOKEN (or set {TOKEN_ENV}), or --insecure to serve "
+            "it open")
 
 
 def _error(status: int, message: str, kind: str, headers=None) -> web.Response:
@@ -71,6 +117,7 @@ def _error(status: int, message: str, kind: str, headers=None) -> web.Response:
 # ---------------------------------------------------------------------- the app
 _SERVICE = web.AppKey("service", EnvService)
 _MAX_BODY = web.AppKey("max_body_bytes", int)
+_PROTOCOL = web.AppKey("protocol", str)
 
 
 async def _json_body(request: web.Request, *, optional: bool = False) -> dict:
@@ -87,7 +134,7 @@ async def _json_body(request: web.Request, *, optional: bool = False) -> dict:
         return {}
     if not isinstance(body, dict):
         raise RequestError(
-            400, f"body must be a JSON object, got {type(body).__name__}", "BadJSON"
+            400, f"body must be a JSON object, got {json_type(body)}", "BadJSON"
         )
     return body
 
@@ -110,11 +157,39 @@ async def _errors(request: web.Request, handler):
         elif e.status == 413:
             message = f"request body too large (limit {request.app[_MAX_BODY]} bytes)"
         keep = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after")}
-        return _error(e.status, message, type(e).__name__, keep)
+        return _error(e.status, message, _HTTP_KINDS.get(e.status, "HTTPError"), keep)
     except asyncio.CancelledError:
         raise
-    except Exception as e:  # a bug in this module: report, keep serving
-        return _error(500, f"internal error: {type(e).__name__}: {e}", "InternalError")
+    except Exception:  # a bug in this module: log it, answer, keep serving
+        _log.exception("%s %s failed", request.method, request.path)
+        return _error(500, "internal server error (the server log has the details)",
+                      "InternalError")
+
+
+def _auth(token: str):
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise RequestError(401, "missing or wrong bearer token (send 'Authorization: "
+                               "Bearer TOKEN')", "Unauthorized",
+                               headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
+    return check
+
+
+def _dialect_handler(service: EnvService, route):
+    async def handler(request: web.Request):
+        if route.method == "GET":
+            arg = request.query
+        else:
+            arg = await _json_body(request, optional=route.optional_body)
+        return web.json_response(await route.handler(service, arg))
+
+    return handler
 
 
 def create_app(
@@ -125,14 +200,32 @@ def create_app(
     max_body_bytes: int = 1 << 20,
     threads: int | None = None,
     available_actions: bool = False,
+    protocol: str = "generic",
+    auth_token: str | None = None,
     **env_kwargs: Any,
 ) -> web.Application:
-    """The aiohttp application serving ``env_id`` (see the module docstring for routes)."""
+    """The aiohttp application serving ``env_id`` (see the module docstring for routes).
+
+    ``protocol``: ``"generic"`` (the routes above at the root), ``"agentgym"`` (the env's
+    AgentGym family dialect at the root and the generic routes under ``/generic``; envs
+    without a family get the generic protocol) or a family name of
+    :data:`agentgym.serving.dialects.DIALECTS`. ``auth_token``: every request must carry
+    ``Authorization: Bearer <token>`` (401 otherwise).
+    """
+    dialect: Dialect | None = dialect_for(env_id, protocol)
     service = EnvService(env_id, env_kwargs, max_envs=max_envs, idle_timeout=idle_timeout,
                          threads=threads, available_actions=available_actions)
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
+    middlewares = [_errors] + ([_auth(auth_token)] if auth_token else [])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     app[_SERVICE] = service
     app[_MAX_BODY] = max_body_bytes
+    spoken = "generic" if dialect is None else dialect.family
+    app[_PROTOCOL] = spoken
+
+    async def mark(request, response):
+        response.headers[PROTOCOL_HEADER] = spoken
+
+    app.on_response_prepare.append(mark)
 
     async def hello(request):
         from agentgym import __version__
@@ -189,6 +282,15 @@ def create_app(
     prefixes = [""]
     if env_id.replace("-", "").replace("_", "").isalnum():
         prefixes.append(f"/{env_id}")
+    if dialect is not None:
+        prefixes = [GENERIC_PREFIX]
+
+        async def greeting(request):
+            return web.json_response(dialect.hello)
+
+        app.router.add_route("GET", "/", greeting)
+        for route in dialect.routes:
+            app.router.add_route(route.method, route.path, _dialect_handler(service, route))
     for prefix in prefixes:
         for method, path, handler in routes:
             app.router.add_route(method, (prefix + path) if path != "/" or not prefix else prefix,
@@ -241,13 +343,16 @@ class ServerHandle:
         await self.close()
 
 
-async def start_server(env_id: str, host: str = "127.0.0.1", port: int = 0,
-                       **options: Any) -> ServerHandle:
+async def start_server(env_id: str, host: str = "127.0.0.1", port: int = 0, *,
+                       insecure: bool = False, **options: Any) -> ServerHandle:
     """Start serving ``env_id`` on the running event loop; ``port=0`` picks a free port.
 
     ``options`` are :func:`create_app`'s (``max_envs``, ``idle_timeout``, ``max_body_bytes``,
-    ``threads``, ``available_actions``) plus keyword arguments for ``agentgym.make``.
+    ``threads``, ``available_actions``, ``protocol``, ``auth_token``) plus keyword arguments
+    for ``agentgym.make``. Off loopback it refuses to start without ``auth_token`` (raising
+    :class:`InsecureServerError`) unless ``insecure=True``.
     """
+    check_exposure(host, options.get("auth_token"), insecure)
     app = create_app(env_id, **options)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -279,6 +384,8 @@ class ServerThread:
         except BaseException:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
             raise
 
     @property
@@ -323,7 +430,9 @@ def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, **options: Any
 
     async def main():
         handle = await start_server(env_id, host, port, **options)
-        print(f"agentgym env server: env={env_id} listening on {handle.url}", flush=True)
+        protocol = handle.app[_PROTOCOL]
+        print(f"agentgym env server: env={env_id} protocol={protocol} listening on "
+              f"{handle.url}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         try:
@@ -344,5 +453,6 @@ def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, **options: Any
         pass
 
 
-__all__ = ["EnvService", "RequestError", "ServerHandle", "ServerThread", "create_app", "serve",
-           "start_server"]
+__all__ = ["GENERIC_PREFIX", "PROTOCOL_HEADER", "EnvService", "InsecureServerError", "RequestError",
+           "ServerHandle", "ServerThread", "check_exposure", "create_app", "is_loopback",
+           "serve", "start_server"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import time
@@ -30,7 +31,14 @@ from agentgym.errors import (
 
 #: Keys that name the task index in a reset body, in order of precedence.
 TASK_KEYS = ("data_idx", "idx", "game", "session_id")
+#: Environment variable holding the bearer token (server and :class:`RemoteEnv` read it).
+TOKEN_ENV = "AGENTGYM_AUTH_TOKEN"
+#: Response header naming the protocol a server speaks at its root (``generic`` or the
+#: AgentGym family), read by :class:`~agentgym.serving.client.RemoteEnv`.
+PROTOCOL_HEADER = "X-AgentGym-Protocol"
 _MAX_SEED = 2**64 - 1
+_MAX_TASK = 2**64 - 1
+_log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"\s*[0-9]{1,20}\s*")
 
 
@@ -52,6 +60,7 @@ class _Slot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
     observation: str = ""
+    reset_observation: str = ""
     reward: float = 0.0
     score: float = 0.0
     terminated: bool = False
@@ -87,6 +96,23 @@ def _fallback(obj: Any) -> Any:
     return str(obj)
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type (what a client sent), for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "an unsupported value"
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -101,7 +127,7 @@ def _int_field(body: dict, key: str, *, required: bool, minimum: int = 0, maximu
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(
-            400, f"field {key!r} must be an integer, got {type(value).__name__}", "WrongType"
+            400, f"field {key!r} must be an integer, got {json_type(value)}", "WrongType"
         )
     if value < minimum or (maximum is not None and value > maximum):
         hi = "" if maximum is None else f" and <= {maximum}"
@@ -179,10 +205,11 @@ class EnvService:
             if isinstance(task, bool) or not isinstance(task, (int, str)):
                 raise RequestError(
                     400, f"task index must be an integer or a task string, got "
-                    f"{type(task).__name__}", "WrongType",
+                    f"{json_type(task)}", "WrongType",
                 )
-            if isinstance(task, int) and task < 0:
-                raise RequestError(400, f"task index must be >= 0, got {task}", "BadValue")
+            if isinstance(task, int) and not 0 <= task <= _MAX_TASK:
+                raise RequestError(
+                    400, f"task index must be >= 0 and <= {_MAX_TASK}, got {task}", "BadValue")
         seed = _int_field(body, "seed", required=False, maximum=_MAX_SEED)
         max_turns = _int_field(body, "max_turns", required=False, minimum=1)
         return task, (0 if seed is None else seed), max_turns
@@ -231,8 +258,9 @@ class EnvService:
             options["max_turns"] = max_turns
         obs, info = slot.env.reset(seed=seed, options=options)
         if not isinstance(obs, str):
-            raise TypeError(f"env reset returned {type(obs).__name__}, expected str")
+            raise RuntimeError("env reset returned a non-string observation")
         slot.observation, slot.info = obs, dict(info or {})
+        slot.reset_observation = obs
         slot.reward = slot.score = 0.0
         slot.terminated = slot.truncated = False
         slot.turns = 0
@@ -257,12 +285,17 @@ class EnvService:
             raise RequestError(409, str(e), type(e).__name__) from None
         except (InvalidTaskError, UnknownEnvError) as e:
             raise RequestError(400, str(e), type(e).__name__) from None
-        except (ValueError, TypeError, IndexError, KeyError, OverflowError) as e:
-            raise RequestError(400, f"rejected by the env: {e}", type(e).__name__) from None
+        except (TypeError, OverflowError):
+            # argument conversion (the native envs' bindings): the details name internals
+            raise RequestError(400, "the env could not use the request's arguments",
+                               "Rejected") from None
+        except (ValueError, IndexError, KeyError) as e:
+            raise RequestError(400, f"rejected by the env: {e}", "Rejected") from None
         except AgentGymError as e:
             raise RequestError(500, f"env error: {e}", type(e).__name__) from None
         except Exception as e:  # the env's own bug: report it, keep serving
-            raise RequestError(500, f"env raised {type(e).__name__}: {e}", "EnvCrash") from None
+            _log.exception("env %s raised", self.env_id)
+            raise RequestError(500, f"the env failed: {e}", "EnvCrash") from None
 
     # ------------------------------------------------------------------ actions
     async def create(self, body: dict) -> dict[str, Any]:
@@ -310,7 +343,7 @@ class EnvService:
             raise RequestError(400, "missing field 'action'", "MissingField")
         if not isinstance(action, str):
             raise RequestError(
-                400, f"field 'action' must be a string, got {type(action).__name__}", "WrongType"
+                400, f"field 'action' must be a string, got {json_type(action)}", "WrongType"
             )
         slot = self._slot(env_idx)
         async with slot.lock:
@@ -342,6 +375,17 @@ class EnvService:
             self._forget(env_idx, "closed")
             await self._run(close_quietly, slot.env)
         return {"id": env_idx, "closed": True}
+
+    def slot_for(self, body: Mapping[str, Any]) -> tuple[int, _Slot]:
+        """The live env a request body names (by ``id`` or ``env_idx``)."""
+        env_idx = _int_field(dict(body), self._env_key(dict(body)), required=True)
+        return env_idx, self._slot(env_idx)
+
+    async def run_on(self, slot: _Slot, fn, *args):
+        """``fn(env, *args)`` on the env's own thread-pool turn (one call at a time per env),
+        with the env's errors mapped to HTTP statuses."""
+        async with slot.lock:
+            return await self._guarded(fn, slot.env, *args)
 
     def query_slot(self, query: Mapping[str, str]) -> tuple[int, _Slot]:
         """The env named by a query string's ``id`` (or ``env_idx``)."""
@@ -403,4 +447,5 @@ def close_quietly(env) -> None:
         pass
 
 
-__all__ = ["TASK_KEYS", "EnvService", "RequestError", "close_quietly"]
+__all__ = ["PROTOCOL_HEADER", "TASK_KEYS", "TOKEN_ENV", "EnvService", "RequestError",
+           "close_quietly", "json_type"]

@@ -1,0 +1,24 @@
+"""``agentgym-rl export``: a collection run folder in verl's, SkyRL's or TRL's shape."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["HELP", "add_args", "run"]
+
+HELP = "convert a collected run folder for verl, SkyRL or TRL"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a folder written by agentgym-rl collect")
+    p.add_argument("--to", required=True, choices=["verl", "skyrl", "trl"])
+    p.add_argument("--out", "-o", required=True, help="output folder (Parquet shards)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``agentgym-rl export``; prints what it wrote as JSON."""
+    from agentgym.collection.export import export_run
+
+    print(json.dumps(export_run(args.run_dir, args.to, args.out)))
+    return 0

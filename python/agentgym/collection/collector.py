@@ -1,0 +1,325 @@
+"""``Collector``: play (task, sample) keys with a runner and stream the trajectories into a
+run folder as shards; resumable, each key exactly once.
+
+The runner is any object with the rollout engine's request API::
+
+    runner.stream_requests(requests, env_id, *, env_kwargs=None, **overrides)
+        -> AsyncIterator[Trajectory]
+
+(:meth:`agentgym.engine.RolloutEngine.stream_requests`, or a pool of remote workers with the
+same method). It must play exactly the given :class:`~agentgym.engine.EpisodeRequest` s and
+keep each request's ``group_id`` and ``sample_index`` on its trajectory; the collector never
+touches anything else of it, except an optional ``config`` attribute (a
+:class:`~agentgym.engine.RolloutConfig`) whose row-shaping fields it records.
+
+Key (t, s) is the ``t``-th task of the run's task list, sample ``s``: it is played as
+``EpisodeRequest(tasks[t], group_id=t, sample_index=s)``, so its env seed comes from (run
+seed, t) whatever else has been played, and a resumed run's rows equal an uninterrupted run's
+with a deterministic backend. Requests go to the runner in windows of ``window`` keys and
+finished trajectories to a background writer thread in shards of ``shard_size`` rows (at
+most two shards queued): memory does not grow with the number of episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from agentgym.collection.progress import Progress, format_summary, run_summary
+from agentgym.collection.schema import to_table
+from agentgym.collection.store import RunStore
+from agentgym.data.trajectories import Trajectory
+from agentgym.engine.orchestrator import EpisodeRequest
+
+__all__ = ["ROW_FIELDS", "Collector", "collect", "open_engine", "tokenizer_sha256"]
+
+#: Rollout settings that shape the rows: part of a run's identity.
+ROW_FIELDS = ("max_turns", "max_new_tokens", "max_total_tokens", "temperature", "top_p",
+              "top_k", "action_format", "system_prompt", "seed")
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """A digest of the tokenizer's vocabulary, merges, special tokens and chat template."""
+    fast = getattr(tokenizer, "backend_tokenizer", None)
+    text = fast.to_str() if fast is not None else json.dumps(tokenizer.get_vocab(),
+                                                             sort_keys=True)
+    text += "\n" + str(getattr(tokenizer, "chat_template", "") or "")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _task_spec(tasks: Sequence[int | str]) -> Any:
+    if isinstance(tasks, range):
+        return {"range": [tasks.start, tasks.stop, tasks.step]}
+    return list(tasks)
+
+
+class _Writer:
+    """Batches of trajectories become Arrow tables in the caller (``to_table``) and shards in
+    a thread (``RunStore.write_shard``: Parquet encoding, compression and fsync release the
+    GIL); the thread's first error is raised by the next ``submit`` / ``join``."""
+
+    def __init__(self, store: RunStore, row_args: dict[str, Any]):
+        self.store, self.row_args = store, row_args
+        self.q: queue.Queue = queue.Queue(maxsize=2)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name="agentgym-shard-writer",
+                                       daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            table = self.q.get()
+            if table is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                self.store.write_shard(table)
+            except BaseException as e:
+                self.error = e
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    async def submit(self, trajs: list[Trajectory]) -> None:
+        self._raise()
+        # The conversion holds the GIL either way; done here, between ticks, it never makes
+        # the event loop wait for a GIL hand-over from the writer thread.
+        table = to_table(trajs, task_index=[t.group_id for t in trajs], **self.row_args)
+        try:
+            self.q.put_nowait(table)
+        except queue.Full:  # two shards queued: wait for the writer (backpressure)
+            await asyncio.to_thread(self.q.put, table)
+
+    async def join(self) -> None:
+        await asyncio.to_thread(self.q.put, None)
+        await asyncio.to_thread(self.thread.join)
+        self._raise()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                while True:  # drop what is queued: those keys are played again on resume
+                    self.q.get_nowait()
+            self.q.put(None)
+            self.thread.join()
+
+
+class Collector:
+    """Collect ``tasks`` x ``n_samples`` episodes of ``env_id`` with ``runner`` into the run
+    folder ``out`` (created, or resumed when it holds the same run).
+
+    ``tasks``: task indices or task texts (a ``range`` is recorded compactly); ``format``:
+    ``"parquet"`` or ``"jsonl"``; ``retry_failed``: play again the keys whose rows failed
+    (their rows are replaced); ``tokenizer`` with ``messages=True``: also store the decoded
+    segments; ``metadata``: recorded in ``metadata.json`` (model, command line, ...);
+    ``identity``: extra fields that must match for a resume (model, tokenizer hash, backend);
+    ``overrides``: rollout settings for ``runner.stream_requests`` (``max_turns``, ...).
+
+    The folder is opened (and checked against an existing run) here, before any episode.
+    ``stream()`` yields each finished trajectory (once it is queued for its shard);
+    ``run()`` plays everything and returns the summary.
+    """
+
+    def __init__(self, runner, env_id: str, tasks: Sequence[int | str] | int,
+                 out: str | os.PathLike, *, n_samples: int = 1,
+                 env_kwargs: dict[str, Any] | None = None, format: str = "parquet",
+                 shard_size: int = 1000, window: int = 32768, retry_failed: bool = False,
+                 tokenizer=None, messages: bool = False, metadata: dict[str, Any] | None = None,
+                 identity: dict[str, Any] | None = None, progress: bool | None = None,
+                 compression: str = "zstd", **overrides: Any):
+        if not callable(getattr(runner, "stream_requests", None)):
+            raise TypeError(f"{type(runner).__name__} is not a runner: it has no "
+                            "stream_requests(requests, env_id, *, env_kwargs, **overrides)")
+        if messages and tokenizer is None:
+            raise ValueError("messages=True needs the tokenizer")
+        if n_samples < 1 or shard_size < 1 or window < 1:
+            raise ValueError("n_samples, shard_size and window must be >= 1")
+        self.runner, self.env_id = runner, env_id
+        self.tasks = range(tasks) if isinstance(tasks, int) else (
+            tasks if isinstance(tasks, range)
+            else [x if isinstance(x, str) else int(x) for x in tasks])
+        if not len(self.tasks):
+            raise ValueError("no tasks to collect")
+        self.n_samples, self.env_kwargs = n_samples, dict(env_kwargs or {})
+        self.shard_size, self.window, self.retry_failed = shard_size, window, retry_failed
+        self.tokenizer = tokenizer if messages else None
+        self.progress, self.overrides = progress, overrides
+        config = getattr(runner, "config", None)
+        base = msgspec.structs.asdict(config) if isinstance(config, msgspec.Struct) else {}
+        rollout = {**base, **overrides}
+        self.max_turns = rollout.get("max_turns")
+        ident = {"env_id": env_id, "env_kwargs": self.env_kwargs,
+                 "tasks": _task_spec(self.tasks), "n_samples": n_samples,
+                 "rollout": {k: rollout[k] for k in ROW_FIELDS if k in rollout},
+                 "messages": bool(messages), **(identity or {})}
+        self.store = RunStore(out, ident, fmt=format, compression=compression,
+                              metadata={**(metadata or {}), "env_id": env_id,
+                                        "agentgym_version": _version()})
+        self.out = self.store.path
+        self.summary: dict[str, Any] | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.tasks) * self.n_samples
+
+    def missing(self) -> np.ndarray:
+        """The flat key indices (``t * n_samples + s``) without a row, ascending."""
+        return np.flatnonzero(~self.store.done_mask(len(self.tasks), self.n_samples))
+
+    async def stream(self) -> AsyncIterator[Trajectory]:
+        """Play every missing key; yield each trajectory as soon as it is queued for its
+        shard. When the iteration ends every shard is committed and ``summary`` is set."""
+        store, n = self.store, self.n_samples
+        if self.retry_failed:
+            store.drop_failed()
+        missing = self.missing()
+        prog = Progress(self.total, self.total - len(missing), self.progress)
+        writer = _Writer(store, {"run_id": store.run_id, "max_turns": self.max_turns,
+                                 "env_kwargs": self.env_kwargs, "tokenizer": self.tokenizer})
+        ok = False
+        try:
+            buf: list[Trajectory] = []
+            for w in range(0, len(missing), self.window):
+                ts, ss = np.divmod(missing[w:w + self.window], n)
+                reqs = [EpisodeRequest(self.tasks[t], t, s)
+                        for t, s in zip(ts.tolist(), ss.tolist())]
+                it = self.runner.stream_requests(reqs, self.env_id,
+                                                 env_kwargs=self.env_kwargs, **self.overrides)
+                async with contextlib.aclosing(it):
+                    async for traj in it:
+                        buf.append(traj)
+                        prog.update(traj)
+                        if len(buf) >= self.shard_size:
+                            await writer.submit(buf)
+                            buf = []
+                        yield traj
+            if buf:
+                await writer.submit(buf)
+            await writer.join()
+            ok = True
+        finally:
+            writer.stop()
+            prog.close()
+            if ok:
+                self._finish(prog)
+            else:
+                store.close()
+
+    def _finish(self, prog: Progress) -> None:
+        store = self.store
+        run = run_summary((s["stats"] for s in store.shards), self.total)
+        self.summary = {"out": str(self.out), "run_id": store.run_id, "env_id": self.env_id,
+                        "run": run, "session": prog.session(), "shards": len(store.shards)}
+        store.finish(run["complete"], self.summary)
+        store.close()
+
+    async def run(self) -> dict[str, Any]:
+        """Play every missing key and return the summary (also in ``summary.json``)."""
+        async for _ in self.stream():
+            pass
+        assert self.summary is not None
+        return self.summary
+
+    def close(self) -> None:
+        """Release the folder (when ``stream`` was never run to its end)."""
+        self.store.close()
+
+
+def _version() -> str:
+    from agentgym import __version__
+
+    return __version__
+
+
+def resolve_model(model: str | None) -> str:
+    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0), built once into
+    ``$AGENTGYM_CACHE`` (default ``~/.cache/agentgym``)."""
+    if model not in (None, "tiny"):
+        return str(model)
+    cache = Path(os.environ.get("AGENTGYM_CACHE", Path.home() / ".cache" / "agentgym"))
+    target = cache / "tiny-seed0"
+    if not (target / "tokenizer.json").exists() or not (target / "config.json").exists():
+        from agentgym.models import build_tiny_model
+
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+        build_tiny_model(tmp, seed=0)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # built meanwhile by another process
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+def open_engine(backend: str = "scripted", model: str | None = None, *,
+                backend_kwargs: dict[str, Any] | None = None, **rollout: Any):
+    """``(engine, tokenizer, identity)`` for a backend by name (``scripted`` | ``transformers``
+    | ``vllm`` | ``openai``, built by :func:`agentgym.backends.make_backend`) over the
+    model folder ``model`` (its tokenizer; ``scripted``: only the tokenizer, default the
+    tiny model's). Close with ``await engine.backend.close(); engine.close()``."""
+    from transformers import AutoTokenizer
+
+    from agentgym.backends import make_backend
+    from agentgym.engine import RolloutEngine
+
+    model_dir = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    kw = dict(backend_kwargs or {})
+    if backend == "scripted":
+        kw["tokenizer"] = tok
+    be = make_backend(backend, model_dir, **kw)
+    engine = RolloutEngine(be, tok, **rollout)
+    identity = {"backend": backend, "model": str(model or "tiny"),
+                "tokenizer_sha256": tokenizer_sha256(tok)}
+    if backend == "scripted":
+        identity["policy"] = getattr(be, "policy", None)
+    return engine, tok, identity
+
+
+def collect(env: str, tasks: Sequence[int | str] | int, out: str | os.PathLike, *,
+            backend: str = "scripted", model: str | None = None, n_samples: int = 1,
+            runner=None, backend_kwargs: dict[str, Any] | None = None,
+            rollout: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Collect ``tasks`` x ``n_samples`` episodes of ``env`` into ``out`` and return the
+    summary (synchronous; resumes an existing run folder). Without ``runner`` an engine is
+    built from ``backend`` and ``model`` (:func:`open_engine`; ``rollout``: its
+    :class:`~agentgym.engine.RolloutConfig` fields). ``kwargs`` go to :class:`Collector`."""
+    from agentgym.engine.loop import run
+
+    async def main() -> dict[str, Any]:
+        if runner is not None:
+            return await Collector(runner, env, tasks, out, n_samples=n_samples,
+                                   **kwargs).run()
+        engine, tok, ident = await asyncio.to_thread(
+            open_engine, backend, model, backend_kwargs=backend_kwargs,
+            **{"progress": False, **(rollout or {})})
+        try:
+            kwargs.setdefault("tokenizer", tok)
+            kwargs["identity"] = {**ident, **kwargs.get("identity", {})}
+            return await Collector(engine, env, tasks, out, n_samples=n_samples,
+                                   **kwargs).run()
+        finally:
+            await engine.backend.close()
+            engine.close()
+
+    summary = run(main())
+    if kwargs.get("progress"):
+        print(format_summary(summary), file=sys.stderr)
+    return summary

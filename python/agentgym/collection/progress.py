@@ -1,0 +1,141 @@
+"""What a collection shows while it runs (a tqdm bar) and the summary at its end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agentgym.data.trajectories import FAILED_STOP_REASONS, Trajectory
+
+__all__ = ["Progress", "format_summary", "run_summary"]
+
+
+class Progress:
+    """Counts of this session's episodes; a tqdm bar (episodes done / total, episodes/s,
+    generated tokens/s, success rate so far, failures by stop reason, ETA) when ``show``
+    (None: when stderr is a terminal)."""
+
+    def __init__(self, total: int, already: int, show: bool | None = None):
+        self.total, self.already = total, already
+        self.episodes = self.tokens = self.successes = 0
+        self.failures: Counter[str] = Counter()
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+        show = sys.stderr.isatty() if show is None else show
+        self.bar = None
+        if show:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=already, desc="collect", unit="ep",
+                            dynamic_ncols=True)
+
+    def update(self, traj: Trajectory) -> None:
+        self.episodes += 1
+        self.tokens += sum(traj.loss_mask)
+        if traj.success:
+            self.successes += 1
+        if traj.stop_reason in FAILED_STOP_REASONS:
+            self.failures[traj.stop_reason] += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            now = time.perf_counter()
+            if now - self._last > 0.5:
+                self._last = now
+                self.bar.set_postfix_str(self.postfix(), refresh=False)
+
+    def postfix(self) -> str:
+        wall = max(time.perf_counter() - self.t0, 1e-9)
+        parts = [f"{self.tokens / wall:,.0f} tok/s",
+                 f"success {self.successes / max(self.episodes, 1):.2f}"]
+        if self.failures:
+            parts.append("failed " + " ".join(f"{k}={v}" for k, v in
+                                              sorted(self.failures.items())))
+        return ", ".join(parts)
+
+    def session(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.t0
+        return {"episodes": self.episodes, "wall_s": wall,
+                "episodes_per_s": self.episodes / wall if wall > 0 else 0.0,
+                "generated_tokens": self.tokens,
+                "generated_tokens_per_s": self.tokens / wall if wall > 0 else 0.0,
+                "failures": dict(self.failures)}
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(self.postfix(), refresh=False)
+            self.bar.close()
+
+
+#: The columns :func:`shard_stats` reads.
+STATS_COLUMNS = ["stop_reason", "reward", "num_turns", "loss_mask"]
+
+
+def shard_stats(t: pa.Table) -> dict[str, Any]:
+    """Totals of one shard's rows (vectorised): rows, successes, reward and turn sums,
+    model tokens, stop reason counts."""
+    if not t.num_rows:
+        return {"rows": 0, "successes": 0, "reward_sum": 0.0, "turns_sum": 0,
+                "generated_tokens": 0, "stop_reasons": {}}
+    stop = t.column("stop_reason")
+    reward = t.column("reward").to_numpy().astype(np.float64)
+    done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
+    names, counts = np.unique(stop.to_numpy(zero_copy_only=False), return_counts=True)
+    return {
+        "rows": int(t.num_rows),
+        "successes": int((done & (reward >= 1.0 - 1e-6)).sum()),
+        "reward_sum": float(reward.sum()),
+        "turns_sum": int(t.column("num_turns").to_numpy().sum()),
+        "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),
+        "stop_reasons": {str(k): int(v) for k, v in zip(names, counts)},
+    }
+
+
+def run_summary(stats: Iterable[dict[str, Any]], expected: int) -> dict[str, Any]:
+    """The run's totals from its shards' :func:`shard_stats`."""
+    rows = successes = tokens = turns = 0
+    reward = 0.0
+    stops: Counter[str] = Counter()
+    for s in stats:
+        rows += s["rows"]
+        successes += s["successes"]
+        reward += s["reward_sum"]
+        turns += s["turns_sum"]
+        tokens += s["generated_tokens"]
+        stops.update(s["stop_reasons"])
+    return {
+        "rows": rows, "expected": expected, "complete": rows == expected,
+        "success_rate": successes / rows if rows else 0.0,
+        "reward_mean": reward / rows if rows else 0.0,
+        "num_turns_mean": turns / rows if rows else 0.0,
+        "generated_tokens": tokens,
+        "stop_reasons": dict(sorted(stops.items())),
+        "failed": int(sum(v for k, v in stops.items() if k in FAILED_STOP_REASONS)),
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as a two-column text table."""
+    run, ses = summary["run"], summary["session"]
+    rows = [
+        ("folder", summary["out"]),
+        ("rows / expected", f"{run['rows']:,} / {run['expected']:,}"
+                            + ("" if run["complete"] else " (incomplete)")),
+        ("success rate", f"{run['success_rate']:.3f}"),
+        ("reward mean", f"{run['reward_mean']:.3f}"),
+        ("turns mean", f"{run['num_turns_mean']:.2f}"),
+        ("stop reasons", ", ".join(f"{k}={v:,}" for k, v in run["stop_reasons"].items())
+                         or "-"),
+        ("this session", f"{ses['episodes']:,} episodes in {ses['wall_s']:.1f} s"),
+        ("episodes/s", f"{ses['episodes_per_s']:,.1f}"),
+        ("generated tokens/s", f"{ses['generated_tokens_per_s']:,.0f}"),
+        ("shards", f"{summary['shards']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

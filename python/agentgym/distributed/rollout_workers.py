@@ -1,0 +1,637 @@
+"""Rollout workers on Ray: :class:`RayRolloutPool` spreads episode requests over Ray actors.
+
+Each worker is a Ray actor (:class:`RolloutWorker`) with declared resources (CPUs, GPUs) that
+owns its own :class:`~agentgym.engine.RolloutEngine`, env pools and backend (vLLM in process,
+an OpenAI-compatible server, transformers or the scripted policy), built from a
+:class:`WorkerSpec` with :func:`agentgym.backends.make_backend`.
+
+The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_requests``,
+``stream``, ``collect``, ``requests``, ``reseed``), so whatever consumes a
+``RolloutEngine`` consumes the pool:
+
+* **Load balancing.** A call opens one stream on every worker (the engine's
+  ``stream_requests`` over an async feed) and hands out small chunks of requests: a worker
+  holds at most its ``max_concurrency`` plus one chunk, and gets the next chunk when its
+  results come back, so a faster worker takes more.
+* **Streaming.** Each worker sends back what finished since its last message (msgpack
+  batches of ``Trajectory``), and the pool yields each trajectory at once, in completion
+  order: nobody waits for the slowest worker.
+* **Faults.** A worker that dies mid-run (a crash, ``ray.kill``, a lost node) has its
+  unfinished requests handed to the other workers or to its restarted replacement; every
+  request's trajectory comes back exactly once, and a re-run one records
+  ``timings["rollout/retries"]``. A request whose workers died ``max_request_retries + 1``
+  times comes back as a failed trajectory (stop reason ``aborted``, no tokens) instead of
+  sinking the batch. A backend failure inside a worker stays per-episode data, as in
+  process (``backend_error``).
+* **Weights.** :meth:`RayRolloutPool.update_weights` sends a state dict through the Ray
+  object store (one copy, read by every worker) or, for the vLLM backend, as a safetensors
+  folder written once into ``weights_dir`` (a folder every worker can read); a path is sent
+  as is. Every worker's backend then serves the new weights with ``policy_version`` set to
+  the pool's version, so each trajectory carries the version it was generated with and
+  the trainer's staleness rule applies unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentgym.data.trajectories import Trajectory
+from agentgym.engine.config import RolloutConfig
+from agentgym.engine.metrics import batch_metrics
+from agentgym.engine.orchestrator import EpisodeRequest, RolloutBatch
+from agentgym.errors import AgentGymError
+
+__all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
+           "open_pool"]
+
+log = logging.getLogger(__name__)
+
+#: One message from a worker: (request index, trajectory) pairs.
+_Results = list[tuple[int, Trajectory]]
+_decode = msgspec.msgpack.Decoder(_Results).decode
+
+
+class RolloutWorkerError(AgentGymError):
+    """Rollout workers cannot run: a worker failed to start (bad model folder, missing
+    resources), or every worker is dead and none may be restarted."""
+
+
+@dataclass
+class WorkerSpec:
+    """What one rollout worker runs and the resources it reserves.
+
+    ``backend``: ``"transformers"``, ``"vllm"``, ``"openai"`` (``backend_kwargs`` go to
+    :func:`~agentgym.backends.make_backend`, e.g. ``base_url``) or ``"scripted"``
+    (:class:`~agentgym.backends.scripted.ScriptedBackend`, kwargs ``policy``/``seed``).
+    ``model_dir`` holds the tokenizer (and the weights). ``rollout``:
+    :class:`~agentgym.engine.RolloutConfig` fields of the worker's engine
+    (``max_concurrency`` is its share of the episodes in flight). ``num_cpus``/``num_gpus``
+    are the Ray resources of the actor; ``torch_threads`` defaults to ``num_cpus``.
+    """
+
+    model_dir: str
+    backend: str = "transformers"
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)
+    rollout: dict[str, Any] = field(default_factory=dict)
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    torch_threads: int | None = None
+
+    @property
+    def max_concurrency(self) -> int:
+        return int(self.rollout.get("max_concurrency", RolloutConfig().max_concurrency))
+
+
+class RolloutWorker:
+    """One rollout worker (run as a Ray actor; see :class:`RayRolloutPool`): a
+    ``RolloutEngine`` and its backend, playing the requests the pool feeds it."""
+
+    def __init__(self, spec: WorkerSpec, index: int = 0):
+        from transformers import AutoTokenizer
+
+        from agentgym.engine import RolloutEngine
+
+        threads = spec.torch_threads or max(1, int(spec.num_cpus))
+        if spec.backend in ("transformers", "vllm"):
+            import torch
+
+            torch.set_num_threads(threads)
+        self.index = index
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
+        kw = dict(spec.backend_kwargs)
+        if spec.backend == "scripted":
+            from agentgym.backends.scripted import ScriptedBackend
+
+            self.backend = ScriptedBackend(self.tokenizer, **kw)
+        else:
+            from agentgym.backends import make_backend
+
+            if spec.backend == "transformers":
+                kw.setdefault("device", "cuda" if spec.num_gpus else "cpu")
+            self.backend = make_backend(spec.backend, spec.model_dir, **kw)
+        self.engine = RolloutEngine(self.backend, self.tokenizer,
+                                    **{"progress": False, **spec.rollout})
+        self.feeds: dict[str, asyncio.Queue] = {}
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def _feed(self, session: str) -> asyncio.Queue:
+        if session not in self.feeds:
+            self.feeds[session] = asyncio.Queue()
+        return self.feeds[session]
+
+    async def run(self, session: str, env_id: str, env_kwargs: dict | None,
+                  overrides: dict, version: int):
+        """Play what :meth:`submit` feeds session ``session`` until :meth:`end`; yields
+        msgpack-encoded ``[(request index, trajectory), ...]`` of what finished since the
+        last message (a Ray streaming generator)."""
+        feed = self._feed(session)
+        self.backend.policy_version = max(self.backend.policy_version, int(version))
+        pending: dict[tuple, list[int]] = {}
+
+        async def requests():
+            while (chunk := await feed.get()) is not None:
+                for idx, req in chunk:
+                    req = EpisodeRequest(*req)
+                    pending.setdefault((req.task, req.group_id, req.sample_index),
+                                       []).append(idx)
+                    yield req
+
+        out: _Results = []
+        ready = asyncio.Event()
+        failed: list[BaseException] = []
+
+        async def pump():
+            try:
+                async for t in self.engine.stream_requests(requests(), env_id,
+                                                           env_kwargs=env_kwargs, **overrides):
+                    out.append((pending[(t.task_id, t.group_id, t.sample_index)].pop(), t))
+                    ready.set()
+            except BaseException as e:  # surfaced to the driver below
+                failed.append(e)
+            finally:
+                failed.append(None)  # type: ignore[arg-type]
+                ready.set()
+
+        task = asyncio.ensure_future(pump())
+        try:
+            while True:
+                await ready.wait()
+                ready.clear()
+                if out:
+                    batch, out[:] = list(out), []
+                    yield msgspec.msgpack.encode(batch)
+                if failed:
+                    break
+        finally:
+            task.cancel()
+            self.feeds.pop(session, None)
+        if failed[0] is not None:
+            raise failed[0]
+
+    def submit(self, session: str, chunk: list[tuple[int, tuple]]) -> None:
+        """Add ``(request index, request)`` pairs to session ``session``'s feed."""
+        self._feed(session).put_nowait(chunk)
+
+    def end(self, session: str) -> None:
+        """No more requests for session ``session``: its stream ends once they finish."""
+        self._feed(session).put_nowait(None)
+
+    async def update_weights(self, weights, version: int) -> int:
+        """Load ``weights`` (a state dict, or a path) and serve them as ``version``."""
+        await self.backend.update_weights(weights)
+        self.backend.policy_version = int(version)
+        return self.backend.policy_version
+
+    def policy_version(self) -> int:
+        return int(self.backend.policy_version)
+
+    async def close(self) -> None:
+        self.engine.close()
+        await self.backend.close()
+
+
+def init_ray(address: str | None = None, **kw) -> None:
+    """Connect to the Ray cluster at ``address`` (``ray start --head`` prints it; ``"auto"``
+    finds a local one), or start a local cluster when ``address`` is None or ``"local"``.
+    Does nothing when Ray is already initialised."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address in (None, "", "local"):
+        kw.setdefault("include_dashboard", False)
+        ray.init(address="local", **kw)
+    else:
+        ray.init(address=address, **kw)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One worker position in the pool: its current actor and its bookkeeping."""
+
+    index: int
+    spec: WorkerSpec
+    actor: Any = None
+    restarts: int = 0
+    alive: bool = False
+    starting: asyncio.Future | None = None
+    outstanding: set[int] = field(default_factory=set)
+
+
+class RayRolloutPool:
+    """Rollouts on ``num_workers`` Ray actors, with :class:`RolloutEngine`'s interface.
+
+    ``spec``: one :class:`WorkerSpec` for every worker, or a list (one per worker; then
+    ``num_workers`` is its length). ``chunk_size``: requests handed out at once (default a
+    quarter of a worker's ``max_concurrency``, at least 1). A dead worker is replaced
+    up to ``max_restarts`` times per position; a request is re-run at most
+    ``max_request_retries`` times. ``weights_dir``: where weights for the vLLM backend are
+    written (every worker must read it; default a temporary folder on the driver's node).
+    Ray must be initialised (:func:`init_ray`) before the pool starts its workers.
+    """
+
+    def __init__(self, spec: WorkerSpec | Sequence[WorkerSpec], num_workers: int | None = None,
+                 *, config: RolloutConfig | None = None, chunk_size: int | None = None,
+                 max_restarts: int = 3, max_request_retries: int = 2,
+                 weights_dir: str | None = None, start_timeout_s: float = 600.0):
+        specs = [spec] * (num_workers or 1) if isinstance(spec, WorkerSpec) else list(spec)
+        if num_workers is not None and num_workers != len(specs):
+            raise ValueError(f"num_workers={num_workers} but {len(specs)} worker specs")
+        if not specs:
+            raise ValueError("a rollout pool needs at least one worker")
+        self.specs = specs
+        rollout = {k: v for k, v in specs[0].rollout.items()
+                   if k in RolloutConfig.__struct_fields__}
+        self.config = config or RolloutConfig(**rollout)
+        self.chunk_size = chunk_size
+        self.max_restarts = max_restarts
+        self.max_request_retries = max_request_retries
+        self.start_timeout_s = start_timeout_s
+        self._weights_dir = weights_dir
+        self._own_weights_dir: str | None = None
+        self._slots = [_Slot(i, s) for i, s in enumerate(specs)]
+        self._groups = itertools.count()
+        self._version = 0
+        #: the last weights sent (a Ray object ref or a path) and their version, for
+        #: restarted workers
+        self._latest: tuple[Any, int] | None = None
+        self._weights_lock: tuple[Any, asyncio.Lock] | None = None
+        self._started = False
+        #: per worker position: requests it delivered; pool-wide fault counters
+        self.served: Counter[int] = Counter()
+        self.stats: Counter[str] = Counter()
+        self._actor_cls = None
+
+    # -- workers ---------------------------------------------------------------------------
+    def _new_actor(self, slot: _Slot):
+        import ray
+
+        if self._actor_cls is None:
+            self._actor_cls = ray.remote(RolloutWorker)
+        s = slot.spec
+        return self._actor_cls.options(num_cpus=s.num_cpus, num_gpus=s.num_gpus,
+                                       max_concurrency=max(64, s.max_concurrency)
+                                       ).remote(s, slot.index)
+
+    async def _start(self, slot: _Slot) -> None:
+        """Start (or restart) ``slot``'s actor and bring it to the latest weights."""
+        import ray
+
+        slot.actor = self._new_actor(slot)
+        try:
+            await asyncio.wait_for(slot.actor.ready.remote(), self.start_timeout_s)
+            if self._latest is not None:
+                ref, version = self._latest
+                await slot.actor.update_weights.remote(ref, version)
+        except (ray.exceptions.RayError, asyncio.TimeoutError) as e:
+            slot.alive = False
+            with _suppress():
+                ray.kill(slot.actor)
+            raise RolloutWorkerError(f"rollout worker {slot.index} failed to start: "
+                                     f"{_cause(e)}") from e
+        slot.alive = True
+
+    async def start(self) -> None:
+        """Start every worker (once); raises :class:`RolloutWorkerError` if one cannot."""
+        if self._started:
+            return
+        await asyncio.gather(*(self._start(s) for s in self._slots))
+        self._started = True
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    @property
+    def num_alive(self) -> int:
+        return sum(s.alive for s in self._slots)
+
+    def actor(self, index: int):
+        """The Ray actor handle at worker position ``index`` (for tests and tools)."""
+        return self._slots[index].actor
+
+    # -- the engine's interface ------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        # the workers pick it up with their next stream (a resumed run's version count)
+        self._version = int(value)
+
+    def requests(self, tasks: int | Sequence[int | str],
+                 n_samples: int | None = None) -> list[EpisodeRequest]:
+        """``tasks`` x ``n_samples`` requests, each task a fresh group (as
+        :meth:`RolloutEngine.requests`)."""
+        n = self.config.n_samples if n_samples is None else n_samples
+        task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
+        groups = [next(self._groups) for _ in task_list]
+        return [EpisodeRequest(task, g, s) for task, g in zip(task_list, groups)
+                for s in range(n)]
+
+    def reseed(self, group_start: int, key_start: int | None = None,
+               run_id: str | None = None) -> None:
+        """Restart the group-id (hence episode-seed) counter."""
+        self._groups = itertools.count(group_start)
+
+    async def stream(self, tasks: int | Sequence[int | str], env_id: str, *,
+                     env_kwargs: dict | None = None, **overrides) -> AsyncIterator[Trajectory]:
+        n = overrides.get("n_samples", self.config.n_samples)
+        async for t in self.stream_requests(self.requests(tasks, n), env_id,
+                                            env_kwargs=env_kwargs, **overrides):
+            yield t
+
+    async def collect(self, tasks: int | Sequence[int | str], env_id: str, *,
+                      env_kwargs: dict | None = None, **overrides) -> RolloutBatch:
+        """All trajectories of ``tasks`` x ``n_samples``, ordered by (group, sample)."""
+        t0 = time.perf_counter()
+        trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs,
+                                              **overrides)]
+        trajs.sort(key=lambda t: (t.group_id, t.sample_index))
+        return RolloutBatch(trajs, batch_metrics(trajs, time.perf_counter() - t0))
+
+    async def stream_requests(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+                              env_kwargs: dict | None = None,
+                              **overrides) -> AsyncIterator[Trajectory]:
+        """Play exactly ``requests`` on the workers and yield each trajectory as soon as it
+        comes back (completion order), as :meth:`RolloutEngine.stream_requests` does."""
+        await self.start()
+        reqs = [tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
+                for r in requests]
+        run = _PoolRun(self, reqs, env_id, dict(env_kwargs or {}), overrides)
+        async for t in run:
+            yield t
+
+    # -- weights ---------------------------------------------------------------------------
+    async def update_weights(self, weights, version: int | None = None) -> int:
+        """Send ``weights`` (a ``{name: tensor}`` state dict, or a path to a safetensors file
+        or model folder) to every worker; they serve them as ``version`` (default: the
+        pool's version + 1). Returns the new version."""
+        import ray
+
+        await self.start()
+        version = self._version + 1 if version is None else int(version)
+        loop = asyncio.get_running_loop()
+        if self._weights_lock is None or self._weights_lock[0] is not loop:
+            self._weights_lock = (loop, asyncio.Lock())  # one update at a time
+        async with self._weights_lock[1]:
+            payload = weights
+            if not isinstance(weights, (str, Path)):
+                if any(s.spec.backend == "vllm" for s in self._slots):
+                    payload = await asyncio.to_thread(self._write_weights, weights, version)
+                else:
+                    payload = ray.put(weights)
+            else:
+                payload = str(weights)
+            self._latest = (payload, version)
+            live = [s for s in self._slots if s.alive]
+            results = await asyncio.gather(
+                *(s.actor.update_weights.remote(payload, version) for s in live),
+                return_exceptions=True)
+            for s, r in zip(live, results):
+                if isinstance(r, ray.exceptions.RayActorError):
+                    s.alive = False  # a restart brings it to self._latest
+                elif isinstance(r, BaseException):
+                    raise r
+            self._version = version
+        return version
+
+    def _write_weights(self, state_dict, version: int) -> str:
+        """A safetensors folder of ``state_dict`` under ``weights_dir``; the previous one
+        goes."""
+        from safetensors.torch import save_file
+
+        root = self._weights_dir
+        if root is None:
+            root = self._own_weights_dir = (self._own_weights_dir
+                                            or tempfile.mkdtemp(prefix="agentgym-weights-"))
+        out = Path(root) / f"v{version}"
+        out.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()},
+                  str(out / "model.safetensors"))
+        if self._latest is not None and isinstance(self._latest[0], str):
+            old = Path(self._latest[0])
+            if old.parent == Path(root) and old != out:
+                shutil.rmtree(old, ignore_errors=True)
+        return str(out)
+
+    # -- teardown --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every worker (their engines and backends close with the actor)."""
+        import ray
+
+        for s in self._slots:
+            if s.actor is not None:
+                with _suppress():
+                    ray.kill(s.actor)
+            s.actor, s.alive = None, False
+        self._started = False
+        if self._own_weights_dir:
+            shutil.rmtree(self._own_weights_dir, ignore_errors=True)
+            self._own_weights_dir = None
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class _PoolRun:
+    """One ``stream_requests`` call of a :class:`RayRolloutPool`."""
+
+    def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
+                 env_kwargs: dict, overrides: dict):
+        self.pool, self.reqs = pool, reqs
+        self.env_id, self.env_kwargs, self.overrides = env_id, env_kwargs, overrides
+        self.session = uuid.uuid4().hex
+        self.pending: deque[int] = deque(range(len(reqs)))
+        self.retries = [0] * len(reqs)
+        self.delivered = bytearray(len(reqs))
+        self.left = len(reqs)
+        self.out: asyncio.Queue = asyncio.Queue()
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.opened: set[int] = set()
+
+    def _capacity(self, slot: _Slot) -> tuple[int, int]:
+        cap = int(self.overrides.get("max_concurrency", slot.spec.max_concurrency))
+        chunk = self.pool.chunk_size or max(1, cap // 4)
+        return cap, chunk
+
+    def _refill(self, slot: _Slot) -> None:
+        """Hand ``slot`` chunks until it holds its capacity plus one chunk."""
+        if not slot.alive or slot.index not in self.opened:
+            return
+        cap, chunk = self._capacity(slot)
+        while self.pending and len(slot.outstanding) < cap + chunk:
+            take = [self.pending.popleft() for _ in range(min(chunk, len(self.pending)))]
+            slot.outstanding.update(take)
+            slot.actor.submit.remote(self.session, [(i, self.reqs[i]) for i in take])
+
+    def _refill_all(self) -> None:
+        for s in self.pool._slots:
+            self._refill(s)
+
+    async def _drive(self, slot: _Slot) -> None:
+        """Open the session's stream on ``slot`` and take its results until it ends; on the
+        worker's death, hand its unfinished requests back and restart it."""
+        import ray
+
+        actor = slot.actor
+        try:
+            gen = actor.run.remote(self.session, self.env_id, self.env_kwargs, self.overrides,
+                                   self.pool._version)
+            self.opened.add(slot.index)
+            self._refill(slot)
+            async for ref in gen:
+                for idx, traj in _decode(await ref):
+                    slot.outstanding.discard(idx)
+                    self._deliver(idx, traj, slot.index)
+                self._refill(slot)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
+                ray.exceptions.ActorUnavailableError) as e:
+            self.opened.discard(slot.index)
+            if slot.actor is actor:
+                slot.alive = False
+            lost = sorted(slot.outstanding)
+            slot.outstanding.clear()
+            self.pool.stats["worker_deaths"] += 1
+            log.warning("rollout worker %d died (%s); re-running its %d unfinished episodes",
+                        slot.index, _cause(e), len(lost))
+            for idx in reversed(lost):
+                self.retries[idx] += 1
+                self.pool.stats["requests_retried"] += 1
+                if self.retries[idx] > self.pool.max_request_retries:
+                    self._deliver(idx, self._gave_up(idx), slot.index)
+                else:
+                    self.pending.appendleft(idx)
+            self._refill_all()
+            if self.left:
+                await self._restart(slot)
+        except BaseException as e:
+            self.out.put_nowait(e)  # an engine bug on the worker: the caller sees it
+        else:
+            self.opened.discard(slot.index)
+
+    async def _restart(self, slot: _Slot) -> None:
+        pool = self.pool
+        if slot.restarts >= pool.max_restarts:
+            if not any(s.alive for s in pool._slots):
+                self.out.put_nowait(RolloutWorkerError(
+                    f"every rollout worker is dead and worker {slot.index} has used its "
+                    f"{pool.max_restarts} restarts"))
+            return
+        slot.restarts += 1
+        pool.stats["worker_restarts"] += 1
+        with _suppress():
+            import ray
+
+            ray.kill(slot.actor)
+        try:
+            await pool._start(slot)
+        except RolloutWorkerError as e:
+            if not any(s.alive for s in pool._slots):
+                self.out.put_nowait(e)
+            return
+        if self.left:
+            self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
+
+    def _gave_up(self, idx: int) -> Trajectory:
+        task, group, sample, seed = self.reqs[idx]
+        return Trajectory(
+            task_id=task, env_id=self.env_id, group_id=group, sample_index=sample,
+            token_ids=[], loss_mask=[], logprobs=[], prompt_len=0, turn_rewards=[],
+            reward=0.0, num_turns=0, stop_reason="aborted", policy_version=self.pool._version,
+            seed=seed or 0,
+            error=f"rollout workers died {self.retries[idx]} times while playing this episode")
+
+    def _deliver(self, idx: int, traj: Trajectory, worker: int) -> None:
+        if self.delivered[idx]:
+            self.pool.stats["duplicates_dropped"] += 1
+            return
+        self.delivered[idx] = 1
+        self.left -= 1
+        self.pool.served[worker] += 1
+        if self.retries[idx]:
+            traj.timings["rollout/retries"] = float(self.retries[idx])
+        self.out.put_nowait(traj)
+
+    async def __aiter__(self):
+        pool = self.pool
+        if not self.reqs:
+            return
+        for slot in pool._slots:
+            if slot.alive:
+                self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
+            elif slot.actor is not None or slot.restarts < pool.max_restarts:
+                self.tasks[slot.index] = asyncio.ensure_future(self._restart(slot))
+        try:
+            for _ in range(len(self.reqs)):  # each request's trajectory, once
+                item = await self.out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for slot in pool._slots:
+                slot.outstanding.clear()
+                if slot.alive and slot.index in self.opened:
+                    with _suppress():
+                        slot.actor.end.remote(self.session)
+            tasks = list(self.tasks.values())
+            done, running = await asyncio.wait(tasks, timeout=30) if tasks else ((), ())
+            for t in running:
+                t.cancel()
+
+
+class _suppress:
+    """Ignore any error (best-effort teardown of actors)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return True
+
+
+def _cause(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1] if text else type(e).__name__
+
+
+def open_pool(backend: str = "scripted", model: str | None = None, num_workers: int = 2, *,
+              address: str | None = None, backend_kwargs: dict[str, Any] | None = None,
+              worker: dict[str, Any] | None = None, **rollout: Any):
+    """``(pool, tokenizer, identity)``: :func:`agentgym.collection.open_engine`'s
+    counterpart on ``num_workers`` Ray workers (the cluster at ``address``, or a local one),
+    each running ``backend`` over ``model`` with the rollout settings ``rollout``;
+    ``worker``: :class:`WorkerSpec` resources (``num_cpus``, ``num_gpus``). The identity is
+    the in-process one, so a run may resume on either. Close with ``pool.close()``."""
+    from transformers import AutoTokenizer
+
+    from agentgym.collection.collector import resolve_model, tokenizer_sha256
+
+    model_dir = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    kw = dict(backend_kwargs or {})
+    init_ray(address)
+    spec = WorkerSpec(model_dir, backend, kw, dict(rollout), **(worker or {}))
+    pool = RayRolloutPool(spec, num_workers)
+    identity = {"backend": backend, "model": str(model or "tiny"),
+                "tokenizer_sha256": tokenizer_sha256(tok)}
+    if backend == "scripted":
+        identity["policy"] = kw.get("policy", "oracle")
+    return pool, tok, identity

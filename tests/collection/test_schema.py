@@ -1,0 +1,51 @@
+"""The row schema: trajectories -> Arrow table -> trajectories is lossless, the decoded
+``messages`` follow the loss mask, JSONL carries the same values."""
+
+import json
+
+import pyarrow as pa
+
+from agentgym.collection.schema import FIELDS, SCHEMA, rows_to_trajectories, to_jsonl, to_table
+from tests.helpers import make_trajectory
+
+
+def trajectories():
+    a = make_trajectory([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], task_id=4, group_id=4,
+                        sample_index=1, logprobs=[0, 0, -0.5, -0.25, 0, -1.0],
+                        turn_rewards=[0.0, 1.0], reward=1.0, seed=123,
+                        timings={"total_s": 0.75, "gen_s": 0.5}, policy_version=2)
+    b = make_trajectory([5, 6, 11], [0, 0, 0], task_id="craft a stick", group_id=0,
+                        stop_reason="env_error", error="boom",
+                        timings={"total_s": 0.125, "gen_s": 0.0})
+    return [a, b]
+
+
+def test_table_round_trips_every_trajectory_field():
+    trajs = trajectories()
+    table = to_table(trajs, run_id="r1", task_index=[4, 0], max_turns=7,
+                     env_kwargs={"size": 3})
+    assert table.schema == SCHEMA and [f.name for f in table.schema] == [n for n, _, _ in FIELDS]
+    assert rows_to_trajectories(table) == trajs
+    row = table.slice(1, 1).to_pylist()[0]
+    assert (row["task_id"], row["task_text"], row["task_index"]) == (None, "craft a stick", 0)
+    assert row["env_kwargs"] == '{"size": 3}' and row["max_turns"] == 7
+    assert row["messages"] is None
+    lines = to_jsonl(table).splitlines()
+    assert [json.loads(x) for x in lines] == table.to_pylist()
+
+
+def test_messages_are_the_mask_segments_decoded(tokenizer):
+    ids = tokenizer.encode("hello world", add_special_tokens=False)
+    reply = tokenizer.encode("Action: go", add_special_tokens=False)
+    obs = tokenizer.encode("you see a door", add_special_tokens=False)
+    t = make_trajectory(ids + reply + obs + reply,
+                        [0] * len(ids) + [1] * len(reply) + [0] * len(obs) + [1] * len(reply))
+    table = to_table([t], run_id="r", task_index=[0], max_turns=None, env_kwargs={},
+                     tokenizer=tokenizer)
+    msgs = table.column("messages").to_pylist()[0]
+    assert msgs == [{"role": "prompt", "content": tokenizer.decode(ids)},
+                    {"role": "assistant", "content": tokenizer.decode(reply)},
+                    {"role": "observation", "content": tokenizer.decode(obs)},
+                    {"role": "assistant", "content": tokenizer.decode(reply)}]
+    assert table.column("messages").type == pa.list_(
+        pa.struct([("role", pa.string()), ("content", pa.string())]))

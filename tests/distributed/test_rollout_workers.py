@@ -1,0 +1,224 @@
+"""RayRolloutPool on a real local Ray cluster (2 CPUs, 127.0.0.1): every request once, the
+engine's trajectories, load balancing, a killed worker's episodes re-run, weight sync, a
+failing backend kept as data, a worker that cannot start, and the trainer on Ray workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("transformers")
+
+from agentgym.distributed.rollout_workers import (  # noqa: E402
+    RayRolloutPool,
+    RolloutWorkerError,
+    WorkerSpec,
+)
+from agentgym.engine import EpisodeRequest, RolloutEngine  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+#: Logical CPUs per test worker: several pools fit on the 2-CPU test cluster.
+CPU = 0.25
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+def scripted(model_dir, **rollout):
+    return WorkerSpec(model_dir, backend="scripted", backend_kwargs={"policy": "oracle"},
+                      rollout={"max_turns": 20, "max_concurrency": 8, **rollout}, num_cpus=CPU)
+
+
+@pytest.fixture(scope="module")
+def pool(ray_cluster, tiny_model_dir):
+    p = RayRolloutPool(scripted(tiny_model_dir), num_workers=2, chunk_size=2)
+    yield p
+    p.close()
+
+
+def play(pool_or_engine, reqs, on_item=None, **kw):
+    async def go():
+        out = []
+        async for t in pool_or_engine.stream_requests(reqs, "maze", **kw):
+            out.append(t)
+            if on_item is not None:
+                on_item(len(out))
+        return out
+
+    return asyncio.run(go())
+
+
+def keys(trajs):
+    return sorted((t.task_id, t.group_id, t.sample_index) for t in trajs)
+
+
+def expected(reqs):
+    return sorted((r.task, r.group_id, r.sample_index) for r in reqs)
+
+
+def test_pool_plays_every_request_once_as_the_engine_does(pool, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from agentgym.backends.scripted import ScriptedBackend
+
+    reqs = [EpisodeRequest(g % 7, g, s) for g in range(30) for s in range(2)]
+    before = dict(pool.served)
+    got = play(pool, reqs)
+    assert keys(got) == expected(reqs) and len(got) == len(reqs)
+    assert all(pool.served[w] > before.get(w, 0) for w in range(2))  # both workers played
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = RolloutEngine(ScriptedBackend(tok, policy="oracle"), tok, max_turns=20)
+    want = {(t.group_id, t.sample_index): t for t in play(engine, reqs)}
+    for t in got:
+        w = want[(t.group_id, t.sample_index)]
+        assert (t.seed, t.token_ids, t.loss_mask, t.reward, t.stop_reason) == (
+            w.seed, w.token_ids, w.loss_mask, w.reward, w.stop_reason)
+        assert "rollout/retries" not in t.timings
+    batch = asyncio.run(pool.collect(5, "maze", n_samples=3))
+    assert [(t.group_id, t.sample_index) for t in batch] == sorted(
+        (t.group_id, t.sample_index) for t in batch) and len(batch) == 15
+
+
+def test_a_faster_worker_takes_more_requests(ray_cluster, tiny_model_dir):
+    """Worker 1 plays 16 episodes at once, worker 0 one: handed out in chunks as results
+    come back, worker 1 ends up with more of the requests (a static split gives each half)."""
+    specs = [scripted(tiny_model_dir, max_concurrency=1),
+             scripted(tiny_model_dir, max_concurrency=16)]
+    p = RayRolloutPool(specs, chunk_size=2)
+    try:
+        reqs = [EpisodeRequest(g, g) for g in range(200)]
+        got = play(p, reqs)
+        assert keys(got) == expected(reqs)
+        assert p.served[0] + p.served[1] == 200
+        assert p.served[1] > p.served[0], dict(p.served)
+    finally:
+        p.close()
+
+
+def test_killed_worker_requests_rerun_exactly_once(pool):
+    reqs = [EpisodeRequest(g % 11, g, s) for g in range(120) for s in range(2)]
+    deaths = pool.stats["worker_deaths"]
+    retried0 = pool.stats["requests_retried"]
+    asyncio.run(pool.start())
+    victim = pool.actor(0)
+
+    def kill_early(n):
+        if n == 5:
+            ray.kill(victim)
+
+    got = play(pool, reqs, on_item=kill_early)
+    assert keys(got) == expected(reqs) and len(got) == len(reqs)  # each exactly once
+    assert pool.stats["worker_deaths"] == deaths + 1
+    retried = pool.stats["requests_retried"] - retried0
+    assert retried > 0
+    marked = [t for t in got if t.timings.get("rollout/retries")]
+    assert len(marked) == retried and all(t.timings["rollout/retries"] == 1 for t in marked)
+    assert all(t.stop_reason in ("done", "horizon") and t.token_ids for t in marked)  # whole
+    assert pool.num_alive == 2 and pool.actor(0) is not victim  # restarted
+    again = play(pool, [EpisodeRequest(1, 10**6 + k) for k in range(40)])
+    assert len(again) == 40
+
+
+def test_weights_and_policy_version_reach_every_worker(pool):
+    torch = pytest.importorskip("torch")
+    v = asyncio.run(pool.update_weights({"w": torch.zeros(3)}, version=7))
+    assert v == pool.policy_version == 7
+    assert ray.get([pool.actor(i).policy_version.remote() for i in range(2)]) == [7, 7]
+    served = dict(pool.served)
+    got = play(pool, [EpisodeRequest(k, 2 * 10**6 + k) for k in range(40)])
+    assert {t.policy_version for t in got} == {7}
+    assert all(pool.served[w] > served.get(w, 0) for w in range(2))
+    assert asyncio.run(pool.update_weights({"w": torch.ones(3)})) == 8
+
+
+def test_backend_failure_in_a_worker_stays_episode_data(ray_cluster, tiny_model_dir):
+    """A worker whose backend cannot reach its server: every episode ends backend_error,
+    the batch is whole, the worker lives on."""
+    from agentgym.backends.openai_backend import free_port
+
+    spec = WorkerSpec(tiny_model_dir, backend="openai",
+                      backend_kwargs={"base_url": f"http://127.0.0.1:{free_port()}",
+                                      "max_retries": 0, "connect_timeout_s": 1.0},
+                      rollout={"backend_retries": 0, "max_turns": 3}, num_cpus=CPU)
+    p = RayRolloutPool(spec, num_workers=1)
+    try:
+        got = play(p, [EpisodeRequest(k, k) for k in range(6)])
+        assert len(got) == 6 and {t.stop_reason for t in got} == {"backend_error"}
+        assert all(t.error for t in got) and p.num_alive == 1
+        assert p.stats["worker_deaths"] == 0
+    finally:
+        p.close()
+
+
+def test_worker_that_cannot_start_is_a_named_error(ray_cluster, tmp_path):
+    p = RayRolloutPool(WorkerSpec(str(tmp_path / "missing"), backend="scripted",
+                                  num_cpus=CPU), num_workers=1)
+    try:
+        with pytest.raises(RolloutWorkerError, match="rollout worker 0 failed to start"):
+            play(p, [EpisodeRequest(0, 0)])
+    finally:
+        p.close()
+
+
+def test_trainer_takes_rollouts_from_ray_workers_and_syncs_weights(
+        ray_cluster, tiny_model_dir, tmp_path, monkeypatch):
+    """Two GRPO steps with a transformers worker: each step's trajectories carry the
+    learner's current version, and after the first update the worker's behaviour logprobs
+    equal the learner's own (the new weights reached it: the PPO ratio starts at 1)."""
+    import agentgym.learner as learner
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+
+    seen = []
+    real = learner.policy_update
+
+    def spy(model, optimizer, pb, *a, **kw):
+        out = real(model, optimizer, pb, *a, **kw)
+        seen.append((pb.policy_version.tolist(), kw.get("current_version"), out))
+        return out
+
+    monkeypatch.setattr(learner, "policy_update", spy)
+    cfg = TrainerConfig(model=tiny_model_dir, env="maze", method="GRPO", max_turns=2,
+                        max_steps=2, tasks_per_step=2, n_samples=2, max_new_tokens=8,
+                        eval_every=0, save_every=0, warmup=None,
+                        output_dir=str(tmp_path / "run"), progress=False, tensorboard=False,
+                        torch_threads=1,
+                        learner={"lr": 3e-2, "use_kl_loss": False, "entropy_coeff": 0.5},
+                        num_rollout_workers=1, rollout_worker={"num_cpus": CPU})
+    trainer = Trainer(cfg)
+    trainer.train()
+    assert [r["policy_version"] for r in trainer.history] == [1, 2]
+    assert [(v, c) for v, c, _ in seen] == [([0] * 4, 0), ([1] * 4, 1)]
+    assert seen[0][2]["actor/grad_norm"] > 0  # the first update moved the weights
+    assert abs(seen[1][2]["actor/ppo_kl"]) < 1e-4  # workers sampled with the synced weights
+
+
+def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_model_dir,
+                                                           tmp_path):
+    """``agentgym-rl collect --ray --num-workers 2`` (on the running cluster) writes the rows
+    the in-process collect writes: same episodes, same tokens."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from agentgym.cli import main
+
+    def rows(out):
+        t = pq.read_table(glob.glob(f"{out}/*.parquet")).to_pylist()
+        return sorted((r["group_id"], r["sample_index"], r["task_id"], r["seed"],
+                       r["token_ids"], r["reward"], r["stop_reason"]) for r in t)
+
+    args = ["collect", "--env", "maze", "--tasks", "0:12", "--n-samples", "2", "--model",
+            tiny_model_dir, "--max-turns", "6", "--no-progress", "--json"]
+    assert main([*args, "-o", str(tmp_path / "ray"), "--ray", "--num-workers", "2",
+                 "--worker-cpus", str(CPU)]) == 0
+    assert main([*args, "-o", str(tmp_path / "local")]) == 0
+    got = rows(tmp_path / "ray")
+    assert len(got) == 24 and got == rows(tmp_path / "local")
