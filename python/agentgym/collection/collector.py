@@ -248,9 +248,12 @@ def _version() -> str:
 
 def resolve_model(model: str | None) -> str:
     """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0), built once into
-    ``$AGENTGYM_CACHE`` (default ``~/.cache/agentgym``)."""
+    ``$AGENTGYM_CACHE`` (default ``~/.cache/agentgym``); a named model
+    (:func:`agentgym.models.resolve_model`) its cached folder; anything else as given."""
     if model not in (None, "tiny"):
-        return str(model)
+        from agentgym.models import resolve_model as named
+
+        return str(named(model))
     cache = Path(os.environ.get("AGENTGYM_CACHE", Path.home() / ".cache" / "agentgym"))
     target = cache / "tiny-seed0"
     if not (target / "tokenizer.json").exists() or not (target / "config.json").exists():
