@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 from agentgym.collection.progress import STATS_COLUMNS, shard_stats
 from agentgym.collection.schema import SCHEMA, SCHEMA_VERSION, to_jsonl
 from agentgym.data.trajectories import FAILED_STOP_REASONS
+from agentgym.runtime.files import fsync_dir
 
 __all__ = [
     "CollectionError",
@@ -100,14 +101,6 @@ class ShardError(CollectionError):
     """A shard of the folder is unreadable or repeats a key of another shard."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _open_temp(path: Path):
     """The file a temporary write goes to (one place, so a test can point it at
     ``/dev/full`` to get a real ENOSPC)."""
@@ -125,7 +118,7 @@ def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -364,7 +357,7 @@ class RunStore:
                 self._write_table(path, kept)
             else:
                 path.unlink()
-                _fsync_dir(self.path)
+                fsync_dir(self.path)
         self._reconcile()
         return dropped
 

@@ -10,12 +10,13 @@ Layout of one checkpoint folder ``<output>/checkpoints/step_<N>/``:
   the torch/numpy/python RNG states and the config it was written with.
 
 ``latest`` (a text file in ``checkpoints/``) names the newest complete checkpoint; a
-checkpoint is written to a temporary folder and renamed, so a crash never leaves a
-half-written one behind ``latest``.
+checkpoint is written to a temporary folder, fsynced and renamed (then ``latest`` the same
+way), so a crash never leaves a half-written one behind ``latest``.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from agentgym.runtime.files import fsync_dir, fsync_tree
 
 __all__ = ["capture_rng", "find_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
 
@@ -77,9 +80,16 @@ def save_checkpoint(
     if critic is not None:
         torch.save(critic.state_dict(), tmp / "critic.pt")
     torch.save({**state, "rng": capture_rng()}, tmp / "trainer_state.pt")
+    fsync_tree(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    (root / "latest").write_text(final.name + "\n", encoding="utf-8")
+    latest = root / ".latest.tmp"
+    with open(latest, "w", encoding="utf-8") as f:
+        f.write(final.name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(latest, root / "latest")
+    fsync_dir(root)
     if keep is not None:
         olds = sorted((p for p in root.glob("step_*") if p.is_dir()),
                       key=lambda p: int(p.name.split("_")[1]))

@@ -30,6 +30,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agentgym.runtime.files import fsync_dir, fsync_tree
+
 __all__ = [
     "GGUF_FILE",
     "MODEL_NAME",
@@ -101,22 +103,6 @@ def _manifest(folder: Path) -> dict | None:
         return None
 
 
-def _fsync_tree(folder: Path) -> None:
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def build_smollm2(out_dir: str | Path) -> Path:
     """Write the Hugging Face folder (see the module docstring) into ``out_dir``, which
     must not exist yet, and return it. Not atomic by itself: :func:`smollm2_dir` builds
@@ -165,7 +151,7 @@ def smollm2_dir(root: str | Path | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}.build-", dir=root))
     try:
         built = build_smollm2(tmp / MODEL_NAME)
-        _fsync_tree(built)
+        fsync_tree(built)
         if final.exists() and _manifest(final) != want:  # stale or foreign: move it aside
             try:
                 os.rename(final, tmp / "stale")
@@ -176,7 +162,7 @@ def smollm2_dir(root: str | Path | None = None) -> Path:
         except OSError:
             if _manifest(final) != want:  # not a concurrent build that won the race
                 raise
-        _fsync_dir(root)
+        fsync_dir(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
