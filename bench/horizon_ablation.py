@@ -3,6 +3,7 @@ horizons, on the main job's task, model and step budget.
 
     python bench/horizon_ablation.py [--seeds 0,1,2] [--arms staged,short,long,adaptive]
     python bench/horizon_ablation.py --plot-only     # table and plot of the JSON so far
+    python bench/horizon_ablation.py --config FILE   # fields of FILE over the main job
 
 Every arm is ``agentgym-rl train``'s main job (:data:`agentgym.cli.train.MAIN_JOB`) with one
 change, so task, model, warm-up, step budget, batch, learning rate and evaluation are the
@@ -42,11 +43,20 @@ COLLAPSE_DROP = 0.2
 CROSS = 0.5
 
 
-def arm_config(arm: str, seed: int, output_dir: str) -> dict:
-    """The main job with the one change of ``arm`` (see the module docstring)."""
+def base_config(config_file: str | None = None) -> dict:
+    """The recipe every arm starts from: the main job, or a config file's fields over it."""
     from agentgym.cli.train import MAIN_JOB
+    from agentgym.learner.train_config import load_config_file
 
     cfg = json.loads(json.dumps(MAIN_JOB))
+    if config_file:
+        cfg.update(load_config_file(config_file))
+    return cfg
+
+
+def arm_config(arm: str, seed: int, output_dir: str, base: dict | None = None) -> dict:
+    """The base recipe with the one change of ``arm`` (see the module docstring)."""
+    cfg = json.loads(json.dumps(base if base is not None else base_config()))
     stages = list(cfg["horizon"])
     cfg.update(seed=seed, output_dir=output_dir, progress=False, save_every=0,
                tensorboard=False, plot=False, eval_max_turns=stages[-1])
@@ -61,12 +71,12 @@ def arm_config(arm: str, seed: int, output_dir: str) -> dict:
     return cfg
 
 
-def run_one(arm: str, seed: int) -> dict:
+def run_one(arm: str, seed: int, base: dict | None = None) -> dict:
     """Train one arm with one seed; its eval curve and the horizon per step."""
     from agentgym.learner.trainer import Trainer
 
     with tempfile.TemporaryDirectory(prefix=f"ablation-{arm}-{seed}-") as out:
-        cfg = arm_config(arm, seed, out)
+        cfg = arm_config(arm, seed, out, base)
         t0 = time.time()
         summary = Trainer(cfg).train()
         rows = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()
@@ -163,19 +173,24 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--out", default=str(RESULTS / "horizon_ablation.json"))
+    ap.add_argument("--config", help="YAML/TOML fields over the main job (default: the main "
+                                      "job as it is)")
     ap.add_argument("--plot-only", action="store_true", help="no training: table and plot")
     args = ap.parse_args(argv)
-    from agentgym.cli.train import MAIN_JOB
+    base = base_config(args.config)
 
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {"runs": []}
-    stages = list(MAIN_JOB["horizon"])
+    if report["runs"] and report.get("base") != base:
+        raise SystemExit(f"{out} holds runs of another recipe; pass another --out")
+    stages = list(base["horizon"])
     report.update({
-        "bench": "horizon_ablation", "env": MAIN_JOB["env"], "env_kwargs": MAIN_JOB["env_kwargs"],
-        "model": MAIN_JOB["model"], "max_steps": MAIN_JOB["max_steps"],
-        "eval_max_turns": stages[-1], "eval_tasks": MAIN_JOB["eval_tasks"],
-        "arms": {"staged": f"{'->'.join(map(str, stages))}, {MAIN_JOB['steps_per_stage']} "
-                           "steps each",
+        "bench": "horizon_ablation", "config": args.config, "base": base,
+        "env": base["env"], "env_kwargs": base["env_kwargs"], "model": base["model"],
+        "max_steps": base["max_steps"], "eval_max_turns": stages[-1],
+        "eval_tasks": base["eval_tasks"],
+        "arms": {"staged": f"{'->'.join(map(str, stages))}, {base['steps_per_stage']} "
+                           "steps per stage",
                  "short": f"fixed {stages[0]}", "long": f"fixed {stages[-1]}",
                  "adaptive": f"{'->'.join(map(str, stages))} on plateaus"},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores"})
@@ -185,7 +200,7 @@ def main(argv=None) -> dict:
                 if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
                     continue
                 print(f"horizon_ablation: {arm} seed {seed}", file=sys.stderr)
-                report["runs"].append(run_one(arm, seed))
+                report["runs"].append(run_one(arm, seed, base))
                 report["summary"] = summarize(report["runs"])
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(report, indent=1) + "\n")
