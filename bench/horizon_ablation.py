@@ -60,6 +60,8 @@ def arm_config(arm: str, seed: int, output_dir: str, base: dict | None = None) -
     stages = list(cfg["horizon"])
     cfg.update(seed=seed, output_dir=output_dir, progress=False, save_every=0,
                tensorboard=False, plot=False, eval_max_turns=stages[-1])
+    if isinstance(cfg.get("warmup"), dict):  # the same warm-up in every arm (its default
+        cfg["warmup"].setdefault("max_turns", stages[-1])  # follows the schedule's last stage)
     if arm == "short":
         cfg["horizon"] = [stages[0]]
     elif arm == "long":
