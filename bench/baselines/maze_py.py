@@ -161,7 +161,8 @@ class Env:
             self.done = True
             return f"Moved {DIRS[d]}. You reached the goal!", 1.0, True
         reward = self.shaping * (before - self.to_goal[self.pos])
-        return f"Moved {DIRS[d]}." + self.describe(), reward, False
+        closer = ", closer" if self.signpost and self.to_goal[self.pos] < before else ""
+        return f"Moved {DIRS[d]}{closer}." + self.describe(), reward, False
 
     def valid_actions(self) -> list[str]:
         if self.done:

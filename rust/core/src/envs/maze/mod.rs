@@ -260,7 +260,8 @@ pub struct MazeConfig {
     pub height: usize,
     pub loops: u64,
     pub goal_hint: bool,
-    /// An open side one step closer to the goal (BFS) reads `closer` instead of `open`.
+    /// An open side one step closer to the goal (BFS) reads `closer` instead of `open`, and
+    /// a move that went one step closer says so (`Moved north, closer.`).
     pub signpost: bool,
     pub show_position: bool,
     pub shaping: f32,
@@ -482,6 +483,9 @@ impl Env for MazeEnv {
             return (1.0, true);
         }
         let delta = before as f32 - self.to_goal[self.pos] as f32;
+        if self.cfg.signpost && delta > 0.0 {
+            out.push_str(", closer");
+        }
         out.push('.');
         self.describe(out);
         (self.cfg.shaping * delta, false)
@@ -530,7 +534,10 @@ impl Env for MazeEnv {
         }
         s.push_str(" what lies to the north, south, east and west: wall, open or goal.");
         if self.cfg.signpost {
-            s.push_str(" An open side that leads one step closer to the goal reads closer.");
+            s.push_str(
+                " An open side that leads one step closer to the goal reads closer, and so \
+                 does a move that went there.",
+            );
         }
         if self.cfg.goal_hint {
             s.push_str(" You also see how far the goal is in each direction.");

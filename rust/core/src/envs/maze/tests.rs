@@ -264,6 +264,13 @@ fn signposts_mark_exactly_the_sides_one_step_closer() {
             if s.terminated {
                 break;
             }
+            // Every oracle move is one step closer, and the move's text says so.
+            assert!(
+                s.observation
+                    .starts_with(&format!("Moved {}, closer.", dirs[od])),
+                "{}",
+                s.observation
+            );
             obs = s.observation;
         }
     }
