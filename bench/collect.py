@@ -70,8 +70,10 @@ def scripted_engine(model_dir: str, max_turns: int) -> RolloutEngine:
 def rss_child(args) -> None:
     engine = scripted_engine(args.model_dir, args.max_turns)
     wall, _ = asyncio.run(to_disk(engine, args.env[0], args.episodes, args.shard_size))
+    with open("/proc/self/status") as f:  # the resident set once collection has ended
+        end = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "wall_s": wall}))
+                      "end_rss_mib": end / 1024, "wall_s": wall}))
 
 
 def rss(args, env: str, n: int) -> dict:
@@ -102,6 +104,9 @@ def bench_env(args, env: str) -> dict:
                                                            args.rss_episodes[-1]))
     out["peak_rss_mib"] = {k: round(v["peak_rss_mib"], 1) for k, v in sizes.items()}
     out["rss_growth"] = last / first - 1.0
+    out["end_rss_mib"] = {k: round(v["end_rss_mib"], 1) for k, v in sizes.items()}
+    e0, e1 = (sizes[str(n)]["end_rss_mib"] for n in (args.rss_episodes[0], args.rss_episodes[-1]))
+    out["end_rss_growth"] = e1 / e0 - 1.0
     return out
 
 

@@ -32,8 +32,9 @@ def ray_cluster():
     ray.shutdown()
 
 
-def scripted(model_dir, **rollout):
-    return WorkerSpec(model_dir, backend="scripted", backend_kwargs={"policy": "oracle"},
+def scripted(model_dir, latency_s=0.0, **rollout):
+    return WorkerSpec(model_dir, backend="scripted",
+                      backend_kwargs={"policy": "oracle", "latency_s": latency_s},
                       rollout={"max_turns": 20, "max_concurrency": 8, **rollout}, num_cpus=CPU)
 
 
@@ -88,10 +89,11 @@ def test_pool_plays_every_request_once_as_the_engine_does(pool, tiny_model_dir):
 
 
 def test_a_faster_worker_takes_more_requests(ray_cluster, tiny_model_dir):
-    """Worker 1 plays 16 episodes at once, worker 0 one: handed out in chunks as results
-    come back, worker 1 ends up with more of the requests (a static split gives each half)."""
-    specs = [scripted(tiny_model_dir, max_concurrency=1),
-             scripted(tiny_model_dir, max_concurrency=16)]
+    """Worker 1 plays 16 episodes at once, worker 0 one, every reply taking 5 ms on both:
+    handed out in chunks as results come back, worker 1 ends up with more of the requests (a
+    static split gives each half)."""
+    specs = [scripted(tiny_model_dir, latency_s=0.005, max_concurrency=1),
+             scripted(tiny_model_dir, latency_s=0.005, max_concurrency=16)]
     p = RayRolloutPool(specs, chunk_size=2)
     try:
         reqs = [EpisodeRequest(g, g) for g in range(200)]

@@ -56,7 +56,7 @@ def test_list_envs_includes_natives_and_hides_test_env():
 
 
 def test_test_env_exists_only_once_registered():
-    # A fresh interpreter: this session's conftest has registered the test envs already.
+    # A fresh interpreter: this test run's conftest has registered the test envs already.
     code = textwrap.dedent("""
         import agentgym
         from agentgym import _core

@@ -9,6 +9,7 @@ It needs the engine's episode context (``needs_context = True``): the engine pas
 
 from __future__ import annotations
 
+import asyncio
 import random
 import zlib
 
@@ -18,18 +19,21 @@ from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
 class ScriptedBackend:
     """Instant oracle/random policy. ``policy`` is ``"oracle"`` (falling back to a random
     valid action where the env has no oracle) or ``"random"``. Logprobs are reported as 0.0
-    (the scripted policy is not a distribution over tokens)."""
+    (the scripted policy is not a distribution over tokens). ``latency_s`` > 0 makes every
+    reply take that long (an inference server's latency, without its compute)."""
 
     needs_context = True
 
     def __init__(self, tokenizer, policy: str = "oracle", seed: int = 0,
-                 template: str = "Action: {action}", end_of_turn: str | None = None):
+                 template: str = "Action: {action}", end_of_turn: str | None = None,
+                 latency_s: float = 0.0):
         if policy not in ("oracle", "random"):
             raise ValueError(f"policy must be 'oracle' or 'random', got {policy!r}")
         self.tokenizer = tokenizer
         self.policy = policy
         self.seed = seed
         self.template = template
+        self.latency_s = float(latency_s)
         eot = end_of_turn or tokenizer.eos_token
         self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
         self.policy_version = 0
@@ -53,6 +57,8 @@ class ScriptedBackend:
         if context is None:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
         driver, slot = context
         action = await driver.oracle_action(slot) if self.policy == "oracle" else None
         if action is None:

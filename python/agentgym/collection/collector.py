@@ -29,10 +29,8 @@ import json
 import os
 import queue
 import sys
-import tempfile
 import threading
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -44,7 +42,8 @@ from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import EpisodeRequest
 
-__all__ = ["ROW_FIELDS", "Collector", "collect", "open_engine", "tokenizer_sha256"]
+__all__ = ["ROW_FIELDS", "Collector", "backend_identity", "collect", "open_engine",
+           "tokenizer_sha256"]
 
 #: Rollout settings that shape the rows: part of a run's identity.
 ROW_FIELDS = ("max_turns", "max_new_tokens", "max_total_tokens", "temperature", "top_p",
@@ -247,28 +246,13 @@ def _version() -> str:
 
 
 def resolve_model(model: str | None) -> str:
-    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0), built once into
-    ``$AGENTGYM_CACHE`` (default ``~/.cache/agentgym``); a named model
-    (:func:`agentgym.models.resolve_model`) its cached folder; anything else as given."""
-    if model not in (None, "tiny"):
-        from agentgym.models import resolve_model as named
+    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0,
+    :func:`agentgym.models.cached_tiny_model`); a named model its cached folder
+    (:func:`agentgym.models.resolve_model`); anything else as given."""
+    from agentgym.models import cached_tiny_model
+    from agentgym.models import resolve_model as named
 
-        return str(named(model))
-    cache = Path(os.environ.get("AGENTGYM_CACHE", Path.home() / ".cache" / "agentgym"))
-    target = cache / "tiny-seed0"
-    if not (target / "tokenizer.json").exists() or not (target / "config.json").exists():
-        from agentgym.models import build_tiny_model
-
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
-        build_tiny_model(tmp, seed=0)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # built meanwhile by another process
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return str(cached_tiny_model() if model in (None, "tiny") else named(model))
 
 
 def open_engine(backend: str = "scripted", model: str | None = None, *,
@@ -289,11 +273,18 @@ def open_engine(backend: str = "scripted", model: str | None = None, *,
         kw["tokenizer"] = tok
     be = make_backend(backend, model_dir, **kw)
     engine = RolloutEngine(be, tok, **rollout)
+    return engine, tok, backend_identity(backend, model, tok, backend_kwargs or {})
+
+
+def backend_identity(backend: str, model: str | None, tokenizer,
+                     backend_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a run folder records of its policy (and a resume must match): the backend, the
+    model name, the tokenizer digest and, for ``scripted``, its policy."""
     identity = {"backend": backend, "model": str(model or "tiny"),
-                "tokenizer_sha256": tokenizer_sha256(tok)}
+                "tokenizer_sha256": tokenizer_sha256(tokenizer)}
     if backend == "scripted":
-        identity["policy"] = getattr(be, "policy", None)
-    return engine, tok, identity
+        identity["policy"] = backend_kwargs.get("policy", "oracle")
+    return identity
 
 
 def collect(env: str, tasks: Sequence[int | str] | int, out: str | os.PathLike, *,

@@ -18,7 +18,7 @@ __all__ = ["Progress", "format_summary", "run_summary"]
 
 
 class Progress:
-    """Counts of this session's episodes; a tqdm bar (episodes done / total, episodes/s,
+    """Counts of the episodes this process played; a tqdm bar (episodes done / total, episodes/s,
     generated tokens/s, success rate so far, failures by stop reason, ETA) when ``show``
     (None: when stderr is a terminal)."""
 
@@ -132,7 +132,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         ("turns mean", f"{run['num_turns_mean']:.2f}"),
         ("stop reasons", ", ".join(f"{k}={v:,}" for k, v in run["stop_reasons"].items())
                          or "-"),
-        ("this session", f"{ses['episodes']:,} episodes in {ses['wall_s']:.1f} s"),
+        ("this process", f"{ses['episodes']:,} episodes in {ses['wall_s']:.1f} s"),
         ("episodes/s", f"{ses['episodes_per_s']:,.1f}"),
         ("generated tokens/s", f"{ses['generated_tokens_per_s']:,.0f}"),
         ("shards", f"{summary['shards']}"),

@@ -112,17 +112,14 @@ class RolloutWorker:
             torch.set_num_threads(threads)
         self.index = index
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
+        from agentgym.backends import make_backend
+
         kw = dict(spec.backend_kwargs)
         if spec.backend == "scripted":
-            from agentgym.backends.scripted import ScriptedBackend
-
-            self.backend = ScriptedBackend(self.tokenizer, **kw)
-        else:
-            from agentgym.backends import make_backend
-
-            if spec.backend == "transformers":
-                kw.setdefault("device", "cuda" if spec.num_gpus else "cpu")
-            self.backend = make_backend(spec.backend, spec.model_dir, **kw)
+            kw["tokenizer"] = self.tokenizer
+        elif spec.backend == "transformers":
+            kw.setdefault("device", "cuda" if spec.num_gpus else "cpu")
+        self.backend = make_backend(spec.backend, spec.model_dir, **kw)
         self.engine = RolloutEngine(self.backend, self.tokenizer,
                                     **{"progress": False, **spec.rollout})
         self.feeds: dict[str, asyncio.Queue] = {}
@@ -622,7 +619,7 @@ def open_pool(backend: str = "scripted", model: str | None = None, num_workers: 
     the in-process one, so a run may resume on either. Close with ``pool.close()``."""
     from transformers import AutoTokenizer
 
-    from agentgym.collection.collector import resolve_model, tokenizer_sha256
+    from agentgym.collection.collector import backend_identity, resolve_model
 
     model_dir = resolve_model(model)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -630,8 +627,4 @@ def open_pool(backend: str = "scripted", model: str | None = None, num_workers: 
     init_ray(address)
     spec = WorkerSpec(model_dir, backend, kw, dict(rollout), **(worker or {}))
     pool = RayRolloutPool(spec, num_workers)
-    identity = {"backend": backend, "model": str(model or "tiny"),
-                "tokenizer_sha256": tokenizer_sha256(tok)}
-    if backend == "scripted":
-        identity["policy"] = kw.get("policy", "oracle")
-    return pool, tok, identity
+    return pool, tok, backend_identity(backend, model, tok, kw)

@@ -19,6 +19,7 @@ exception, a timeout or cancellation ends only that episode with stop reason
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import itertools
@@ -487,13 +488,14 @@ class RolloutEngine:
 
                 feeder = asyncio.ensure_future(feed())
             else:
-                episodes = self._episodes(requests, cfg)
-                total = len(episodes)
+                # Popped, not iterated: a finished episode (its context is the trajectory's
+                # token list) is freed once its trajectory is, however long the stream.
+                queue = collections.deque(self._episodes(requests, cfg))
+                total = len(queue)
                 capacity = max(1, min(cfg.max_concurrency, total))
-                queue = iter(episodes)
 
                 async def next_episode():
-                    return next(queue, None)
+                    return queue.popleft() if queue else None
 
             async def worker(slot: int) -> None:
                 try:

