@@ -36,12 +36,14 @@ class Env:
         height: int,
         loops: int = 0,
         goal_hint: bool = False,
+        signpost: bool = False,
         show_position: bool = True,
         shaping: float = 0.0,
         split: str = "train",
     ):
         self.w, self.h, self.loops = width, height, loops
         self.goal_hint, self.show_position, self.shaping = goal_hint, show_position, shaping
+        self.signpost = signpost
         self.split = {"train": 0, "test": 1}[split]
         self.open: list[int] = []
         self.start = self.goal = self.pos = 0
@@ -118,6 +120,8 @@ class Env:
                 what = "wall"
             elif self.neighbor(pos, d) == self.goal:
                 what = "goal"
+            elif self.signpost and self.to_goal[self.neighbor(pos, d)] + 1 == self.to_goal[pos]:
+                what = "closer"
             else:
                 what = "open"
             parts.append(f" {TITLES[d]}: {what}.")

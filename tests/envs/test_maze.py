@@ -19,6 +19,7 @@ KWARGS = [
     {"size": 3, "loops": 3, "show_position": False},
     {"width": 7, "height": 2, "split": "test", "goal_hint": True},
     {"difficulty": "hard", "loops": 10},
+    {"size": 3, "loops": 4, "signpost": True, "show_position": False},
 ]
 EXTRA_ACTIONS = ["dance", "move up", " GO N.", "W", "move", "", "Move  South", "ｎorth"]
 

@@ -260,6 +260,8 @@ pub struct MazeConfig {
     pub height: usize,
     pub loops: u64,
     pub goal_hint: bool,
+    /// An open side one step closer to the goal (BFS) reads `closer` instead of `open`.
+    pub signpost: bool,
     pub show_position: bool,
     pub shaping: f32,
     pub split: u64,
@@ -278,7 +280,8 @@ pub struct MazeEnv {
 
 /// `maze` kwargs: `difficulty` (easy 4x4 | medium 6x6 | hard 9x9, default medium), `size`
 /// (square side) or `width`/`height` (2..=64), `loops` (extra openings, default 0),
-/// `goal_hint` (default false), `show_position` (default true), `shaping` (per-step reward
+/// `goal_hint` (default false), `signpost` (open sides on a shortest path read `closer`,
+/// default false), `show_position` (default true), `shaping` (per-step reward
 /// `shaping * (distance before - distance after)`, default 0), `split` (train | test).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     let allowed = [
@@ -288,6 +291,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         "height",
         "loops",
         "goal_hint",
+        "signpost",
         "show_position",
         "shaping",
         "split",
@@ -317,6 +321,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         height: height as usize,
         loops: r.u64_or("loops", 0)?,
         goal_hint: r.bool_or("goal_hint", false)?,
+        signpost: r.bool_or("signpost", false)?,
         show_position: r.bool_or("show_position", true)?,
         shaping,
         split,
@@ -372,6 +377,11 @@ impl MazeEnv {
                 ": wall."
             } else if l.neighbor(self.pos, d) == Some(l.goal) {
                 ": goal."
+            } else if self.cfg.signpost
+                && l.neighbor(self.pos, d).map(|n| self.to_goal[n] + 1)
+                    == Some(self.to_goal[self.pos])
+            {
+                ": closer."
             } else {
                 ": open."
             };
@@ -519,6 +529,9 @@ impl Env for MazeEnv {
             );
         }
         s.push_str(" what lies to the north, south, east and west: wall, open or goal.");
+        if self.cfg.signpost {
+            s.push_str(" An open side that leads one step closer to the goal reads closer.");
+        }
         if self.cfg.goal_hint {
             s.push_str(" You also see how far the goal is in each direction.");
         }

@@ -17,6 +17,7 @@ fn maze(kw: serde_json::Value) -> MazeEnv {
         height: w,
         loops,
         goal_hint: false,
+        signpost: false,
         show_position: true,
         shaping: 0.0,
         split: 0,
@@ -224,6 +225,53 @@ fn observation_texts() {
     let obs = e.reset(&Task::Index(0), 0).unwrap();
     assert!(!obs.contains("Position") && !obs.contains("Goal:"), "{obs}");
     assert!(e.instructions().contains("move north"));
+}
+
+/// The four side words of a status sentence, in N, S, E, W order.
+fn side_words(obs: &str) -> Vec<String> {
+    ["North: ", "South: ", "East: ", "West: "]
+        .iter()
+        .map(|t| {
+            let at = obs.rfind(t).unwrap_or_else(|| panic!("{t} in {obs}")) + t.len();
+            obs[at..].split('.').next().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn signposts_mark_exactly_the_sides_one_step_closer() {
+    let dirs = ["north", "south", "east", "west"];
+    for task in 0..200 {
+        let mut e = env(json!({"size": 4, "loops": 3, "signpost": true, "show_position": false}));
+        let mut obs = e.reset(&Task::Index(task), 0).unwrap();
+        for _ in 0..16 {
+            let words = side_words(&obs);
+            let oracle = e.oracle_action().unwrap();
+            let valid = e.valid_actions();
+            for (d, word) in words.iter().enumerate() {
+                let action = format!("move {}", dirs[d]);
+                if word == "closer" {
+                    // A closer side is open and a shortest-path move (one step less to go).
+                    assert!(valid.contains(&action), "{obs}");
+                } else if word == "open" {
+                    assert_ne!(action, oracle, "{obs}");
+                }
+            }
+            // The oracle's move is signposted unless it enters the goal.
+            let od = dirs.iter().position(|d| oracle.ends_with(d)).unwrap();
+            assert!(matches!(words[od].as_str(), "closer" | "goal"), "{obs}");
+            let s = e.step(&oracle);
+            if s.terminated {
+                break;
+            }
+            obs = s.observation;
+        }
+    }
+    let mut plain = env(json!({"size": 4, "loops": 3, "show_position": false}));
+    assert!(!plain.reset(&Task::Index(0), 0).unwrap().contains("closer"));
+    assert!(env(json!({"signpost": true}))
+        .instructions()
+        .contains("closer"));
 }
 
 #[test]
