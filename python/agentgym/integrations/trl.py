@@ -21,7 +21,10 @@ env's observations), ``env_mask`` is 1 exactly on the model's tokens (TRL trains
 those), and ``env_reward`` is the episode's reward, passed to the reward functions
 (:func:`env_reward` returns it).
 
-Generation: ``backend`` when given (any agentgym ``Backend``); else a
+Generation: ``backend`` when given (any agentgym ``Backend``); else, when the trainer has a
+vLLM (``GRPOConfig(use_vllm=True)``), that vLLM through :class:`TRLVLLMBackend` (the in-process
+``vllm.LLM`` of ``vllm_mode="colocate"``, or TRL's ``VLLMClient`` of ``vllm_mode="server"``),
+whose weights TRL itself syncs before it calls the rollout function; else a
 ``TransformersBackend`` on the trainer's model folder that receives the trainer's current
 weights before the first rollout of each optimizer step.
 """
@@ -29,15 +32,26 @@ weights before the first rollout of each optimizer step.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from agentgym.backends.base import Backend
+from agentgym.backends.base import (
+    Backend,
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+    check_prompt,
+)
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import RolloutEngine
 from agentgym.integrations._episodes import TaskRefError, task_label, task_ref
 
-__all__ = ["AgentGymRollout", "TaskRefError", "env_reward", "prompt_messages"]
+__all__ = ["AgentGymRollout", "TRLVLLMBackend", "TaskRefError", "env_reward",
+           "prompt_messages"]
 
 
 def prompt_messages(env_id: str, task: int | str) -> list[dict]:
@@ -104,11 +118,22 @@ class AgentGymRollout:
 
     async def _play(self, groups: list[tuple[str, int | str]], n: int, trainer):
         engine = self._ensure_engine(trainer)
+        backend = engine.backend
         if self._own_backend and self._synced_step != trainer.state.global_step:
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            await engine.backend.update_weights(
-                {k: v.detach() for k, v in model.state_dict().items()})
+            if isinstance(backend, TRLVLLMBackend):
+                # GRPOTrainer._generate synced its vLLM to this step's weights just before
+                # calling the rollout function.
+                backend.policy_version += 1
+            else:
+                model = trainer.accelerator.unwrap_model(trainer.model)
+                await backend.update_weights(
+                    {k: v.detach() for k, v in model.state_dict().items()})
             self._synced_step = trainer.state.global_step
+        if (isinstance(backend, TRLVLLMBackend) and backend.client is not None
+                and trainer.accelerator.num_processes > 1):
+            # Only the main process pushes weights to the server: the others wait until it
+            # has, so that no rank generates with half-updated weights.
+            trainer.accelerator.wait_for_everyone()
         args = trainer.args
         sampling = {"temperature": float(trainer.temperature),
                     "top_p": float(getattr(args, "top_p", 1.0) or 1.0),
@@ -130,7 +155,9 @@ class AgentGymRollout:
     def _ensure_engine(self, trainer) -> RolloutEngine:
         if self._engine is None:
             backend = self.backend
-            if backend is None:
+            if backend is None and getattr(trainer, "use_vllm", False):
+                backend = self.backend = TRLVLLMBackend.from_trainer(trainer)
+            elif backend is None:
                 from agentgym.backends.transformers_backend import TransformersBackend
 
                 model = trainer.accelerator.unwrap_model(trainer.model)
@@ -176,6 +203,306 @@ class AgentGymRollout:
             self._loop.close()
             self._loop = None
         self._engine = None
+
+
+#: Sampling keys the engine sets per request: the trainer's ``generation_kwargs`` never
+#: override them.
+_ENGINE_KEYS = frozenset({"n", "max_tokens", "temperature", "top_p", "top_k", "seed",
+                          "stop_token_ids", "ignore_eos", "logprobs", "detokenize",
+                          "output_kind"})
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future
+    aborted: bool = False
+    budget: int = 0
+
+
+class TRLVLLMBackend:
+    """An agentgym :class:`~agentgym.backends.base.Backend` over the vLLM of a
+    ``trl.GRPOTrainer``: token ids in, token ids and their logprobs out.
+
+    Exactly one of ``llm`` (``vllm_mode="colocate"``: the trainer's in-process ``vllm.LLM``)
+    or ``client`` (``vllm_mode="server"``: TRL's ``VLLMClient`` of a vLLM server);
+    :meth:`from_trainer` takes them from the trainer's ``vllm_generation``. A prompt that
+    fills ``max_model_len`` (default: the LLM's, or the server's ``/v1/models`` entry) is
+    refused with ``InvalidRequestError``, and replies are capped to the room left.
+
+    The ``generate`` calls made while no vLLM call runs (the engine makes one per episode, all
+    the episodes of one event-loop iteration together) go to vLLM as one call: one
+    ``llm.generate`` with one sampling-params object per request, or one ``client.generate``
+    per distinct set of sampling params (the client takes one set for all its prompts). Calls
+    that arrive while vLLM works form the next batch. vLLM is called from one worker thread,
+    so the event loop keeps stepping envs meanwhile.
+
+    ``extra_sampling`` (the trainer's ``repetition_penalty``, ``min_p`` and
+    ``generation_kwargs``) goes with every request, without the keys the engine sets per turn.
+    The logprobs are the vLLM's own: TRL starts its colocated vLLM with
+    ``logprobs_mode="processed_logprobs"`` (the distribution sampled from), which its
+    importance-sampling correction reads. A server reply has no finish reason: one that ends
+    with a stop token, or with one of ``eos_token_ids`` (unless ``ignore_eos``), is ``stop``,
+    any other ``length``.
+
+    ``abort`` ends a request still waiting at once (no tokens); one already inside a vLLM call
+    returns with that call, marked ``abort``. TRL owns the weights: ``update_weights`` refuses,
+    and :class:`AgentGymRollout` bumps ``policy_version`` each time TRL has synced them.
+    ``close`` stops this object only; the vLLM stays the trainer's.
+    """
+
+    needs_context = False
+
+    def __init__(self, *, llm=None, client=None, eos_token_ids: Iterable[int] = (),
+                 extra_sampling: Mapping[str, Any] | None = None,
+                 max_model_len: int | None = None, vocab_size: int | None = None):
+        if (llm is None) == (client is None):
+            raise ValueError("TRLVLLMBackend takes exactly one of llm (colocate mode) or "
+                             "client (server mode)")
+        if llm is not None:
+            cfg = llm.llm_engine.model_config
+            max_model_len = max_model_len or cfg.max_model_len
+            vocab_size = vocab_size or cfg.get_vocab_size()
+        elif max_model_len is None:
+            max_model_len = _served_model_len(client)
+        self.llm, self.client = llm, client
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.extra_sampling = {k: v for k, v in (extra_sampling or {}).items()
+                               if k not in _ENGINE_KEYS}
+        self.policy_version = 0
+        #: vLLM calls made so far (``llm.generate`` or ``client.generate``).
+        self.calls = 0
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentgym-trl-vllm")
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._batcher: asyncio.Task | None = None
+        self._requests: dict[str, _Request] = {}
+        self._closed = False
+
+    @classmethod
+    def from_trainer(cls, trainer) -> TRLVLLMBackend:
+        """The backend over ``trainer.vllm_generation`` (TRL 1.16's ``VLLMGeneration``).
+        A process without TRL's client (in server mode only the main process has one) opens
+        its own for generation. Colocated tensor parallelism (every rank of a group must
+        send the same prompts), sleep mode and structured outputs are refused."""
+        vg = trainer.vllm_generation
+        if getattr(vg, "structured_outputs_regex", None) is not None:
+            raise ValueError("AgentGymRollout does not support vllm_structured_outputs_regex")
+        extra = {"repetition_penalty": float(getattr(vg, "repetition_penalty", 1.0) or 1.0),
+                 "min_p": float(getattr(vg, "min_p", 0.0) or 0.0),
+                 **(getattr(vg, "generation_kwargs", None) or {})}
+        eos = getattr(trainer, "eos_token_ids", None)
+        if eos is None:
+            tok = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+            eos = [] if tok.eos_token_id is None else [tok.eos_token_id]
+        if vg.mode == "colocate":
+            if vg.tensor_parallel_size > 1:
+                raise ValueError("AgentGymRollout does not support vllm_tensor_parallel_size > 1 "
+                                 "in colocate mode")
+            if vg.enable_sleep_mode:
+                raise ValueError("AgentGymRollout does not support vllm_enable_sleep_mode")
+            return cls(llm=vg.llm, eos_token_ids=eos, extra_sampling=extra)
+        if vg.mode == "server":
+            client = getattr(vg, "vllm_client", None)
+            if client is None:
+                from trl.generation.vllm_client import VLLMClient
+
+                base = vg.server_base_url or f"http://{vg.server_host}:{vg.server_port}"
+                client = VLLMClient(base_url=base, group_port=vg.group_port,
+                                    connection_timeout=vg.server_timeout)
+            return cls(client=client, eos_token_ids=eos, extra_sampling=extra)
+        raise ValueError(f"unknown vllm_mode {vg.mode!r}")
+
+    # ------------------------------------------------------------------ public API
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       request_id: str | None = None) -> GenerateResult:
+        """One completion, batched with the calls made alongside it; cancelling the caller
+        aborts the request."""
+        if self._closed:
+            raise BackendError("backend is closed")
+        prompt = check_prompt(prompt_ids, self.vocab_size)
+        budget = sampling.max_new_tokens
+        if self.max_model_len is not None:
+            if len(prompt) >= self.max_model_len:
+                raise InvalidRequestError(
+                    f"prompt of {len(prompt)} tokens leaves no room in the model's context "
+                    f"{self.max_model_len}")
+            budget = min(budget, self.max_model_len - len(prompt))
+        rid = request_id or uuid.uuid4().hex
+        if rid in self._requests:
+            raise InvalidRequestError(f"request id {rid!r} is already in flight")
+        req = _Request(prompt, sampling, asyncio.get_running_loop().create_future(),
+                       budget=budget)
+        self._requests[rid] = req
+        if self._batcher is None or self._batcher.done():
+            self._queue = self._queue or asyncio.Queue()
+            self._batcher = asyncio.get_running_loop().create_task(self._batch_loop())
+        self._queue.put_nowait(req)
+        try:
+            return await asyncio.shield(req.future)
+        except asyncio.CancelledError:
+            req.aborted = True
+            raise
+        finally:
+            self._requests.pop(rid, None)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort ``request_id`` (class docs); unknown ids are ignored."""
+        req = self._requests.get(request_id)
+        if req is not None:
+            req.aborted = True
+
+    async def update_weights(self, state_dict_or_path) -> None:
+        raise BackendError("TRL syncs its vLLM's weights itself, before each rollout")
+
+    async def close(self) -> None:
+        """Abort what is waiting, stop the batcher and the worker thread (not the vLLM)."""
+        if self._closed:
+            return
+        self._closed = True
+        for req in list(self._requests.values()):
+            req.aborted = True
+        if self._batcher is not None:
+            self._batcher.cancel()
+            try:
+                await self._batcher
+            except asyncio.CancelledError:
+                pass
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        while self._queue is not None and not self._queue.empty():
+            self._abort_now(self._queue.get_nowait())
+
+    # ------------------------------------------------------------------ batching
+    def _abort_now(self, req: _Request) -> None:
+        if not req.future.done():
+            req.future.set_result(GenerateResult(token_ids=[], finish_reason="abort",
+                                                 policy_version=self.policy_version))
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            await asyncio.sleep(0)  # the rest of this iteration's calls
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            live = []
+            for req in batch:
+                if req.aborted:
+                    self._abort_now(req)
+                else:
+                    live.append(req)
+            if not live:
+                continue
+            version = self.policy_version
+            try:
+                results = await loop.run_in_executor(self._executor, self._run, live)
+            except asyncio.CancelledError:
+                for req in live:
+                    self._abort_now(req)
+                raise
+            except Exception as e:  # the vLLM call failed: every request of it learns why
+                for req in live:
+                    if not req.future.done():
+                        req.future.set_exception(BackendError(f"vLLM generation failed: {e!r}"))
+                continue
+            for req, res in zip(live, results, strict=True):
+                if req.future.done():
+                    continue
+                if isinstance(res, BaseException):
+                    req.future.set_exception(res)
+                    continue
+                tokens, logprobs, reason = res
+                req.future.set_result(GenerateResult(
+                    token_ids=tokens, logprobs=logprobs,
+                    finish_reason="abort" if req.aborted else reason, policy_version=version))
+
+    # ------------------------------------------------------------------ worker thread
+    def _run(self, reqs: list[_Request]) -> list:
+        if self.llm is not None:
+            return self._run_llm(reqs)
+        return self._run_client(reqs)
+
+    def _run_llm(self, reqs: list[_Request]) -> list:
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        params = []
+        for r in reqs:
+            s = r.sampling
+            params.append(VLLMSamplingParams(**{
+                **self.extra_sampling, "n": 1, "max_tokens": r.budget,
+                "temperature": s.temperature, "top_p": s.top_p,
+                "top_k": s.top_k if s.top_k > 0 else 0, "seed": s.seed,
+                "stop_token_ids": list(s.stop_token_ids), "ignore_eos": s.ignore_eos,
+                "logprobs": 0 if s.logprobs else None, "detokenize": False}))
+        self.calls += 1
+        outs = self.llm.generate([{"prompt_token_ids": r.prompt} for r in reqs],
+                                 sampling_params=params, use_tqdm=False)
+        results = []
+        for r, out in zip(reqs, outs, strict=True):
+            c = out.outputs[0]
+            tokens = list(c.token_ids)
+            logprobs = []
+            if r.sampling.logprobs:
+                if c.logprobs is None or len(c.logprobs) != len(tokens):
+                    results.append(BackendError("vLLM returned no logprob for some tokens"))
+                    continue
+                logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, c.logprobs)]
+            reason = c.finish_reason if c.finish_reason in ("stop", "length", "abort") else (
+                self._reason(r, tokens))
+            results.append((tokens, logprobs, reason))
+        return results
+
+    def _run_client(self, reqs: list[_Request]) -> list:
+        groups: dict[tuple, list[int]] = {}
+        for i, r in enumerate(reqs):
+            s = r.sampling
+            key = (r.budget, s.temperature, s.top_p, s.top_k, s.seed, tuple(s.stop_token_ids),
+                   s.ignore_eos, s.logprobs)
+            groups.setdefault(key, []).append(i)
+        results: list = [None] * len(reqs)
+        for idx in groups.values():
+            first = reqs[idx[0]]
+            s = first.sampling
+            kwargs = {**self.extra_sampling, "stop_token_ids": list(s.stop_token_ids),
+                      "ignore_eos": s.ignore_eos}
+            if s.seed is not None:
+                kwargs["seed"] = s.seed
+            self.calls += 1
+            out = self.client.generate(
+                prompts=[reqs[i].prompt for i in idx], n=1, temperature=s.temperature,
+                top_p=s.top_p, top_k=s.top_k if s.top_k > 0 else 0, max_tokens=first.budget,
+                logprobs=0 if s.logprobs else None, generation_kwargs=kwargs)
+            all_lps = out.get("logprobs") if s.logprobs else None
+            for j, i in enumerate(idx):
+                tokens = list(out["completion_ids"][j])
+                logprobs = []
+                if s.logprobs:
+                    row = all_lps[j] if all_lps is not None else None
+                    if row is None or len(row) != len(tokens):
+                        results[i] = BackendError("vLLM server returned no logprob for some "
+                                                  "tokens")
+                        continue
+                    logprobs = [float("nan") if x[0] is None else float(x[0]) for x in row]
+                results[i] = (tokens, logprobs, self._reason(reqs[i], tokens))
+        return results
+
+    def _reason(self, req: _Request, tokens: list[int]) -> str:
+        s = req.sampling
+        if tokens and (tokens[-1] in s.stop_token_ids
+                       or (not s.ignore_eos and tokens[-1] in self.eos_token_ids)):
+            return "stop"
+        return "length"
+
+
+def _served_model_len(client) -> int | None:
+    """The served context length from the server's ``/v1/models`` (None if unreadable)."""
+    try:
+        resp = client.session.get(f"{client.base_url}/v1/models", timeout=30)
+        return int(resp.json()["data"][0]["max_model_len"])
+    except Exception:  # an older server or another OpenAI-compatible one: no check
+        return None
 
 
 def _prompt_ref(prompt) -> tuple[str, int | str]:
