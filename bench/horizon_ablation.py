@@ -169,6 +169,15 @@ def plot(report: dict, png: Path) -> Path:
     return png
 
 
+def save(report: dict, out: Path) -> None:
+    """Write the report so that a killed run leaves the previous complete file."""
+    from agentgym.collection.store import atomic_write
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(report, indent=1) + "\n").encode()
+    atomic_write(out, lambda f: f.write(data))
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,11 +213,9 @@ def main(argv=None) -> dict:
                 print(f"horizon_ablation: {arm} seed {seed}", file=sys.stderr)
                 report["runs"].append(run_one(arm, seed, base))
                 report["summary"] = summarize(report["runs"])
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(report, indent=1) + "\n")
+                save(report, out)
     report["summary"] = summarize(report["runs"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    save(report, out)
     if report["runs"]:
         plot(report, out.with_suffix(".png"))
     print(markdown(report), end="")
