@@ -16,6 +16,17 @@ from agentgym.envs import BaseEnv
 BAD_TEXTCRAFT = "this is not a textcraft task"
 
 
+def mask_runs(mask) -> list[tuple[int, int, int]]:
+    """Maximal runs of equal loss-mask value: ``[(mask, start, end), ...]``."""
+    out: list[list[int]] = []
+    for i, m in enumerate(mask):
+        if out and out[-1][0] == m:
+            out[-1][2] = i + 1
+        else:
+            out.append([m, i, i + 1])
+    return [tuple(r) for r in out]
+
+
 def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:
     """A ``Trajectory`` with ``token_ids`` and ``loss_mask`` and defaults for every other
     field: logprobs 0.0, reward 0, no turn rewards, ``num_turns`` = number of model-token

