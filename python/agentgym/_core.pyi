@@ -150,6 +150,11 @@ class TrajectoryStore:
     ) -> list[tuple[int, list[int], list[float], list[float], float, int, int, int]]:
         """``(key, loss_mask, logprobs, turn_rewards, reward, num_turns, stop_reason,
         prompt_len)`` per finished trajectory (no token ids); the lists are GC-untracked."""
+    def drain_rows_packed(
+        self, max: int | None = None
+    ) -> tuple[list[tuple[int, list[int], list[float], list[float], float, int, int, int]],
+               dict[str, np.ndarray]]:
+        """``(drain_rows(), drain())`` of the same trajectories, in the same order."""
     def is_live(self, key: int) -> bool: ...
     def __contains__(self, key: int) -> bool: ...
     def num_tokens(self, key: int) -> int: ...
@@ -190,6 +195,14 @@ class TurnCodec:
     @property
     def cached(self) -> int:
         """Observations whose token ids are memoised."""
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes the observation cache holds (texts, token ids, per-entry overhead)."""
+    @property
+    def cache_max_bytes(self) -> int:
+        """The observation cache's bound in bytes (default 64 MiB; settable)."""
+    @cache_max_bytes.setter
+    def cache_max_bytes(self, value: int) -> None: ...
     def set_action_format(self, action_format: str, max_action_chars: int = 4096) -> None: ...
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...

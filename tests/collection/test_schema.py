@@ -4,8 +4,10 @@
 import json
 
 import pyarrow as pa
+import pytest
 
 from agentgym.collection.schema import FIELDS, SCHEMA, rows_to_trajectories, to_jsonl, to_table
+from agentgym.data.trajectories import BatchFormatError, pack
 from tests.helpers import make_trajectory
 
 
@@ -49,3 +51,15 @@ def test_messages_are_the_mask_segments_decoded(tokenizer):
                     {"role": "assistant", "content": tokenizer.decode(reply)}]
     assert table.column("messages").type == pa.list_(
         pa.struct([("role", pa.string()), ("content", pa.string())]))
+
+
+def test_packed_rows_give_the_same_table_as_the_lists():
+    trajs = trajectories()[::-1] + trajectories()
+    kw = dict(run_id="r1", task_index=[0, 4, 4, 0], max_turns=7, env_kwargs={})
+    from_lists = to_table(trajs, **kw)
+    from_packed = to_table(trajs, packed=pack(trajs), **kw)
+    assert from_packed.schema == SCHEMA
+    assert from_packed.equals(from_lists)
+    assert rows_to_trajectories(from_packed) == trajs
+    with pytest.raises(BatchFormatError, match="3 rows for 4 trajectories"):
+        to_table(trajs, packed=pack(trajs[:3]), **kw)

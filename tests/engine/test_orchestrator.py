@@ -166,6 +166,45 @@ def test_stream_requests_takes_requests_that_arrive_while_it_runs(tokenizer):
         asyncio.run(drain())
 
 
+def test_stream_batches_hand_each_tick_with_its_packed_rows(tokenizer):
+    """``stream_batches`` plays the same episodes as ``stream_requests``; each batch's packed
+    row ``i`` holds trajectory ``i``'s tokens, mask, logprobs and turn rewards."""
+    from agentgym.data.trajectories import STOP_CODES
+    from agentgym.engine import EpisodeRequest
+
+    reqs = [EpisodeRequest(t % 7, t, 0) for t in range(24)]
+    key = lambda t: (t.group_id, t.sample_index)  # noqa: E731
+
+    async def play(batches: bool):
+        eng = engine(tokenizer, max_turns=8, max_concurrency=5, progress=False)
+        try:
+            if not batches:
+                return [t async for t in eng.stream_requests(reqs, "textcraft")]
+            return [b async for b in eng.stream_batches(reqs, "textcraft")]
+        finally:
+            eng.close()
+
+    plain = sorted(asyncio.run(play(False)), key=key)
+    batches = asyncio.run(play(True))
+    assert len(batches) > 2  # refilled slots end on different ticks
+    trajs = [t for ts, _ in batches for t in ts]
+    assert [(t.token_ids, t.loss_mask, t.logprobs, t.reward, t.stop_reason) for t in
+            sorted(trajs, key=key)] == [
+        (t.token_ids, t.loss_mask, t.logprobs, t.reward, t.stop_reason) for t in plain]
+    for ts, p in batches:
+        assert len(p) == len(ts)
+        for i, t in enumerate(ts):
+            a, b = p.offsets[i], p.offsets[i + 1]
+            assert p.token_ids[a:b].tolist() == t.token_ids
+            assert p.loss_mask[a:b].tolist() == t.loss_mask
+            assert p.logprobs[a:b].tolist() == t.logprobs
+            ta, tb = p.turn_offsets[i], p.turn_offsets[i + 1]
+            assert p.turn_rewards[ta:tb].tolist() == t.turn_rewards
+            assert (p.prompt_len[i], p.num_turns[i], p.stop_reason[i]) == (
+                t.prompt_len, t.num_turns, STOP_CODES[t.stop_reason])
+            assert (p.group_id[i], p.sample_index[i]) == (t.group_id, t.sample_index)
+
+
 def test_horizon_and_length_limits(tokenizer):
     eng = engine(tokenizer, policy="random")
     horizon = eng.collect_sync(8, "maze", max_turns=2, env_kwargs={})

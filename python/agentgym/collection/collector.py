@@ -7,7 +7,10 @@ The runner is any object with the rollout engine's request API::
         -> AsyncIterator[Trajectory]
 
 (:meth:`agentgym.engine.RolloutEngine.stream_requests`, or a pool of remote workers with the
-same method). It must play exactly the given :class:`~agentgym.engine.EpisodeRequest` s and
+same method). A runner that also has ``stream_batches`` (same arguments; it yields
+``(trajectories, PackedBatch)`` per group of episodes that ended together, as the engine
+does) is read through it: shards are then built over the packed buffers instead of from
+the trajectories' lists. It must play exactly the given :class:`~agentgym.engine.EpisodeRequest` s and
 keep each request's ``group_id`` and ``sample_index`` on its trajectory; the collector never
 touches anything else of it, except an optional ``config`` attribute (a
 :class:`~agentgym.engine.RolloutConfig`) whose row-shaping fields it records.
@@ -39,7 +42,7 @@ import numpy as np
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
 from agentgym.collection.store import RunStore
-from agentgym.data.trajectories import Trajectory
+from agentgym.data.trajectories import PackedBatch, Trajectory
 from agentgym.engine.orchestrator import EpisodeRequest
 
 __all__ = ["ROW_FIELDS", "Collector", "backend_identity", "collect", "open_engine",
@@ -94,11 +97,13 @@ class _Writer:
         if self.error is not None:
             raise self.error
 
-    async def submit(self, trajs: list[Trajectory]) -> None:
+    async def submit(self, trajs: list[Trajectory], packed: PackedBatch | None = None) -> None:
         self._raise()
         # The conversion holds the GIL either way; done here, between ticks, it never makes
-        # the event loop wait for a GIL hand-over from the writer thread.
-        table = to_table(trajs, task_index=[t.group_id for t in trajs], **self.row_args)
+        # the event loop wait for a GIL hand-over from the writer thread. With the packed
+        # rows it only wraps their buffers (plus one list per scalar column).
+        table = to_table(trajs, task_index=[t.group_id for t in trajs], packed=packed,
+                         **self.row_args)
         try:
             self.q.put_nowait(table)
         except queue.Full:  # two shards queued: wait for the writer (backpressure)
@@ -116,6 +121,39 @@ class _Writer:
                     self.q.get_nowait()
             self.q.put(None)
             self.thread.join()
+
+
+class _ShardBuffer:
+    """Finished trajectories waiting for their shard, with their packed rows as ranges of
+    the runner's batches (kept only while every trajectory added so far came with its
+    row)."""
+
+    def __init__(self):
+        self.trajs: list[Trajectory] = []
+        #: [batch, first row, end row] per run of consecutive rows of one batch.
+        self.parts: list[list] | None = []
+
+    def __len__(self) -> int:
+        return len(self.trajs)
+
+    def add(self, traj: Trajectory, packed: PackedBatch | None, row: int) -> None:
+        """Buffer ``traj``; ``packed``: the batch whose row ``row`` it is (or None)."""
+        self.trajs.append(traj)
+        if packed is None or self.parts is None:
+            self.parts = None
+        elif self.parts and self.parts[-1][0] is packed and self.parts[-1][2] == row:
+            self.parts[-1][2] = row + 1
+        else:
+            self.parts.append([packed, row, row + 1])
+
+    def take(self) -> tuple[list[Trajectory], PackedBatch | None]:
+        """The buffered trajectories and their rows as one batch; the buffer emptied."""
+        trajs, parts = self.trajs, self.parts
+        self.trajs, self.parts = [], []
+        if not parts:
+            return trajs, None
+        return trajs, PackedBatch.concat([
+            p if (a, z) == (0, len(p)) else p.select(np.arange(a, z)) for p, a, z in parts])
 
 
 class Collector:
@@ -192,23 +230,21 @@ class Collector:
                                  "env_kwargs": self.env_kwargs, "tokenizer": self.tokenizer})
         ok = False
         try:
-            buf: list[Trajectory] = []
+            buf = _ShardBuffer()
             for w in range(0, len(missing), self.window):
                 ts, ss = np.divmod(missing[w:w + self.window], n)
                 reqs = [EpisodeRequest(self.tasks[t], t, s)
                         for t, s in zip(ts.tolist(), ss.tolist())]
-                it = self.runner.stream_requests(reqs, self.env_id,
-                                                 env_kwargs=self.env_kwargs, **self.overrides)
-                async with contextlib.aclosing(it):
-                    async for traj in it:
-                        buf.append(traj)
-                        prog.update(traj)
-                        if len(buf) >= self.shard_size:
-                            await writer.submit(buf)
-                            buf = []
-                        yield traj
-            if buf:
-                await writer.submit(buf)
+                async with contextlib.aclosing(self._batches(reqs)) as it:
+                    async for trajs, packed in it:
+                        for row, traj in enumerate(trajs):
+                            buf.add(traj, packed, row)
+                            prog.update(traj)
+                            if len(buf) >= self.shard_size:
+                                await writer.submit(*buf.take())
+                            yield traj
+            if len(buf):
+                await writer.submit(*buf.take())
             await writer.join()
             ok = True
         finally:
@@ -218,6 +254,24 @@ class Collector:
                 self._finish(prog)
             else:
                 store.close()
+
+    async def _batches(self, reqs: list[EpisodeRequest]
+                       ) -> AsyncIterator[tuple[list[Trajectory], PackedBatch | None]]:
+        """The runner's finished trajectories in groups, with their packed rows when the
+        runner has ``stream_batches`` (:class:`~agentgym.engine.RolloutEngine`), else one
+        at a time without (the shard is then built from the trajectories' lists)."""
+        kw = {"env_kwargs": self.env_kwargs, **self.overrides}
+        batches = getattr(self.runner, "stream_batches", None)
+        if callable(batches):
+            it = batches(reqs, self.env_id, **kw)
+            async with contextlib.aclosing(it):
+                async for trajs, packed in it:
+                    yield trajs, packed
+            return
+        it = self.runner.stream_requests(reqs, self.env_id, **kw)
+        async with contextlib.aclosing(it):
+            async for traj in it:
+                yield [traj], None
 
     def _finish(self, prog: Progress) -> None:
         store = self.store

@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from agentgym.data.trajectories import STOP_CODES, BatchFormatError, Trajectory
+from agentgym.data.trajectories import STOP_CODES, BatchFormatError, PackedBatch, Trajectory
 
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "rows_to_trajectories", "to_jsonl",
            "to_table"]
@@ -71,6 +71,17 @@ def _list(lengths: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
 
 
+def _packed_list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """A list array over packed ``values`` and their int64 ``offsets`` (starting at 0), the
+    buffers wrapped, not copied (the int32 offsets of ``list<>`` are the one conversion)."""
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise BatchFormatError(f"{offsets[-1]} values do not fit one shard's list column; "
+                               "use a smaller shard_size")
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                    pa.array(values.astype(typ.to_pandas_dtype(), copy=False),
+                                             type=typ))
+
+
 def _flat(lists: Sequence[Sequence], code: str, dtype) -> np.ndarray:
     """The concatenation of ``lists`` as one numpy array (``array.array`` converts Python
     ints and floats in C, about twice as fast as ``np.asarray`` per list)."""
@@ -101,11 +112,9 @@ def _messages(trajs: Sequence[Trajectory], tokenizer) -> list[list[dict]]:
     return out
 
 
-def to_table(trajs: Sequence[Trajectory], run_id: str, task_index: Sequence[int],
-             max_turns: int | None, env_kwargs: dict[str, Any],
-             tokenizer=None) -> pa.Table:
-    """The rows of ``trajs`` (``task_index[i]`` is trajectory ``i``'s key) as one Arrow table
-    of :data:`SCHEMA`; with a ``tokenizer``, ``messages`` holds the decoded segments."""
+def _token_columns(trajs: Sequence[Trajectory]) -> dict[str, pa.Array]:
+    """``token_ids``, ``loss_mask``, ``logprobs`` and ``turn_rewards`` from the trajectories'
+    lists."""
     n = len(trajs)
     lens = np.fromiter((len(t.token_ids) for t in trajs), np.int64, n)
     for name in ("loss_mask", "logprobs"):
@@ -114,11 +123,47 @@ def to_table(trajs: Sequence[Trajectory], run_id: str, task_index: Sequence[int]
             i = int(np.flatnonzero(other != lens)[0])
             raise BatchFormatError(f"trajectory {i}: {name} has {other[i]} entries, "
                                    f"token_ids has {lens[i]}")
+    turns = [t.turn_rewards for t in trajs]
+    return {
+        "token_ids": _list(lens, _flat([t.token_ids for t in trajs], "I", np.uint32),
+                           pa.uint32()),
+        "loss_mask": _list(lens, _flat([t.loss_mask for t in trajs], "B", np.uint8),
+                           pa.uint8()),
+        "logprobs": _list(lens, _flat([t.logprobs for t in trajs], "f", np.float32),
+                          pa.float32()),
+        "turn_rewards": _list(np.fromiter(map(len, turns), np.int64, n),
+                              _flat(turns, "f", np.float32), pa.float32()),
+    }
+
+
+def _packed_columns(packed: PackedBatch) -> dict[str, pa.Array]:
+    """The same four columns over a packed batch's buffers."""
+    return {
+        "token_ids": _packed_list(packed.offsets, packed.token_ids, pa.uint32()),
+        "loss_mask": _packed_list(packed.offsets, packed.loss_mask, pa.uint8()),
+        "logprobs": _packed_list(packed.offsets, packed.logprobs, pa.float32()),
+        "turn_rewards": _packed_list(packed.turn_offsets, packed.turn_rewards, pa.float32()),
+    }
+
+
+def to_table(trajs: Sequence[Trajectory], run_id: str, task_index: Sequence[int],
+             max_turns: int | None, env_kwargs: dict[str, Any],
+             tokenizer=None, packed: PackedBatch | None = None) -> pa.Table:
+    """The rows of ``trajs`` (``task_index[i]`` is trajectory ``i``'s key) as one Arrow table
+    of :data:`SCHEMA`; with a ``tokenizer``, ``messages`` holds the decoded segments.
+
+    ``packed``: the same trajectories' rows packed (row ``i`` is ``trajs[i]``, as
+    :meth:`~agentgym.engine.RolloutEngine.stream_batches` hands them): the token-level
+    columns are built over its buffers instead of from the trajectories' lists (same
+    table)."""
+    n = len(trajs)
+    if packed is not None and len(packed) != n:
+        raise BatchFormatError(f"packed batch has {len(packed)} rows for {n} trajectories")
     unknown = {t.stop_reason for t in trajs} - STOP_CODES.keys()
     if unknown:
         raise BatchFormatError(f"unknown stop reason {sorted(unknown)[0]!r}; expected one of "
                                f"{tuple(STOP_CODES)}")
-    turns = [t.turn_rewards for t in trajs]
+    token_cols = _token_columns(trajs) if packed is None else _packed_columns(packed)
     tasks = [t.task_id for t in trajs]
     is_text = [isinstance(x, str) for x in tasks]
     cols = {
@@ -130,15 +175,8 @@ def to_table(trajs: Sequence[Trajectory], run_id: str, task_index: Sequence[int]
         "group_id": pa.array([t.group_id for t in trajs], pa.uint64()),
         "sample_index": pa.array([t.sample_index for t in trajs], pa.uint32()),
         "seed": pa.array(np.fromiter((t.seed for t in trajs), np.uint64, n)),
-        "token_ids": _list(lens, _flat([t.token_ids for t in trajs], "I", np.uint32),
-                           pa.uint32()),
-        "loss_mask": _list(lens, _flat([t.loss_mask for t in trajs], "B", np.uint8),
-                           pa.uint8()),
-        "logprobs": _list(lens, _flat([t.logprobs for t in trajs], "f", np.float32),
-                          pa.float32()),
+        **token_cols,
         "prompt_len": pa.array([t.prompt_len for t in trajs], pa.uint32()),
-        "turn_rewards": _list(np.fromiter(map(len, turns), np.int64, n),
-                              _flat(turns, "f", np.float32), pa.float32()),
         "reward": pa.array([t.reward for t in trajs], pa.float32()),
         "num_turns": pa.array([t.num_turns for t in trajs], pa.uint32()),
         "stop_reason": pa.array([t.stop_reason for t in trajs], pa.string()),

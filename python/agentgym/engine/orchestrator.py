@@ -149,6 +149,9 @@ class _Run:
         self.driver = driver
         self.fmt = engine.formatter
         self.store = _core.TrajectoryStore()
+        #: Set by ``stream_batches``: called with each tick's finished trajectories and the
+        #: same rows packed (the store's buffers) instead of returning them one by one.
+        self.batch_sink = None
         self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
         self.needs_context = engine.backend.needs_context
         #: Rust decode, parse, tokenize and store appends: the turn's one bookkeeping path.
@@ -242,7 +245,12 @@ class _Run:
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
-        rows = {r[0]: r for r in self.store.drain_rows()}
+        sink, packed = self.batch_sink, None
+        if sink is None:
+            drained = self.store.drain_rows()
+        else:
+            drained, packed = self.store.drain_rows_packed()
+        rows = {r[0]: r for r in drained}
         env_id, now = self.driver.env_id, time.perf_counter()
         out = []
         for e in eps:
@@ -265,6 +273,11 @@ class _Run:
                 seed=e.seed,
                 error=e.error,
             ))
+        if sink is not None:
+            # The store drains in finish order: its row i is eps[i].
+            if not np.array_equal(packed["keys"], keys):
+                raise RuntimeError("the trajectory store drained rows of other episodes")
+            sink((out, PackedBatch.from_dict(packed)))
         return out
 
     # -- one episode ----------------------------------------------------------------------
@@ -458,11 +471,29 @@ class RolloutEngine:
         ``requests`` may be an async iterable: each request then joins the running stream as
         it arrives (a free slot takes it at once), and the stream ends when the iterable is
         exhausted and every episode has ended."""
+        async for t in self._stream(requests, env_id, env_kwargs, overrides, batches=False):
+            yield t
+
+    async def stream_batches(self, requests: Iterable[EpisodeRequest]
+                             | AsyncIterable[EpisodeRequest], env_id: str, *,
+                             env_kwargs: dict | None = None, **overrides
+                             ) -> AsyncIterator[tuple[list[Trajectory], PackedBatch]]:
+        """``stream_requests``, one yield per group of episodes that ended together: their
+        trajectories and the same rows as a :class:`~agentgym.data.PackedBatch` (row ``i``
+        is trajectory ``i``; its token ids, masks, logprobs and turn rewards are the
+        trajectory store's packed buffers), for consumers that write arrays."""
+        async for b in self._stream(requests, env_id, env_kwargs, overrides, batches=True):
+            yield b
+
+    async def _stream(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
+                      batches: bool) -> AsyncIterator:
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
             run = _Run(self, driver, cfg)
             done: asyncio.Queue = asyncio.Queue()
+            if batches:
+                run.batch_sink = done.put_nowait
             feeder = None
             if isinstance(requests, AsyncIterable):
                 total = None  # known once the feed is exhausted
@@ -501,7 +532,9 @@ class RolloutEngine:
                 try:
                     while (ep := await next_episode()) is not None:
                         ep.slot = slot
-                        done.put_nowait(await run.run_episode(ep))
+                        traj = await run.run_episode(ep)
+                        if not batches:  # else the close batch queued it with its tick
+                            done.put_nowait(traj)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as e:  # an engine bug: surface it, don't hang
@@ -518,9 +551,10 @@ class RolloutEngine:
                         continue
                     if isinstance(item, _WorkerFailure):
                         raise item.error
+                    count = len(item[0]) if batches else 1
                     if bar is not None:
-                        bar.update(1)
-                    yielded += 1
+                        bar.update(count)
+                    yielded += count
                     yield item
             finally:
                 if feeder is not None:

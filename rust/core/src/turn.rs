@@ -33,6 +33,18 @@ use tokenizers::Tokenizer;
 /// Below this many items the batch runs on the calling thread.
 const PAR_MIN_LEN: usize = 64;
 
+/// Default bound of the observation-token cache, in bytes (see [`TurnCodec::cache_bytes`]).
+pub const DEFAULT_CACHE_MAX_BYTES: usize = 64 << 20;
+
+/// What one cache entry costs besides its text and token ids: the map slot (key `String`,
+/// `Arc` fat pointer, control byte) and the `Arc` allocation's counters, rounded up.
+const CACHE_ENTRY_OVERHEAD: usize = 64;
+
+/// The bytes one cache entry holds: text, token ids and fixed overhead.
+fn entry_bytes(text: &str, ids: &[u32]) -> usize {
+    text.len() + std::mem::size_of_val(ids) + CACHE_ENTRY_OVERHEAD
+}
+
 /// One episode's model reply for this turn.
 #[derive(Debug, Clone, Copy)]
 pub struct TurnInput<'a> {
@@ -85,7 +97,9 @@ pub struct TurnCodec {
     end_of_turn: u32,
     parser: ActionParser,
     cache: HashMap<String, Arc<[u32]>>,
-    cache_capacity: usize,
+    /// Bytes the cache's entries hold ([`entry_bytes`] summed).
+    cache_bytes: usize,
+    cache_max_bytes: usize,
     cache_max_chars: usize,
 }
 
@@ -97,6 +111,7 @@ impl std::fmt::Debug for TurnCodec {
             .field("end_of_turn", &self.end_of_turn)
             .field("parser", &self.parser)
             .field("cached", &self.cache.len())
+            .field("cache_bytes", &self.cache_bytes)
             .finish()
     }
 }
@@ -131,7 +146,8 @@ impl TurnCodec {
             end_of_turn,
             parser,
             cache: HashMap::new(),
-            cache_capacity: 65_536,
+            cache_bytes: 0,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             cache_max_chars: 2_048,
         })
     }
@@ -151,6 +167,26 @@ impl TurnCodec {
     /// Observations cached (their token ids).
     pub fn cached(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Bytes the observation cache holds: per entry its text, its token ids and a fixed
+    /// overhead. Never above [`TurnCodec::cache_max_bytes`].
+    pub fn cache_bytes(&self) -> usize {
+        self.cache_bytes
+    }
+
+    pub fn cache_max_bytes(&self) -> usize {
+        self.cache_max_bytes
+    }
+
+    /// Bound the observation cache to `max_bytes` (0: no caching); a cache above the new
+    /// bound is emptied.
+    pub fn set_cache_max_bytes(&mut self, max_bytes: usize) {
+        self.cache_max_bytes = max_bytes;
+        if self.cache_bytes > max_bytes {
+            self.cache.clear();
+            self.cache_bytes = 0;
+        }
     }
 
     /// Tokenize `text` (special-token markers in it are recognised, none are added).
@@ -198,13 +234,19 @@ impl TurnCodec {
         } else {
             misses.iter().map(encode).collect::<Result<_>>()?
         };
-        if self.cache.len() + misses.len() > self.cache_capacity {
-            self.cache.clear();
-        }
         for (&i, ids) in misses.iter().zip(&encoded) {
-            if observations[i].len() <= self.cache_max_chars {
-                self.cache.insert(observations[i].to_string(), ids.clone());
+            let text = observations[i];
+            let size = entry_bytes(text, ids);
+            if text.len() > self.cache_max_chars || size > self.cache_max_bytes {
+                continue;
             }
+            if self.cache_bytes + size > self.cache_max_bytes {
+                // Full: start over (observations of the current tasks come back at once).
+                self.cache.clear();
+                self.cache_bytes = 0;
+            }
+            self.cache.insert(text.to_string(), ids.clone());
+            self.cache_bytes += size;
         }
         let fresh: HashMap<&str, &Arc<[u32]>> = misses
             .iter()

@@ -206,23 +206,7 @@ impl PyTrajectoryStore {
     fn drain<'py>(&mut self, py: Python<'py>, max: Option<usize>) -> PyResult<Bound<'py, PyDict>> {
         let inner = &mut self.inner;
         let b: PackedBatch = py.detach(|| inner.drain(max));
-        let d = PyDict::new(py);
-        d.set_item("keys", b.keys.into_pyarray(py))?;
-        d.set_item("group_id", b.group_id.into_pyarray(py))?;
-        d.set_item("sample_index", b.sample_index.into_pyarray(py))?;
-        d.set_item("policy_version", b.policy_version.into_pyarray(py))?;
-        d.set_item("task_id", b.task_id.into_pyarray(py))?;
-        d.set_item("token_ids", b.token_ids.into_pyarray(py))?;
-        d.set_item("offsets", b.offsets.into_pyarray(py))?;
-        d.set_item("loss_mask", b.loss_mask.into_pyarray(py))?;
-        d.set_item("logprobs", b.logprobs.into_pyarray(py))?;
-        d.set_item("rewards", b.rewards.into_pyarray(py))?;
-        d.set_item("turn_rewards", b.turn_rewards.into_pyarray(py))?;
-        d.set_item("turn_offsets", b.turn_offsets.into_pyarray(py))?;
-        d.set_item("num_turns", b.num_turns.into_pyarray(py))?;
-        d.set_item("stop_reason", b.stop_reason.into_pyarray(py))?;
-        d.set_item("prompt_len", b.prompt_len.into_pyarray(py))?;
-        Ok(d)
+        packed_dict(py, b)
     }
 
     /// Finished trajectories as rows, for consumers that want Python objects per
@@ -239,32 +223,22 @@ impl PyTrajectoryStore {
     ) -> PyResult<Bound<'py, pyo3::types::PyList>> {
         let inner = &mut self.inner;
         let b: PackedBatch = py.detach(|| inner.drain(max));
-        let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
-        let floats = |vals: &[f32]| -> PyResult<Bound<'py, pyo3::types::PyList>> {
-            let list = shared_zero_floats(&zero, vals.iter().copied())?;
-            crate::turn::untrack(&list);
-            Ok(list)
-        };
-        let rows = (0..b.keys.len())
-            .map(|i| {
-                let (a, z) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
-                let (ta, tz) = (b.turn_offsets[i] as usize, b.turn_offsets[i + 1] as usize);
-                let mask = pyo3::types::PyList::new(py, &b.loss_mask[a..z])?;
-                crate::turn::untrack(&mask);
-                (
-                    b.keys[i],
-                    mask,
-                    floats(&b.logprobs[a..z])?,
-                    floats(&b.turn_rewards[ta..tz])?,
-                    b.rewards[i],
-                    b.num_turns[i],
-                    b.stop_reason[i],
-                    b.prompt_len[i],
-                )
-                    .into_pyobject(py)
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        pyo3::types::PyList::new(py, rows)
+        rows_list(py, &b)
+    }
+
+    /// Both views of the same drained trajectories: `(rows, packed)`, `rows` as
+    /// `drain_rows` returns them and `packed` as `drain` does (row `i` of one is
+    /// trajectory `i` of the other). The packed arrays are the store's buffers, not copies.
+    #[pyo3(signature = (max = None))]
+    fn drain_rows_packed<'py>(
+        &mut self,
+        py: Python<'py>,
+        max: Option<usize>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyList>, Bound<'py, PyDict>)> {
+        let inner = &mut self.inner;
+        let b: PackedBatch = py.detach(|| inner.drain(max));
+        let rows = rows_list(py, &b)?;
+        Ok((rows, packed_dict(py, b)?))
     }
 
     fn is_live(&self, key: u64) -> bool {
@@ -328,4 +302,55 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let names: Vec<&str> = StopReason::ALL.iter().map(|r| r.as_str()).collect();
     m.add("STOP_REASONS", pyo3::types::PyTuple::new(m.py(), names)?)?;
     Ok(())
+}
+
+/// A packed batch as a dict of numpy arrays (the vectors move into numpy, no copy).
+fn packed_dict(py: Python<'_>, b: PackedBatch) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("keys", b.keys.into_pyarray(py))?;
+    d.set_item("group_id", b.group_id.into_pyarray(py))?;
+    d.set_item("sample_index", b.sample_index.into_pyarray(py))?;
+    d.set_item("policy_version", b.policy_version.into_pyarray(py))?;
+    d.set_item("task_id", b.task_id.into_pyarray(py))?;
+    d.set_item("token_ids", b.token_ids.into_pyarray(py))?;
+    d.set_item("offsets", b.offsets.into_pyarray(py))?;
+    d.set_item("loss_mask", b.loss_mask.into_pyarray(py))?;
+    d.set_item("logprobs", b.logprobs.into_pyarray(py))?;
+    d.set_item("rewards", b.rewards.into_pyarray(py))?;
+    d.set_item("turn_rewards", b.turn_rewards.into_pyarray(py))?;
+    d.set_item("turn_offsets", b.turn_offsets.into_pyarray(py))?;
+    d.set_item("num_turns", b.num_turns.into_pyarray(py))?;
+    d.set_item("stop_reason", b.stop_reason.into_pyarray(py))?;
+    d.set_item("prompt_len", b.prompt_len.into_pyarray(py))?;
+    Ok(d)
+}
+
+/// The rows of `drain_rows` for a packed batch.
+fn rows_list<'py>(py: Python<'py>, b: &PackedBatch) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
+    let floats = |vals: &[f32]| -> PyResult<Bound<'py, pyo3::types::PyList>> {
+        let list = shared_zero_floats(&zero, vals.iter().copied())?;
+        crate::turn::untrack(&list);
+        Ok(list)
+    };
+    let rows = (0..b.keys.len())
+        .map(|i| {
+            let (a, z) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
+            let (ta, tz) = (b.turn_offsets[i] as usize, b.turn_offsets[i + 1] as usize);
+            let mask = pyo3::types::PyList::new(py, &b.loss_mask[a..z])?;
+            crate::turn::untrack(&mask);
+            (
+                b.keys[i],
+                mask,
+                floats(&b.logprobs[a..z])?,
+                floats(&b.turn_rewards[ta..tz])?,
+                b.rewards[i],
+                b.num_turns[i],
+                b.stop_reason[i],
+                b.prompt_len[i],
+            )
+                .into_pyobject(py)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    pyo3::types::PyList::new(py, rows)
 }

@@ -237,6 +237,24 @@ impl PyTurnCodec {
         self.inner.cached()
     }
 
+    /// Bytes the observation cache holds (texts, token ids, per-entry overhead).
+    #[getter]
+    fn cache_bytes(&self) -> usize {
+        self.inner.cache_bytes()
+    }
+
+    /// The cache's bound in bytes (default 64 MiB); a cache above a lowered bound is
+    /// emptied.
+    #[getter]
+    fn get_cache_max_bytes(&self) -> usize {
+        self.inner.cache_max_bytes()
+    }
+
+    #[setter]
+    fn set_cache_max_bytes(&mut self, max_bytes: usize) {
+        self.inner.set_cache_max_bytes(max_bytes);
+    }
+
     fn encode(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
         let inner = &self.inner;
         py.detach(|| inner.encode(text)).map_err(to_py)

@@ -335,3 +335,50 @@ fn recorded_results_keep_env_errors_and_apply_the_length_cap() {
         .record_turns(&mut store, &unknown, &results[..1], cap)
         .is_err());
 }
+
+#[test]
+fn the_observation_cache_stays_within_its_byte_bound() {
+    let mut c = codec();
+    assert_eq!(c.cache_max_bytes(), DEFAULT_CACHE_MAX_BYTES);
+    let bound = 2_000;
+    c.set_cache_max_bytes(bound);
+    let held = |c: &TurnCodec| -> usize { c.cache.iter().map(|(k, v)| entry_bytes(k, v)).sum() };
+    let mut peak = 0;
+    for call in 0..40 {
+        // Each call brings 4 new observations of 2 to 12 words: the cache fills and restarts.
+        let texts: Vec<String> = (0..4)
+            .map(|k| format!("step {call} {k} ") + &"noop ".repeat(2 + (call + k) % 11))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (ids, misses) = c.observation_ids(&refs).unwrap();
+        assert_eq!(misses, 4);
+        assert_eq!(
+            c.cache_bytes(),
+            held(&c),
+            "the byte count is what the entries hold"
+        );
+        assert!(
+            c.cache_bytes() <= bound,
+            "call {call}: {} > {bound}",
+            c.cache_bytes()
+        );
+        peak = peak.max(c.cache_bytes());
+        // What was just tokenized is served from the cache (until the next restart).
+        let (again, misses) = c.observation_ids(&refs[3..]).unwrap();
+        assert_eq!((misses, &again[0]), (0, &ids[3]));
+    }
+    assert!(
+        peak > bound / 2,
+        "the cache was used up to near its bound ({peak})"
+    );
+    // One entry bigger than the whole bound is tokenized but never cached.
+    c.set_cache_max_bytes(100);
+    assert_eq!(
+        c.cache_bytes(),
+        0,
+        "lowering the bound below the content empties the cache"
+    );
+    let long = "noop ".repeat(30);
+    let (_, misses) = c.observation_ids(&[long.as_str()]).unwrap();
+    assert_eq!((misses, c.cached()), (1, 0));
+}
