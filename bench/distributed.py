@@ -11,9 +11,10 @@ path are all there is to measure), the same ``--episodes`` requests played
 * on 1 Ray worker (``--concurrency`` in flight on it),
 * on 2 Ray workers (``--concurrency / 2`` each: the same total in flight).
 
-Workers are started and warmed up before the clock starts. Reports trajectories/s and
-turns/s per path (best of ``--repeats``), ``ray_1_worker_vs_in_process`` (the Ray path's
-overhead; target >= 0.8) and ``scaling_2_vs_1_workers``.
+Workers are started and warmed up before the clock starts; each Ray run alternates with an
+in-process run, so both see the same load. Reports trajectories/s and turns/s per path (best
+of ``--repeats``; in process, best of all its runs), ``ray_1_worker_vs_in_process`` (the Ray
+path's overhead; target >= 0.8) and ``scaling_2_vs_1_workers``.
 
 Learner: ``policy_update`` on the tiny model on a fixed batch, 1 process vs 2 gloo ranks
 (NCCL on ``--device cuda``, one GPU per rank) splitting the batch by tokens; model tokens
@@ -54,9 +55,7 @@ def rollout_bench(model_dir: str, episodes: int, concurrency: int, repeats: int,
         assert n == episodes
         return time.perf_counter() - t0, turns
 
-    def best(runner) -> dict:
-        asyncio.run(timed(runner))  # warm-up (workers started, pools built)
-        runs = [asyncio.run(timed(runner)) for _ in range(repeats)]
+    def best(runs: list[tuple[float, int]]) -> dict:
         wall, turns = min(runs)
         return {"trajectories_per_s": episodes / wall, "turns_per_s": turns / wall,
                 "wall_s": wall, "wall_s_runs": [r[0] for r in runs]}
@@ -64,8 +63,9 @@ def rollout_bench(model_dir: str, episodes: int, concurrency: int, repeats: int,
     tok = AutoTokenizer.from_pretrained(model_dir)
     engine = RolloutEngine(ScriptedBackend(tok, policy="oracle"), tok, max_turns=max_turns,
                            max_concurrency=concurrency, progress=False)
-    out = {"in_process": best(engine)}
-    engine.close()
+    asyncio.run(timed(engine))  # warm-up (env pools built)
+    local: list[tuple[float, int]] = []
+    out = {}
     init_ray(num_cpus=os.cpu_count())
     for workers in (1, 2):
         spec = WorkerSpec(model_dir, backend="scripted", backend_kwargs={"policy": "oracle"},
@@ -74,10 +74,17 @@ def rollout_bench(model_dir: str, episodes: int, concurrency: int, repeats: int,
                           num_cpus=1)
         pool = RayRolloutPool(spec, num_workers=workers)
         try:
-            out[f"ray_{workers}_worker"] = best(pool)
+            asyncio.run(timed(pool))  # warm-up (workers started, their env pools built)
+            runs = []
+            for _ in range(repeats):  # interleaved with in-process runs: same load
+                local.append(asyncio.run(timed(engine)))
+                runs.append(asyncio.run(timed(pool)))
+            out[f"ray_{workers}_worker"] = best(runs)
         finally:
             pool.close()
     ray.shutdown()
+    engine.close()
+    out = {"in_process": best(local), **out}
     tp = {k: v["trajectories_per_s"] for k, v in out.items()}
     out["ray_1_worker_vs_in_process"] = tp["ray_1_worker"] / tp["in_process"]
     out["scaling_2_vs_1_workers"] = tp["ray_2_worker"] / tp["ray_1_worker"]

@@ -88,6 +88,32 @@ def test_pool_plays_every_request_once_as_the_engine_does(pool, tiny_model_dir):
         (t.group_id, t.sample_index) for t in batch) and len(batch) == 15
 
 
+def test_worker_messages_carry_every_trajectory_field_exactly():
+    """What a worker sends is what the driver yields: every field of a model's trajectory
+    (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
+    (an error, a string task id) comes back equal, in order, with its request index."""
+    from agentgym.data.trajectories import Trajectory
+    from agentgym.distributed.rollout_workers import _decode, _encode
+
+    def traj(k, **kw):
+        base = dict(task_id=k, env_id="maze", group_id=10 + k, sample_index=k % 2,
+                    token_ids=[5, 900, 70000, 3, 1], loss_mask=[0, 0, 1, 1, 0],
+                    logprobs=[0.0, 0.0, -0.25, -1.0e-9, 0.0], prompt_len=2,
+                    turn_rewards=[0.0, 0.5], reward=0.5, num_turns=2, stop_reason="done",
+                    policy_version=3, timings={"total_s": 0.125, "gen_s": 0.0625}, seed=k)
+        return Trajectory(**{**base, **kw})
+
+    sent = [(4, traj(0)), (0, traj(1, logprobs=[0.0] * 5)),
+            (7, traj(2, task_id="t-2", stop_reason="backend_error", loss_mask=[0] * 5,
+                     logprobs=[0.0, -0.5, 0.0, 0.0, -2.0], error="boom", timings={})),
+            (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[]))]
+    got = _decode(_encode(sent))
+    assert [i for i, _ in got] == [i for i, _ in sent]
+    for (_, g), (_, w) in zip(got, sent):
+        assert g == w
+        assert type(g.loss_mask) is list and type(g.logprobs) is list
+
+
 def test_a_faster_worker_takes_more_requests(ray_cluster, tiny_model_dir):
     """Worker 1 plays 16 episodes at once, worker 0 one, every reply taking 5 ms on both:
     handed out in chunks as results come back, worker 1 ends up with more of the requests (a
@@ -200,6 +226,74 @@ def test_trainer_takes_rollouts_from_ray_workers_and_syncs_weights(
     assert [(v, c) for v, c, _ in seen] == [([0] * 4, 0), ([1] * 4, 1)]
     assert seen[0][2]["actor/grad_norm"] > 0  # the first update moved the weights
     assert abs(seen[1][2]["actor/ppo_kl"]) < 1e-4  # workers sampled with the synced weights
+
+
+def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
+        ray_cluster, tiny_model_dir, tmp_path, monkeypatch):
+    """Async GRPO on 2 transformers Ray workers (``max_staleness=0``, one episode in flight
+    per worker): each step's rollout runs during the previous update, so episodes that began
+    before the weight push carry the old version. The learner trains on exactly the
+    trajectories within the bound of its version and drops the rest; the versions on the
+    trajectories advance with the pushes, and both workers end with the learner's weights."""
+    import torch
+
+    import agentgym.learner as learner
+    from agentgym.engine.loop import run
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+
+    seen = []
+    real = learner.policy_update
+
+    def spy(model, optimizer, pb, *a, **kw):
+        out = real(model, optimizer, pb, *a, **kw)
+        seen.append((pb.policy_version.copy(), kw.get("current_version"), out))
+        return out
+
+    monkeypatch.setattr(learner, "policy_update", spy)
+    steps, bound = 3, 0
+    cfg = TrainerConfig(model=tiny_model_dir, env="maze", method="GRPO", max_turns=2,
+                        max_steps=steps, tasks_per_step=2, n_samples=2, max_new_tokens=8,
+                        max_concurrency=1, async_rollouts=True, max_staleness=bound,
+                        eval_every=0, save_every=0, warmup=None,
+                        output_dir=str(tmp_path / "run"), progress=False, tensorboard=False,
+                        torch_threads=1,
+                        learner={"lr": 3e-2, "use_kl_loss": False, "entropy_coeff": 0.5},
+                        num_rollout_workers=2, rollout_worker={"num_cpus": CPU})
+    trainer = Trainer(cfg)
+
+    async def go():
+        try:
+            await trainer.train_async()
+            pool = trainer.engine
+            versions = ray.get([pool.actor(i).policy_version.remote() for i in range(2)])
+            weights = ray.get([pool.actor(i).__ray_call__.remote(
+                lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
+                for i in range(2)])
+            return versions, weights
+        finally:
+            await trainer.aclose()
+
+    versions, weights = run(go())
+    assert [r["policy_version"] for r in trainer.history] == [1, 2, 3]
+    assert versions == [steps, steps]
+    assert len(seen) == steps
+    dropped = 0
+    for k, (pv, current, out) in enumerate(seen):
+        assert current == k and len(pv) == 4
+        # step k's episodes began under the version of the previous step or, after the
+        # push, under the current one
+        assert set(pv.tolist()) <= ({0} if k == 0 else {k - 1, k})
+        kept = int((pv >= current - bound).sum())
+        assert out["learner/num_trained"] == kept
+        assert out["learner/num_stale_dropped"] == len(pv) - kept
+        dropped += len(pv) - kept
+    assert seen[0][2]["learner/num_trained"] == 4 and seen[0][2]["actor/grad_norm"] > 0
+    assert dropped > 0  # the bound was exercised: the overlap produced stale episodes
+    assert max(int(pv.max()) for pv, _, _ in seen) >= steps - 2  # the versions advance
+    want = trainer.model.state_dict()
+    for w in weights:
+        assert w.keys() == want.keys()
+        assert all(torch.equal(w[k], want[k].cpu()) for k in want)
 
 
 def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_model_dir,

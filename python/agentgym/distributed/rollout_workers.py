@@ -14,8 +14,8 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
   holds at most its ``max_concurrency`` plus one chunk, and gets the next chunk when its
   results come back, so a faster worker takes more.
 * **Streaming.** Each worker sends back what finished since its last message (msgpack
-  batches of ``Trajectory``), and the pool yields each trajectory at once, in completion
-  order: nobody waits for the slowest worker.
+  batches of ``Trajectory``, about one chunk per message), and the pool yields each
+  trajectory at once, in completion order: nobody waits for the slowest worker.
 * **Faults.** A worker that dies mid-run (a crash, ``ray.kill``, a lost node) has its
   unfinished requests handed to the other workers or to its restarted replacement; every
   request's trajectory comes back exactly once, and a re-run one records
@@ -34,6 +34,7 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -60,9 +61,75 @@ __all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec"
 
 log = logging.getLogger(__name__)
 
-#: One message from a worker: (request index, trajectory) pairs.
+#: What finished on a worker: (request index, trajectory) pairs.
 _Results = list[tuple[int, Trajectory]]
-_decode = msgspec.msgpack.Decoder(_Results).decode
+
+
+#: How long a worker holds finished trajectories back to send them with the ones that
+#: finish right after (one message per chunk of requests rather than one per wake-up).
+_LINGER_S = 0.01
+
+
+class _Wire(msgspec.Struct, array_like=True, gc=False):
+    """One finished trajectory as a worker sends it: :class:`Trajectory`'s fields in order,
+    the loss mask as bytes and the logprobs ``None`` when all are 0.0 (a scripted policy, or
+    no model token; a -0.0 among them comes back as 0.0). The driver rebuilds an all-zero
+    list with one shared 0.0, as the in-process engine does, instead of a float object per
+    token."""
+
+    index: int
+    task_id: int | str
+    env_id: str
+    group_id: int
+    sample_index: int
+    token_ids: list[int]
+    loss_mask: bytes
+    logprobs: list[float] | None
+    prompt_len: int
+    turn_rewards: list[float]
+    reward: float
+    num_turns: int
+    stop_reason: str
+    policy_version: int
+    timings: dict[str, float]
+    seed: int
+    error: str | None
+
+
+def _encode(results: _Results) -> bytes:
+    """msgpack of ``results`` in the :class:`_Wire` form."""
+    out = []
+    for idx, t in results:
+        lp = t.logprobs
+        out.append(_Wire(idx, t.task_id, t.env_id, t.group_id, t.sample_index, t.token_ids,
+                         bytes(t.loss_mask), None if lp.count(0.0) == len(lp) else lp,
+                         t.prompt_len, t.turn_rewards, t.reward, t.num_turns, t.stop_reason,
+                         t.policy_version, t.timings, t.seed, t.error))
+    return _encoder.encode(out)
+
+
+def _decode(message: bytes) -> _Results:
+    """The ``(request index, Trajectory)`` pairs of one :func:`_encode` message."""
+    # the token lists are garbage-free numbers: a collection pass over them mid-decode
+    # is wasted work (and the driver decodes every trajectory of the run)
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return [(w.index, Trajectory(
+            task_id=w.task_id, env_id=w.env_id, group_id=w.group_id,
+            sample_index=w.sample_index, token_ids=w.token_ids, loss_mask=list(w.loss_mask),
+            logprobs=[0.0] * len(w.loss_mask) if w.logprobs is None else w.logprobs,
+            prompt_len=w.prompt_len, turn_rewards=w.turn_rewards, reward=w.reward,
+            num_turns=w.num_turns, stop_reason=w.stop_reason,
+            policy_version=w.policy_version, timings=w.timings, seed=w.seed, error=w.error))
+            for w in _wire_decoder.decode(message)]
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+_encoder = msgspec.msgpack.Encoder()
+_wire_decoder = msgspec.msgpack.Decoder(list[_Wire])
 
 
 class RolloutWorkerError(AgentGymError):
@@ -133,10 +200,11 @@ class RolloutWorker:
         return self.feeds[session]
 
     async def run(self, session: str, env_id: str, env_kwargs: dict | None,
-                  overrides: dict, version: int):
+                  overrides: dict, version: int, flush: int = 1):
         """Play what :meth:`submit` feeds session ``session`` until :meth:`end`; yields
-        msgpack-encoded ``[(request index, trajectory), ...]`` of what finished since the
-        last message (a Ray streaming generator)."""
+        the encoded ``[(request index, trajectory), ...]`` of what finished since the last
+        message (a Ray streaming generator). A message goes once ``flush`` trajectories
+        are ready, ``_LINGER_S`` after the first of them, or when the stream ends."""
         feed = self._feed(session)
         self.backend.policy_version = max(self.backend.policy_version, int(version))
         pending: dict[tuple, list[int]] = {}
@@ -166,13 +234,24 @@ class RolloutWorker:
                 ready.set()
 
         task = asyncio.ensure_future(pump())
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 await ready.wait()
                 ready.clear()
+                deadline = loop.time() + _LINGER_S
+                while out and not failed and len(out) < flush:
+                    wait = deadline - loop.time()
+                    if wait <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(ready.wait(), wait)
+                    except asyncio.TimeoutError:
+                        break
+                    ready.clear()
                 if out:
                     batch, out[:] = list(out), []
-                    yield msgspec.msgpack.encode(batch)
+                    yield _encode(batch)
                 if failed:
                     break
         finally:
@@ -491,7 +570,7 @@ class _PoolRun:
         actor = slot.actor
         try:
             gen = actor.run.remote(self.session, self.env_id, self.env_kwargs, self.overrides,
-                                   self.pool._version)
+                                   self.pool._version, self._capacity(slot)[1])
             self.opened.add(slot.index)
             self._refill(slot)
             async for ref in gen:
