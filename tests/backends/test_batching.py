@@ -114,9 +114,9 @@ async def test_an_error_of_one_request_stays_with_it_and_ids_are_unique():
     with pytest.raises(InvalidRequestError, match="'r1' is already in flight"):
         await b.submit("r1", req(9))
     w.release.set()
-    out = await asyncio.gather(*tasks, return_exceptions=True)
-    assert isinstance(out[1], ValueError) and str(out[1]) == "bad -1"
-    assert [out[0].token_ids, out[2].token_ids] == [[1], [2]]
+    with pytest.raises(ValueError, match="bad -1"):  # raised in its caller
+        await tasks[1]
+    assert [(await tasks[0]).token_ids, (await tasks[2]).token_ids] == [[1], [2]]
     await b.close()
 
 
@@ -147,7 +147,7 @@ async def test_close_ends_running_and_queued_requests_as_aborted():
     assert r0.aborted  # the running request is told to stop
     w.release.set()
     await closing
-    res = await asyncio.gather(running, queued)
+    res = await asyncio.wait_for(asyncio.gather(running, queued), 30)  # none is left waiting
     # each with the version when it ended: the running one at once, the queued one after
     # the worker (which bumps the version) has stopped
     assert res == [GenerateResult(token_ids=[], finish_reason="abort", policy_version=v)
