@@ -52,8 +52,11 @@ class Worker:
         return RequestBatcher(self.run, self.result, lambda: self.version, thread_name="t", **kw)
 
 
-async def wait_started(worker: Worker) -> None:
-    assert await asyncio.get_running_loop().run_in_executor(None, worker.started.wait, 30)
+async def start(b: RequestBatcher, w: Worker, reqs: dict[str, BatchRequest]) -> list:
+    """Submit ``reqs`` (id: request) and wait until the worker runs their first batch."""
+    tasks = [asyncio.ensure_future(b.submit(rid, r)) for rid, r in reqs.items()]
+    assert await asyncio.get_running_loop().run_in_executor(None, w.started.wait, 30)
+    return tasks
 
 
 async def test_one_tick_is_one_batch_under_the_version_read_before_it():
@@ -71,8 +74,7 @@ async def test_one_tick_is_one_batch_under_the_version_read_before_it():
 async def test_a_failed_batch_reaches_every_request(survive):
     w = Worker(hold=True, fail=True)
     b = w.batcher(error="vLLM generation failed", aborts_survive_failure=survive)
-    tasks = [asyncio.ensure_future(b.submit(f"r{i}", req(i))) for i in range(3)]
-    await wait_started(w)
+    tasks = await start(b, w, {f"r{i}": req(i) for i in range(3)})
     b.abort("r1")  # aborted while its batch runs
     w.release.set()
     out = await asyncio.gather(*tasks, return_exceptions=True)
@@ -90,8 +92,7 @@ async def test_a_failed_batch_reaches_every_request(survive):
 async def test_aborted_requests_end_at_once_and_never_run():
     w = Worker(hold=True)
     b = w.batcher()
-    first = asyncio.ensure_future(b.submit("first", req(0)))
-    await wait_started(w)
+    (first,) = await start(b, w, {"first": req(0)})
     queued = [asyncio.ensure_future(b.submit(f"q{i}", req(i))) for i in (1, 2, 3)]
     await asyncio.sleep(0)  # they are queued behind the running batch
     b.abort("q2")
@@ -109,8 +110,7 @@ async def test_aborted_requests_end_at_once_and_never_run():
 async def test_an_error_of_one_request_stays_with_it_and_ids_are_unique():
     w = Worker(hold=True)
     b = w.batcher()
-    tasks = [asyncio.ensure_future(b.submit(f"r{i}", req(i))) for i in (1, -1, 2)]
-    await wait_started(w)
+    tasks = await start(b, w, {f"r{i}": req(i) for i in (1, -1, 2)})
     with pytest.raises(InvalidRequestError, match="'r1' is already in flight"):
         await b.submit("r1", req(9))
     w.release.set()
@@ -124,8 +124,7 @@ async def test_cancelling_the_caller_aborts_its_request():
     w = Worker(hold=True)
     b = w.batcher()
     r = req(1)
-    task = asyncio.ensure_future(b.submit("r", r))
-    await wait_started(w)
+    (task,) = await start(b, w, {"r": r})
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -138,8 +137,7 @@ async def test_close_ends_running_and_queued_requests_as_aborted():
     w = Worker(hold=True)
     b = w.batcher()
     r0 = req(0)
-    running = asyncio.ensure_future(b.submit("run", r0))
-    await wait_started(w)
+    (running,) = await start(b, w, {"run": r0})
     queued = asyncio.ensure_future(b.submit("queued", req(1)))
     await asyncio.sleep(0)
     closing = asyncio.ensure_future(b.close())
