@@ -16,10 +16,9 @@ sampled from (temperature-scaled and truncated; 0 for greedy choices).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentgym.backends.base import (
@@ -29,18 +28,13 @@ from agentgym.backends.base import (
     SamplingParams,
     check_prompt,
 )
+from agentgym.backends.batching import BatchRequest, RequestBatcher
 
 
-@dataclass(eq=False)
-class _Request:
+@dataclass(eq=False, kw_only=True)
+class _Request(BatchRequest):
     request_id: str
-    prompt: list[int]
-    sampling: SamplingParams
-    future: asyncio.Future
     named: bool = False  # the caller chose request_id (its sampling stream derives from it)
-    aborted: bool = False
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
 
 
 class TransformersBackend:
@@ -93,11 +87,14 @@ class TransformersBackend:
         self.logprobs_mode = logprobs_mode
         self.policy_version = 0
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentgym-transformers")
-        self._queue: asyncio.Queue[_Request] | None = None
-        self._batcher: asyncio.Task | None = None
-        self._requests: dict[str, _Request] = {}
-        self._closed = False
+        self._batcher: RequestBatcher[_Request] = RequestBatcher(
+            self._run_batch,
+            self._result,
+            lambda: self.policy_version,
+            thread_name="agentgym-transformers",
+            wait_s=batch_wait_s if batch_wait_s > 0 else None,
+            max_batch=max_batch_size,
+        )
 
     # ------------------------------------------------------------------ public API
     async def generate(
@@ -105,7 +102,7 @@ class TransformersBackend:
     ) -> GenerateResult:
         """Generate one completion (batched with concurrent calls); cancelling the caller
         aborts the request."""
-        if self._closed:
+        if self._batcher.closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
         if len(prompt) >= self.max_model_len:
@@ -114,36 +111,22 @@ class TransformersBackend:
                 f"{self.max_model_len}"
             )
         rid = request_id or uuid.uuid4().hex
-        if rid in self._requests:
-            raise InvalidRequestError(f"request id {rid!r} is already in flight")
-        loop = asyncio.get_running_loop()
-        req = _Request(rid, prompt, sampling, loop.create_future(), named=request_id is not None)
-        self._requests[rid] = req
-        self._ensure_batcher()
-        self._queue.put_nowait(req)
-        try:
-            return await asyncio.shield(req.future)
-        except asyncio.CancelledError:
-            req.aborted = True
-            raise
-        finally:
-            self._requests.pop(rid, None)
+        req = _Request(prompt, sampling, request_id=rid, named=request_id is not None)
+        return await self._batcher.submit(rid, req)
 
     async def abort(self, request_id: str) -> None:
         """End ``request_id`` early; its ``generate`` returns the tokens so far with
         ``finish_reason="abort"``. Unknown ids are ignored."""
-        req = self._requests.get(request_id)
-        if req is None:
-            return
-        req.aborted = True
+        self._batcher.abort(request_id)
 
     async def update_weights(self, state_dict_or_path) -> None:
         """Load new weights in place: a ``{name: tensor}`` state dict (a subset is fine) or
         a path to a ``.safetensors`` file or a folder of them. Waits for the running batch;
         ``policy_version`` increments when the new weights are live."""
         loop = asyncio.get_running_loop()
+        executor = self._batcher.executor
         try:
-            await loop.run_in_executor(self._executor, self._load_weights, state_dict_or_path)
+            await loop.run_in_executor(executor, self._load_weights, state_dict_or_path)
         except BackendError:
             raise
         except Exception as e:  # a tensor of the wrong shape or dtype, an unreadable file
@@ -152,80 +135,17 @@ class TransformersBackend:
 
     async def close(self) -> None:
         """Abort every request, stop the batcher and the worker thread."""
-        if self._closed:
-            return
-        self._closed = True
-        for req in list(self._requests.values()):
-            req.aborted = True
-        if self._batcher is not None:
-            self._batcher.cancel()
-            try:
-                await self._batcher
-            except asyncio.CancelledError:
-                pass
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._executor.shutdown)
-        while self._queue is not None and not self._queue.empty():
-            self._finish_aborted(self._queue.get_nowait())
+        await self._batcher.close()
 
     # ------------------------------------------------------------------ batching
-    def _ensure_batcher(self) -> None:
-        if self._batcher is None or self._batcher.done():
-            self._queue = self._queue or asyncio.Queue()
-            self._batcher = asyncio.get_running_loop().create_task(self._batch_loop())
-
-    def _finish_aborted(self, req: _Request) -> None:
-        if not req.future.done():
-            req.future.set_result(
-                GenerateResult(
-                    token_ids=req.tokens,
-                    logprobs=req.logprobs,
-                    finish_reason="abort",
-                    policy_version=self.policy_version,
-                )
-            )
-
-    async def _batch_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self._queue.get()]
-            if self.batch_wait_s > 0:
-                await asyncio.sleep(self.batch_wait_s)
-            while len(batch) < self.max_batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            live = []
-            for req in batch:
-                if req.aborted:
-                    self._finish_aborted(req)
-                else:
-                    live.append(req)
-            if not live:
-                continue
-            version = self.policy_version
-            try:
-                reasons = await loop.run_in_executor(self._executor, self._run_batch, live)
-            except asyncio.CancelledError:
-                for req in live:
-                    req.aborted = True
-                    self._finish_aborted(req)
-                raise
-            except Exception as e:  # the whole batch failed: every request learns why
-                for req in live:
-                    if req.aborted:
-                        self._finish_aborted(req)
-                    elif not req.future.done():
-                        req.future.set_exception(BackendError(f"generation failed: {e!r}"))
-                continue
-            for req, reason in zip(live, reasons, strict=True):
-                if not req.future.done():
-                    req.future.set_result(
-                        GenerateResult(
-                            token_ids=req.tokens,
-                            logprobs=req.logprobs,
-                            finish_reason=reason,
-                            policy_version=version,
-                        )
-                    )
+    @staticmethod
+    def _result(req: _Request, reason: str, version: int) -> GenerateResult:
+        return GenerateResult(
+            token_ids=req.tokens,
+            logprobs=req.logprobs,
+            finish_reason=reason,
+            policy_version=version,
+        )
 
     # ------------------------------------------------------------------ worker thread
     def _run_batch(self, reqs: list[_Request]) -> list[str]:

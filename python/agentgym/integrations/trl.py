@@ -32,7 +32,6 @@ weights before the first rollout of each optimizer step.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from agentgym.backends.base import (
     SamplingParams,
     check_prompt,
 )
+from agentgym.backends.batching import BatchRequest, RequestBatcher
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import RolloutEngine
 from agentgym.integrations._episodes import TaskRefError, task_label, task_ref
@@ -213,11 +213,7 @@ _ENGINE_KEYS = frozenset({"n", "max_tokens", "temperature", "top_p", "top_k", "s
 
 
 @dataclass(eq=False)
-class _Request:
-    prompt: list[int]
-    sampling: SamplingParams
-    future: asyncio.Future
-    aborted: bool = False
+class _Request(BatchRequest):
     budget: int = 0
 
 
@@ -275,11 +271,10 @@ class TRLVLLMBackend:
         self.policy_version = 0
         #: vLLM calls made so far (``llm.generate`` or ``client.generate``).
         self.calls = 0
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentgym-trl-vllm")
-        self._queue: asyncio.Queue[_Request] | None = None
-        self._batcher: asyncio.Task | None = None
-        self._requests: dict[str, _Request] = {}
-        self._closed = False
+        self._batcher: RequestBatcher[_Request] = RequestBatcher(
+            self._run, self._result, lambda: self.policy_version,
+            thread_name="agentgym-trl-vllm", error="vLLM generation failed",
+            aborts_survive_failure=False)
 
     @classmethod
     def from_trainer(cls, trainer) -> TRLVLLMBackend:
@@ -320,7 +315,7 @@ class TRLVLLMBackend:
                        request_id: str | None = None) -> GenerateResult:
         """One completion, batched with the calls made alongside it; cancelling the caller
         aborts the request."""
-        if self._closed:
+        if self._batcher.closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
         budget = sampling.max_new_tokens
@@ -331,92 +326,30 @@ class TRLVLLMBackend:
                     f"{self.max_model_len}")
             budget = min(budget, self.max_model_len - len(prompt))
         rid = request_id or uuid.uuid4().hex
-        if rid in self._requests:
-            raise InvalidRequestError(f"request id {rid!r} is already in flight")
-        req = _Request(prompt, sampling, asyncio.get_running_loop().create_future(),
-                       budget=budget)
-        self._requests[rid] = req
-        if self._batcher is None or self._batcher.done():
-            self._queue = self._queue or asyncio.Queue()
-            self._batcher = asyncio.get_running_loop().create_task(self._batch_loop())
-        self._queue.put_nowait(req)
-        try:
-            return await asyncio.shield(req.future)
-        except asyncio.CancelledError:
-            req.aborted = True
-            raise
-        finally:
-            self._requests.pop(rid, None)
+        return await self._batcher.submit(rid, _Request(prompt, sampling, budget=budget))
 
     async def abort(self, request_id: str) -> None:
         """Abort ``request_id`` (class docs); unknown ids are ignored."""
-        req = self._requests.get(request_id)
-        if req is not None:
-            req.aborted = True
+        self._batcher.abort(request_id)
 
     async def update_weights(self, state_dict_or_path) -> None:
         raise BackendError("TRL syncs its vLLM's weights itself, before each rollout")
 
     async def close(self) -> None:
         """Abort what is waiting, stop the batcher and the worker thread (not the vLLM)."""
-        if self._closed:
-            return
-        self._closed = True
-        for req in list(self._requests.values()):
-            req.aborted = True
-        if self._batcher is not None:
-            self._batcher.cancel()
-            try:
-                await self._batcher
-            except asyncio.CancelledError:
-                pass
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
-        while self._queue is not None and not self._queue.empty():
-            self._abort_now(self._queue.get_nowait())
+        await self._batcher.close()
 
     # ------------------------------------------------------------------ batching
-    def _abort_now(self, req: _Request) -> None:
-        if not req.future.done():
-            req.future.set_result(GenerateResult(token_ids=[], finish_reason="abort",
-                                                 policy_version=self.policy_version))
-
-    async def _batch_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self._queue.get()]
-            await asyncio.sleep(0)  # the rest of this iteration's calls
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            live = []
-            for req in batch:
-                if req.aborted:
-                    self._abort_now(req)
-                else:
-                    live.append(req)
-            if not live:
-                continue
-            version = self.policy_version
-            try:
-                results = await loop.run_in_executor(self._executor, self._run, live)
-            except asyncio.CancelledError:
-                for req in live:
-                    self._abort_now(req)
-                raise
-            except Exception as e:  # the vLLM call failed: every request of it learns why
-                for req in live:
-                    if not req.future.done():
-                        req.future.set_exception(BackendError(f"vLLM generation failed: {e!r}"))
-                continue
-            for req, res in zip(live, results, strict=True):
-                if req.future.done():
-                    continue
-                if isinstance(res, BaseException):
-                    req.future.set_exception(res)
-                    continue
-                tokens, logprobs, reason = res
-                req.future.set_result(GenerateResult(
-                    token_ids=tokens, logprobs=logprobs,
-                    finish_reason="abort" if req.aborted else reason, policy_version=version))
+    @staticmethod
+    def _result(req: _Request, out, version: int) -> GenerateResult | BaseException:
+        """The result of one output of :meth:`_run`: ``(tokens, logprobs, reason)``, or this
+        request's own error."""
+        if isinstance(out, BaseException):
+            return out
+        tokens, logprobs, reason = out
+        return GenerateResult(token_ids=tokens, logprobs=logprobs,
+                              finish_reason="abort" if req.aborted else reason,
+                              policy_version=version)
 
     # ------------------------------------------------------------------ worker thread
     def _run(self, reqs: list[_Request]) -> list:
