@@ -9,10 +9,10 @@ The runner is any object with the rollout engine's request API::
 (:meth:`agentgym.engine.RolloutEngine.stream_requests`, or a pool of remote workers with the
 same method). A runner that also has ``stream_batches`` (same arguments; it yields
 ``(trajectories, PackedBatch)`` per group of episodes that ended together, as the engine
-does) is read through it: shards are then built over the packed buffers instead of from
-the trajectories' lists. It must play exactly the given :class:`~agentgym.engine.EpisodeRequest` s and
-keep each request's ``group_id`` and ``sample_index`` on its trajectory; the collector never
-touches anything else of it, except an optional ``config`` attribute (a
+does) is read through it: shards are then built over the packed buffers instead of from the
+trajectories' lists. It must play exactly the given :class:`~agentgym.engine.EpisodeRequest`
+s and keep each request's ``group_id`` and ``sample_index`` on its trajectory; the collector
+never touches anything else of it, except an optional ``config`` attribute (a
 :class:`~agentgym.engine.RolloutConfig`) whose row-shaping fields it records.
 
 Key (t, s) is the ``t``-th task of the run's task list, sample ``s``: it is played as
