@@ -66,9 +66,10 @@ SCHEMA = pa.schema([(n, t) for n, t, _ in FIELDS],
 
 
 def _list(lengths: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(lengths) + 1, np.int32)
+    """A list array of consecutive runs of ``lengths`` values each."""
+    offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
+    return _packed_list(offsets, values, typ)
 
 
 def _packed_list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
