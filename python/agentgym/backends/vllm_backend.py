@@ -31,6 +31,16 @@ from agentgym.backends.base import (
 )
 
 
+def vllm_sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict:
+    """The ``vllm.SamplingParams`` keyword arguments of ``s``: one completion of at most
+    ``max_tokens`` token ids (no detokenizing), with logprobs of the sampled tokens when
+    ``s.logprobs``."""
+    return {"n": 1, "max_tokens": max_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "top_k": s.top_k if s.top_k > 0 else 0, "seed": s.seed,
+            "stop_token_ids": list(s.stop_token_ids), "ignore_eos": s.ignore_eos,
+            "logprobs": 0 if s.logprobs else None, "detokenize": False}
+
+
 class VLLMBackend:
     """In-process vLLM engine serving the Hugging Face model folder ``model_dir``.
 
@@ -102,20 +112,8 @@ class VLLMBackend:
         from vllm import SamplingParams as VSP
         from vllm.sampling_params import RequestOutputKind
 
-        return VSP(
-            n=1,
-            max_tokens=s.max_new_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k if s.top_k > 0 else 0,
-            seed=s.seed,
-            stop_token_ids=list(s.stop_token_ids),
-            ignore_eos=s.ignore_eos,
-            logprobs=0 if s.logprobs else None,
-            detokenize=False,
-            skip_special_tokens=False,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
+        return VSP(**vllm_sampling_kwargs(s, s.max_new_tokens), skip_special_tokens=False,
+                   output_kind=RequestOutputKind.FINAL_ONLY)
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None

@@ -46,6 +46,7 @@ from agentgym.backends.base import (
     check_prompt,
 )
 from agentgym.backends.batching import BatchRequest, RequestBatcher
+from agentgym.backends.vllm_backend import vllm_sampling_kwargs
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import RolloutEngine
 from agentgym.integrations._episodes import TaskRefError, task_label, task_ref
@@ -360,15 +361,9 @@ class TRLVLLMBackend:
     def _run_llm(self, reqs: list[_Request]) -> list:
         from vllm import SamplingParams as VLLMSamplingParams
 
-        params = []
-        for r in reqs:
-            s = r.sampling
-            params.append(VLLMSamplingParams(**{
-                **self.extra_sampling, "n": 1, "max_tokens": r.budget,
-                "temperature": s.temperature, "top_p": s.top_p,
-                "top_k": s.top_k if s.top_k > 0 else 0, "seed": s.seed,
-                "stop_token_ids": list(s.stop_token_ids), "ignore_eos": s.ignore_eos,
-                "logprobs": 0 if s.logprobs else None, "detokenize": False}))
+        params = [VLLMSamplingParams(**{**self.extra_sampling,
+                                        **vllm_sampling_kwargs(r.sampling, r.budget)})
+                  for r in reqs]
         self.calls += 1
         outs = self.llm.generate([{"prompt_token_ids": r.prompt} for r in reqs],
                                  sampling_params=params, use_tqdm=False)
