@@ -82,8 +82,6 @@ class TransformersBackend:
         self.pad_token_id = cfg.pad_token_id if cfg.pad_token_id is not None else 0
         self.vocab_size = cfg.vocab_size
         self.max_model_len = getattr(cfg, "max_position_embeddings", None) or 1 << 30
-        self.max_batch_size = max_batch_size
-        self.batch_wait_s = batch_wait_s
         self.logprobs_mode = logprobs_mode
         self.policy_version = 0
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -95,6 +93,16 @@ class TransformersBackend:
             wait_s=batch_wait_s if batch_wait_s > 0 else None,
             max_batch=max_batch_size,
         )
+
+    @property
+    def max_batch_size(self) -> int:
+        """The most requests one forward batch takes (set at construction)."""
+        return self._batcher.max_batch
+
+    @property
+    def batch_wait_s(self) -> float:
+        """How long a batch waits for more requests (set at construction)."""
+        return self._batcher.wait_s or 0.0
 
     # ------------------------------------------------------------------ public API
     async def generate(
