@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agentgym
 from agentgym.errors import EnvError, InvalidTaskError
-from agentgym.pool import episode_seeds
+from agentgym.pool import episode_seed, episode_seeds
 from tests.helpers import BAD_TEXTCRAFT
 
 NATIVE = ["textcraft", "maze", "wordle"]
@@ -243,3 +245,11 @@ def test_pool_reset_panic_is_a_row_error_and_not_raised():
 def test_pool_env_construction_failure_is_a_named_error():
     with pytest.raises(ValueError, match="construction failed"):
         agentgym.EnvPool("_test_panic", 2, fail_make=True)
+
+
+@given(st.integers(0, 2**64 - 1), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=8),
+       st.integers(0, 2**32))
+def test_scalar_episode_seed_equals_the_vectorised_one(seed, ids, counter):
+    want = episode_seeds(seed, np.array(ids, np.uint64),
+                         np.full(len(ids), counter, np.uint64)).tolist()
+    assert [episode_seed(seed, i, counter) for i in ids] == want

@@ -27,6 +27,19 @@ def episode_seeds(seed: int, ids: np.ndarray, counters: np.ndarray) -> np.ndarra
     return z & _MASK64
 
 
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def episode_seed(seed: int, id: int, counter: int) -> int:
+    """:func:`episode_seeds` of one episode, in Python ints (no array overhead: the engine
+    derives a streamed request's seed as it arrives)."""
+    z = ((seed & _M64) * 0x9E3779B97F4A7C15 + (id & _M64) * 0xBF58476D1CE4E5B9
+         + (counter & _M64) * 0x94D049BB133111EB) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
 def _as_id_list(ids) -> list[int]:
     if isinstance(ids, np.ndarray):
         return ids.tolist()

@@ -15,13 +15,16 @@ def trajs():
 
 def test_bar_counts_success_and_failures_by_stop_reason():
     p = Progress(total=10, already=2, show=False)
-    for t in trajs():
-        p.update(t)
+    ts = trajs()
+    p.update(ts[:1])
+    p.update(ts[1:])
     text = p.postfix()
     assert "success 0.25" in text and "failed env_error=1 timeout=1" in text
     s = p.session()
     assert (s["episodes"], s["generated_tokens"], s["failures"]) == \
         (4, 3, {"env_error": 1, "timeout": 1})
+    p.update(ts[:2], tokens=7)  # a batch's token count, when its packed rows give it
+    assert (p.session()["episodes"], p.session()["generated_tokens"]) == (6, 10)
 
 
 def test_summary_sums_the_shard_stats():

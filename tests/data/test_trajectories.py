@@ -350,6 +350,17 @@ def test_pack_gives_the_layout_the_store_drains():
     for f in fields(PackedBatch):
         np.testing.assert_array_equal(getattr(halves, f.name), getattr(packed, f.name))
     assert len(pack([])) == 0 and pack([]).offsets.tolist() == [0]
+    # rows(a, z) is the batch of trajectories a .. z-1, as views of the same buffers
+    for a in range(5):
+        for z in range(a, 5):
+            part, want = packed.rows(a, z), pack(trajs[a:z])
+            for f in fields(PackedBatch):
+                got = getattr(part, f.name)
+                assert got.dtype == getattr(want, f.name).dtype, f.name
+                np.testing.assert_array_equal(got, getattr(want, f.name), err_msg=f.name)
+    assert np.shares_memory(packed.rows(1, 3).token_ids, packed.token_ids)
+    with pytest.raises(IndexError):
+        packed.rows(2, 5)
 
 
 def test_pack_rejects_inconsistent_trajectories():

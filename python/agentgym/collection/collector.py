@@ -136,15 +136,16 @@ class _ShardBuffer:
     def __len__(self) -> int:
         return len(self.trajs)
 
-    def add(self, traj: Trajectory, packed: PackedBatch | None, row: int) -> None:
-        """Buffer ``traj``; ``packed``: the batch whose row ``row`` it is (or None)."""
-        self.trajs.append(traj)
+    def add(self, trajs: list[Trajectory], packed: PackedBatch | None, row: int) -> None:
+        """Buffer ``trajs``; ``packed``: the batch whose rows ``row ...`` they are (or None)."""
+        self.trajs.extend(trajs)
+        end = row + len(trajs)
         if packed is None or self.parts is None:
             self.parts = None
         elif self.parts and self.parts[-1][0] is packed and self.parts[-1][2] == row:
-            self.parts[-1][2] = row + 1
+            self.parts[-1][2] = end
         else:
-            self.parts.append([packed, row, row + 1])
+            self.parts.append([packed, row, end])
 
     def take(self) -> tuple[list[Trajectory], PackedBatch | None]:
         """The buffered trajectories and their rows as one batch; the buffer emptied."""
@@ -152,8 +153,7 @@ class _ShardBuffer:
         self.trajs, self.parts = [], []
         if not parts:
             return trajs, None
-        return trajs, PackedBatch.concat([
-            p if (a, z) == (0, len(p)) else p.select(np.arange(a, z)) for p, a, z in parts])
+        return trajs, PackedBatch.concat([p.rows(a, z) for p, a, z in parts])
 
 
 class Collector:
@@ -237,12 +237,17 @@ class Collector:
                         for t, s in zip(ts.tolist(), ss.tolist())]
                 async with contextlib.aclosing(self._batches(reqs)) as it:
                     async for trajs, packed in it:
-                        for row, traj in enumerate(trajs):
-                            buf.add(traj, packed, row)
-                            prog.update(traj)
+                        prog.update(trajs, None if packed is None
+                                    else int(packed.loss_mask.sum(dtype=np.int64)))
+                        row = 0
+                        while row < len(trajs):  # fill the shard buffer, submit when full
+                            end = min(len(trajs), row + self.shard_size - len(buf))
+                            buf.add(trajs[row:end], packed, row)
                             if len(buf) >= self.shard_size:
                                 await writer.submit(*buf.take())
-                            yield traj
+                            for traj in trajs[row:end]:
+                                yield traj
+                            row = end
             if len(buf):
                 await writer.submit(*buf.take())
             await writer.join()

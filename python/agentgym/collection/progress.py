@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,15 +36,18 @@ class Progress:
             self.bar = tqdm(total=total, initial=already, desc="collect", unit="ep",
                             dynamic_ncols=True)
 
-    def update(self, traj: Trajectory) -> None:
-        self.episodes += 1
-        self.tokens += sum(traj.loss_mask)
-        if traj.success:
-            self.successes += 1
-        if traj.stop_reason in FAILED_STOP_REASONS:
-            self.failures[traj.stop_reason] += 1
+    def update(self, trajs: Sequence[Trajectory], tokens: int | None = None) -> None:
+        """Count finished ``trajs``; ``tokens``: their generated tokens when known (a packed
+        batch's ``loss_mask.sum()``), else counted from their loss masks."""
+        self.episodes += len(trajs)
+        self.tokens += sum(sum(t.loss_mask) for t in trajs) if tokens is None else tokens
+        for t in trajs:
+            if t.success:
+                self.successes += 1
+            if t.stop_reason in FAILED_STOP_REASONS:
+                self.failures[t.stop_reason] += 1
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.update(len(trajs))
             now = time.perf_counter()
             if now - self._last > 0.5:
                 self._last = now

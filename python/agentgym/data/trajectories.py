@@ -246,6 +246,23 @@ class PackedBatch:
         """int64[T]: which trajectory each token belongs to."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
 
+    def rows(self, start: int, stop: int) -> PackedBatch:
+        """Trajectories ``start ... stop - 1`` as a batch of views into this one's buffers
+        (offsets rebased to 0; no copy of the token-level arrays)."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"rows {start}:{stop} of a batch of {len(self)}")
+        if (start, stop) == (0, len(self)):
+            return self
+        out = {f.name: getattr(self, f.name)[start:stop] for f in fields(self)}
+        t0, t1 = int(self.offsets[start]), int(self.offsets[stop])
+        u0, u1 = int(self.turn_offsets[start]), int(self.turn_offsets[stop])
+        for name in ("token_ids", "loss_mask", "logprobs"):
+            out[name] = getattr(self, name)[t0:t1]
+        out["turn_rewards"] = self.turn_rewards[u0:u1]
+        out["offsets"] = self.offsets[start:stop + 1] - t0
+        out["turn_offsets"] = self.turn_offsets[start:stop + 1] - u0
+        return PackedBatch(**out)
+
     def select(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
         """A new packed batch holding trajectories ``indices`` (in that order)."""
         idx = np.asarray(indices, dtype=np.int64)

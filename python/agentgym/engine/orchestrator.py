@@ -41,7 +41,7 @@ from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
-from agentgym.pool import episode_seeds
+from agentgym.pool import episode_seed, episode_seeds
 
 log = logging.getLogger(__name__)
 
@@ -440,8 +440,12 @@ class RolloutEngine:
     def _episodes(self, requests: Iterable[EpisodeRequest],
                   cfg: RolloutConfig) -> list[_Episode]:
         reqs = [r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r) for r in requests]
-        groups = np.array([r.group_id for r in reqs], np.uint64)
-        derived = episode_seeds(cfg.seed, groups, np.zeros(len(groups), np.uint64)).tolist()
+        if len(reqs) < 16:  # a streamed request: scalar ints beat numpy's per-call cost
+            derived = [episode_seed(cfg.seed, int(r.group_id), 0) for r in reqs]
+        else:
+            groups = np.array([r.group_id for r in reqs], np.uint64)
+            derived = episode_seeds(cfg.seed, groups,
+                                    np.zeros(len(groups), np.uint64)).tolist()
         return [
             _Episode(next(self._keys), -1, r.task, int(r.seed) if r.seed is not None else seed,
                      int(r.group_id), int(r.sample_index))
