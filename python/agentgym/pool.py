@@ -9,34 +9,32 @@ import numpy as np
 
 from agentgym import _core
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+#: The splitmix64 constants of the episode-seed mix (one mix, an array and a scalar form).
+_SEED_MUL, _ID_MUL, _COUNTER_MUL = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_M64 = 0xFFFFFFFFFFFFFFFF
+_MASK64 = np.uint64(_M64)
 
 
 def episode_seeds(seed: int, ids: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """Deterministic per-episode seeds from (pool seed, slot, episode counter): a splitmix64
     mix, vectorised, so the same pool seed always replays the same episodes."""
+    u = np.uint64
     with np.errstate(over="ignore"):
-        z = (
-            np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
-            + ids.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
-            + counters.astype(np.uint64) * np.uint64(0x94D049BB133111EB)
-        )
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
+        z = (u(seed & _M64) * u(_SEED_MUL) + ids.astype(u) * u(_ID_MUL)
+             + counters.astype(u) * u(_COUNTER_MUL))
+        z = (z ^ (z >> u(30))) * u(_ID_MUL)
+        z = (z ^ (z >> u(27))) * u(_COUNTER_MUL)
+        z = z ^ (z >> u(31))
     return z & _MASK64
-
-
-_M64 = 0xFFFFFFFFFFFFFFFF
 
 
 def episode_seed(seed: int, id: int, counter: int) -> int:
     """:func:`episode_seeds` of one episode, in Python ints (no array overhead: the engine
     derives a streamed request's seed as it arrives)."""
-    z = ((seed & _M64) * 0x9E3779B97F4A7C15 + (id & _M64) * 0xBF58476D1CE4E5B9
-         + (counter & _M64) * 0x94D049BB133111EB) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    z = ((seed & _M64) * _SEED_MUL + (id & _M64) * _ID_MUL
+         + (counter & _M64) * _COUNTER_MUL) & _M64
+    z = ((z ^ (z >> 30)) * _ID_MUL) & _M64
+    z = ((z ^ (z >> 27)) * _COUNTER_MUL) & _M64
     return z ^ (z >> 31)
 
 
