@@ -142,6 +142,8 @@ def rss_sizes(args, env: str) -> dict:
 
 
 def bench_vllm(args) -> dict:
+    # vLLM logs to stdout by default; this script's stdout is its JSON
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from transformers import AutoTokenizer
 
     from agentgym.backends.vllm_backend import VLLMBackend
