@@ -141,15 +141,17 @@ async def test_close_ends_running_and_queued_requests_as_aborted():
     queued = asyncio.ensure_future(b.submit("queued", req(1)))
     await asyncio.sleep(0)
     closing = asyncio.ensure_future(b.close())
-    await asyncio.sleep(0)
-    assert r0.aborted  # the running request is told to stop
+    # the running request ends at once, while the worker thread still holds its batch,
+    # with the version of that moment
+    ran = await asyncio.wait_for(running, 30)
+    assert r0.aborted  # the worker is told to stop
+    assert ran == GenerateResult(token_ids=[], finish_reason="abort", policy_version=0)
+    assert not closing.done()  # close waits for the worker thread
     w.release.set()
-    await closing
-    res = await asyncio.wait_for(asyncio.gather(running, queued), 30)  # none is left waiting
-    # each with the version when it ended: the running one at once, the queued one after
-    # the worker (which bumps the version) has stopped
-    assert res == [GenerateResult(token_ids=[], finish_reason="abort", policy_version=v)
-                   for v in (0, 1)]
+    await asyncio.wait_for(closing, 30)
+    # the queued one ends after the worker (which bumps the version) has stopped
+    left = await asyncio.wait_for(queued, 30)
+    assert left == GenerateResult(token_ids=[], finish_reason="abort", policy_version=1)
     assert w.batches == [[0]]  # the queued one never ran
     assert b.closed
     await b.close()  # idempotent
