@@ -17,7 +17,7 @@ from agentgym.cli import build_parser, main
 from agentgym.cli.collect import parse_tasks
 from agentgym.collection import store
 
-TASKS, SAMPLES = 600, 2
+TASKS, SAMPLES = 3000, 2
 
 
 def shards(out):

@@ -200,27 +200,45 @@ def test_any_runner_with_stream_requests(tokenizer, tmp_path):
 def test_shards_from_packed_rows_equal_shards_from_trajectory_lists(tokenizer, tmp_path,
                                                                      monkeypatch):
     """An engine hands its packed rows (``stream_batches``): the shards hold exactly what
-    shards built from the trajectories' lists hold, each of ``shard_size`` rows."""
+    shards packed from a runner's trajectories hold, each of ``shard_size`` rows, whether
+    the collection is consumed as trajectories (``stream``) or only run (``run``, which asks
+    the engine for rows without trajectories)."""
     runner = OnlyStreamRequests(tokenizer)
     lists = Collector(runner, "textcraft", range(13), tmp_path / "l", n_samples=3,
                       shard_size=7, progress=False, max_turns=12)
     run(lists.run())
     runner._engine.close()
-    # The engine's run must not build token columns from lists: that path is made to fail.
-    from agentgym.collection import schema
+    # The engine's runs must not pack trajectories' lists: that path is made to fail.
+    from agentgym.collection import collector
 
     def no_lists(trajs):
-        raise AssertionError("token columns built from lists")
+        raise AssertionError("shard packed from trajectory lists")
 
-    monkeypatch.setattr(schema, "_token_columns", no_lists)
+    monkeypatch.setattr(collector, "pack", no_lists)
     s = collect(tokenizer, tmp_path / "p", tasks=range(13), env="textcraft", n_samples=3)
     assert s["run"]["complete"]
-    assert [store.read_shard(f).num_rows for f in store.shard_files(tmp_path / "p")] == \
-        [7] * 5 + [4]
+    asked = []
+    eng = engine(tokenizer)
+    real = eng.stream_batches
+
+    def spy(*args, trajectories, **kw):
+        asked.append(trajectories)
+        return real(*args, trajectories=trajectories, **kw)
+
+    eng.stream_batches = spy
+    rows_only = Collector(eng, "textcraft", range(13), tmp_path / "r", n_samples=3,
+                          shard_size=7, progress=False)
+    assert run(rows_only.run())["run"]["complete"]
+    eng.close()
+    assert asked == [False]
+    for name in "pr":
+        assert [store.read_shard(f).num_rows for f in store.shard_files(tmp_path / name)] \
+            == [7] * 5 + [4]
     a = folder_table(tmp_path / "l").drop_columns(VOLATILE)
-    b = folder_table(tmp_path / "p").drop_columns(VOLATILE)
-    assert keys(b) == [(t, j) for t in range(13) for j in range(3)]
-    assert b.equals(a)
+    for name in "pr":
+        b = folder_table(tmp_path / name).drop_columns(VOLATILE)
+        assert keys(b) == [(t, j) for t in range(13) for j in range(3)]
+        assert b.equals(a)
 
 
 def test_a_different_run_in_the_folder_is_refused_before_anything_changes(tokenizer,

@@ -2,7 +2,8 @@
 the summary built from per-shard stats."""
 
 from agentgym.collection.progress import Progress, format_summary, run_summary, shard_stats
-from agentgym.collection.schema import to_table
+from agentgym.collection.schema import trajectories_table
+from agentgym.data.trajectories import pack
 from tests.helpers import make_trajectory
 
 
@@ -23,12 +24,16 @@ def test_bar_counts_success_and_failures_by_stop_reason():
     s = p.session()
     assert (s["episodes"], s["generated_tokens"], s["failures"]) == \
         (4, 3, {"env_error": 1, "timeout": 1})
-    p.update(ts[:2], tokens=7)  # a batch's token count, when its packed rows give it
-    assert (p.session()["episodes"], p.session()["generated_tokens"]) == (6, 10)
+    p.update_packed(pack(ts))  # the same counts from the packed rows
+    assert "success 0.25" in p.postfix() and "failed env_error=2 timeout=2" in p.postfix()
+    s = p.session()
+    assert (s["episodes"], s["generated_tokens"], s["failures"]) == \
+        (8, 6, {"env_error": 2, "timeout": 2})
+    assert p.successes == 2
 
 
 def test_summary_sums_the_shard_stats():
-    t = to_table(trajs(), run_id="r", task_index=[0, 1, 2, 3], max_turns=2, env_kwargs={})
+    t = trajectories_table(trajs(), run_id="r", max_turns=2, env_kwargs={})
     stats = [shard_stats(t.slice(0, 3)), shard_stats(t.slice(3))]
     run = run_summary(stats, expected=6)
     assert run == {"rows": 4, "expected": 6, "complete": False, "success_rate": 0.25,

@@ -6,8 +6,15 @@ import json
 import pyarrow as pa
 import pytest
 
-from agentgym.collection.schema import FIELDS, SCHEMA, rows_to_trajectories, to_jsonl, to_table
-from agentgym.data.trajectories import BatchFormatError, pack
+from agentgym.collection.schema import (
+    FIELDS,
+    SCHEMA,
+    rows_to_trajectories,
+    to_jsonl,
+    to_table,
+    trajectories_table,
+)
+from agentgym.data.trajectories import BatchFormatError, RowInfo, pack
 from tests.helpers import make_trajectory
 
 
@@ -24,8 +31,7 @@ def trajectories():
 
 def test_table_round_trips_every_trajectory_field():
     trajs = trajectories()
-    table = to_table(trajs, run_id="r1", task_index=[4, 0], max_turns=7,
-                     env_kwargs={"size": 3})
+    table = trajectories_table(trajs, run_id="r1", max_turns=7, env_kwargs={"size": 3})
     assert table.schema == SCHEMA and [f.name for f in table.schema] == [n for n, _, _ in FIELDS]
     assert rows_to_trajectories(table) == trajs
     row = table.slice(1, 1).to_pylist()[0]
@@ -42,8 +48,8 @@ def test_messages_are_the_mask_segments_decoded(tokenizer):
     obs = tokenizer.encode("you see a door", add_special_tokens=False)
     t = make_trajectory(ids + reply + obs + reply,
                         [0] * len(ids) + [1] * len(reply) + [0] * len(obs) + [1] * len(reply))
-    table = to_table([t], run_id="r", task_index=[0], max_turns=None, env_kwargs={},
-                     tokenizer=tokenizer)
+    table = trajectories_table([t], run_id="r", max_turns=None, env_kwargs={},
+                               tokenizer=tokenizer)
     msgs = table.column("messages").to_pylist()[0]
     assert msgs == [{"role": "prompt", "content": tokenizer.decode(ids)},
                     {"role": "assistant", "content": tokenizer.decode(reply)},
@@ -53,13 +59,22 @@ def test_messages_are_the_mask_segments_decoded(tokenizer):
         pa.struct([("role", pa.string()), ("content", pa.string())]))
 
 
-def test_packed_rows_give_the_same_table_as_the_lists():
+def test_a_packed_batch_and_its_row_info_are_the_trajectories_rows():
     trajs = trajectories()[::-1] + trajectories()
-    kw = dict(run_id="r1", task_index=[0, 4, 4, 0], max_turns=7, env_kwargs={})
-    from_lists = to_table(trajs, **kw)
-    from_packed = to_table(trajs, packed=pack(trajs), **kw)
-    assert from_packed.schema == SCHEMA
-    assert from_packed.equals(from_lists)
-    assert rows_to_trajectories(from_packed) == trajs
-    with pytest.raises(BatchFormatError, match="3 rows for 4 trajectories"):
-        to_table(trajs, packed=pack(trajs[:3]), **kw)
+    kw = dict(run_id="r1", max_turns=7, env_kwargs={})
+    packed, info = pack(trajs), RowInfo.of(trajs)
+    table = to_table(packed, info, **kw)
+    assert table.schema == SCHEMA
+    assert rows_to_trajectories(table) == trajs
+    assert table.column("task_index").to_pylist() == [0, 4, 4, 0]  # the group ids
+    # rows of a batch and its info, concatenated again, give the same table
+    halves = [(packed.rows(0, 1), info.rows(0, 1)), (packed.rows(1, 4), info.rows(1, 4))]
+    again = to_table(type(packed).concat([p for p, _ in halves]),
+                     RowInfo.concat([i for _, i in halves]), **kw)
+    assert again.equals(table)
+    with pytest.raises(BatchFormatError, match="4 rows, its row info 3"):
+        to_table(packed, RowInfo.of(trajs[:3]), **kw)
+    bad = trajectories()
+    bad[0].stop_reason = "gone"
+    with pytest.raises(BatchFormatError, match="unknown stop reason 'gone'"):
+        trajectories_table(bad, **kw)

@@ -9,15 +9,14 @@ import pyarrow.dataset as ds
 import pytest
 
 from agentgym.collection import ShardError, store
-from agentgym.collection.schema import to_table
+from agentgym.collection.schema import trajectories_table
 from tests.helpers import make_trajectory
 
 
 def table(keys):
     trajs = [make_trajectory([1, 2, 3], [0, 1, 1], group_id=t, sample_index=s, task_id=t)
              for t, s in keys]
-    return to_table(trajs, run_id="r", task_index=[t for t, _ in keys], max_turns=3,
-                    env_kwargs={})
+    return trajectories_table(trajs, run_id="r", max_turns=3, env_kwargs={})
 
 
 def test_datasets_reads_the_folder_and_skips_temporaries(tmp_path):
@@ -77,10 +76,9 @@ def test_drop_failed_rewrites_shards_in_place(tmp_path):
     st = store.RunStore(out, {})
     failed = make_trajectory([1, 2], [0, 0], group_id=1, task_id=1, stop_reason="timeout")
     ok = make_trajectory([1, 2], [0, 1], group_id=0, task_id=0)
-    st.write_shard(to_table([ok, failed], run_id="r", task_index=[0, 1], max_turns=None,
-                            env_kwargs={}))
-    st.write_shard(to_table([failed], run_id="r", task_index=[2], max_turns=None,
-                            env_kwargs={}))
+    failed2 = make_trajectory([1, 2], [0, 0], group_id=2, task_id=2, stop_reason="timeout")
+    st.write_shard(trajectories_table([ok, failed], run_id="r", max_turns=None, env_kwargs={}))
+    st.write_shard(trajectories_table([failed2], run_id="r", max_turns=None, env_kwargs={}))
     assert st.num_failed == 2
     assert st.drop_failed() == 2
     assert sorted(p.name for p in store.shard_files(out)) == ["part-000000.parquet"]

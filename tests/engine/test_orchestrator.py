@@ -168,31 +168,34 @@ def test_stream_requests_takes_requests_that_arrive_while_it_runs(tokenizer):
 
 def test_stream_batches_hand_each_tick_with_its_packed_rows(tokenizer):
     """``stream_batches`` plays the same episodes as ``stream_requests``; each batch's packed
-    row ``i`` holds trajectory ``i``'s tokens, mask, logprobs and turn rewards."""
-    from agentgym.data.trajectories import STOP_CODES
+    row ``i`` holds trajectory ``i``'s tokens, mask, logprobs and turn rewards, and its row
+    info the rest of it. Asked for rows only, it hands the same rows without trajectories."""
+    from agentgym.data.trajectories import STOP_CODES, RowInfo
     from agentgym.engine import EpisodeRequest
 
     reqs = [EpisodeRequest(t % 7, t, 0) for t in range(24)]
     key = lambda t: (t.group_id, t.sample_index)  # noqa: E731
 
-    async def play(batches: bool):
+    async def play(mode: str):
         eng = engine(tokenizer, max_turns=8, max_concurrency=5, progress=False)
         try:
-            if not batches:
+            if mode == "plain":
                 return [t async for t in eng.stream_requests(reqs, "textcraft")]
-            return [b async for b in eng.stream_batches(reqs, "textcraft")]
+            return [b async for b in eng.stream_batches(reqs, "textcraft",
+                                                        trajectories=mode == "batches")]
         finally:
             eng.close()
 
-    plain = sorted(asyncio.run(play(False)), key=key)
-    batches = asyncio.run(play(True))
+    plain = sorted(asyncio.run(play("plain")), key=key)
+    batches = asyncio.run(play("batches"))
     assert len(batches) > 2  # refilled slots end on different ticks
-    trajs = [t for ts, _ in batches for t in ts]
+    trajs = [t for b in batches for t in b.trajectories]
     assert [(t.token_ids, t.loss_mask, t.logprobs, t.reward, t.stop_reason) for t in
             sorted(trajs, key=key)] == [
         (t.token_ids, t.loss_mask, t.logprobs, t.reward, t.stop_reason) for t in plain]
-    for ts, p in batches:
+    for p, info, ts in batches:
         assert len(p) == len(ts)
+        assert info == RowInfo.of(ts)
         for i, t in enumerate(ts):
             a, b = p.offsets[i], p.offsets[i + 1]
             assert p.token_ids[a:b].tolist() == t.token_ids
@@ -203,6 +206,21 @@ def test_stream_batches_hand_each_tick_with_its_packed_rows(tokenizer):
             assert (p.prompt_len[i], p.num_turns[i], p.stop_reason[i]) == (
                 t.prompt_len, t.num_turns, STOP_CODES[t.stop_reason])
             assert (p.group_id[i], p.sample_index[i]) == (t.group_id, t.sample_index)
+
+    def by_key(bs):
+        out = {}
+        for p, info, _ in bs:
+            for i in range(len(p)):
+                a, b = p.offsets[i], p.offsets[i + 1]
+                out[int(p.group_id[i]), int(p.sample_index[i])] = (
+                    p.token_ids[a:b].tolist(), p.loss_mask[a:b].tolist(), float(p.rewards[i]),
+                    info.task_id[i], info.seed[i], info.env_id[i])
+        return out
+
+    rows_only = asyncio.run(play("rows"))
+    assert all(b.trajectories is None for b in rows_only)
+    assert sum(len(b.packed) for b in rows_only) == len(reqs)
+    assert by_key(rows_only) == by_key(batches)
 
 
 def test_horizon_and_length_limits(tokenizer):

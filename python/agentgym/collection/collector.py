@@ -7,12 +7,13 @@ The runner is any object with the rollout engine's request API::
         -> AsyncIterator[Trajectory]
 
 (:meth:`agentgym.engine.RolloutEngine.stream_requests`, or a pool of remote workers with the
-same method). A runner that also has ``stream_batches`` (same arguments; it yields
-``(trajectories, PackedBatch)`` per group of episodes that ended together, as the engine
-does) is read through it: shards are then built over the packed buffers instead of from the
-trajectories' lists. It must play exactly the given :class:`~agentgym.engine.EpisodeRequest`
-s and keep each request's ``group_id`` and ``sample_index`` on its trajectory; the collector
-never touches anything else of it, except an optional ``config`` attribute (a
+same method). A runner that also has ``stream_batches`` (same arguments plus
+``trajectories``; it yields an :class:`~agentgym.engine.EpisodeBatch` per group of episodes
+that ended together, as the engine does) is read through it: shards are then built over the
+packed buffers, and ``run()`` asks for rows only (no :class:`Trajectory` objects). A runner
+must play exactly the given :class:`~agentgym.engine.EpisodeRequest` s and keep each
+request's ``group_id`` and ``sample_index`` on its rows; the collector never touches
+anything else of it, except an optional ``config`` attribute (a
 :class:`~agentgym.engine.RolloutConfig`) whose row-shaping fields it records.
 
 Key (t, s) is the ``t``-th task of the run's task list, sample ``s``: it is played as
@@ -42,7 +43,7 @@ import numpy as np
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
 from agentgym.collection.store import RunStore
-from agentgym.data.trajectories import PackedBatch, Trajectory
+from agentgym.data.trajectories import PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.orchestrator import EpisodeRequest
 
 __all__ = ["ROW_FIELDS", "Collector", "backend_identity", "collect", "open_engine",
@@ -69,9 +70,10 @@ def _task_spec(tasks: Sequence[int | str]) -> Any:
 
 
 class _Writer:
-    """Batches of trajectories become Arrow tables in the caller (``to_table``) and shards in
-    a thread (``RunStore.write_shard``: Parquet encoding, compression and fsync release the
-    GIL); the thread's first error is raised by the next ``submit`` / ``join``."""
+    """Shards become Arrow tables and their bookkeeping in the caller (``to_table``,
+    ``RunStore.prepare_shard``) and files in a thread (``RunStore.commit_shard``: Parquet
+    encoding, compression and fsync release the GIL, and little Python runs there); the
+    thread's first error is raised by the next ``submit`` / ``join``."""
 
     def __init__(self, store: RunStore, row_args: dict[str, Any]):
         self.store, self.row_args = store, row_args
@@ -83,13 +85,13 @@ class _Writer:
 
     def _loop(self) -> None:
         while True:
-            table = self.q.get()
-            if table is None:
+            shard = self.q.get()
+            if shard is None:
                 return
             if self.error is not None:
                 continue
             try:
-                self.store.write_shard(table)
+                self.store.commit_shard(shard)
             except BaseException as e:
                 self.error = e
 
@@ -97,17 +99,16 @@ class _Writer:
         if self.error is not None:
             raise self.error
 
-    async def submit(self, trajs: list[Trajectory], packed: PackedBatch | None = None) -> None:
+    async def submit(self, packed: PackedBatch, info: RowInfo) -> None:
         self._raise()
-        # The conversion holds the GIL either way; done here, between ticks, it never makes
-        # the event loop wait for a GIL hand-over from the writer thread. With the packed
-        # rows it only wraps their buffers (plus one list per scalar column).
-        table = to_table(trajs, task_index=[t.group_id for t in trajs], packed=packed,
-                         **self.row_args)
+        # Done here, between ticks, the conversion never makes the event loop wait for a GIL
+        # hand-over from the writer thread; it wraps the packed buffers (plus one list per
+        # scalar column).
+        shard = self.store.prepare_shard(to_table(packed, info, **self.row_args))
         try:
-            self.q.put_nowait(table)
+            self.q.put_nowait(shard)
         except queue.Full:  # two shards queued: wait for the writer (backpressure)
-            await asyncio.to_thread(self.q.put, table)
+            await asyncio.to_thread(self.q.put, shard)
 
     async def join(self) -> None:
         await asyncio.to_thread(self.q.put, None)
@@ -124,36 +125,39 @@ class _Writer:
 
 
 class _ShardBuffer:
-    """Finished trajectories waiting for their shard, with their packed rows as ranges of
-    the runner's batches (kept only while every trajectory added so far came with its
-    row)."""
+    """Finished rows waiting for their shard: ranges of the runner's packed batches, or
+    trajectories (from a runner without ``stream_batches``), packed when the shard is
+    taken."""
 
     def __init__(self):
+        #: [batch, its row info, first row, end row] per run of consecutive rows of a batch.
+        self.parts: list[list] = []
         self.trajs: list[Trajectory] = []
-        #: [batch, first row, end row] per run of consecutive rows of one batch.
-        self.parts: list[list] | None = []
+        self.n = 0
 
     def __len__(self) -> int:
-        return len(self.trajs)
+        return self.n
 
-    def add(self, trajs: list[Trajectory], packed: PackedBatch | None, row: int) -> None:
-        """Buffer ``trajs``; ``packed``: the batch whose rows ``row ...`` they are (or None)."""
-        self.trajs.extend(trajs)
-        end = row + len(trajs)
-        if packed is None or self.parts is None:
-            self.parts = None
-        elif self.parts and self.parts[-1][0] is packed and self.parts[-1][2] == row:
-            self.parts[-1][2] = end
+    def add_rows(self, packed: PackedBatch, info: RowInfo, row: int, end: int) -> None:
+        """Buffer rows ``row ... end - 1`` of ``packed``."""
+        if self.parts and self.parts[-1][0] is packed and self.parts[-1][3] == row:
+            self.parts[-1][3] = end
         else:
-            self.parts.append([packed, row, end])
+            self.parts.append([packed, info, row, end])
+        self.n += end - row
 
-    def take(self) -> tuple[list[Trajectory], PackedBatch | None]:
-        """The buffered trajectories and their rows as one batch; the buffer emptied."""
-        trajs, parts = self.trajs, self.parts
-        self.trajs, self.parts = [], []
-        if not parts:
-            return trajs, None
-        return trajs, PackedBatch.concat([p.rows(a, z) for p, a, z in parts])
+    def add_trajectories(self, trajs: list[Trajectory]) -> None:
+        self.trajs.extend(trajs)
+        self.n += len(trajs)
+
+    def take(self) -> tuple[PackedBatch, RowInfo]:
+        """The buffered rows as one packed batch and its row info; the buffer emptied."""
+        parts, trajs = self.parts, self.trajs
+        self.parts, self.trajs, self.n = [], [], 0
+        if trajs:
+            return pack(trajs), RowInfo.of(trajs)
+        return (PackedBatch.concat([p.rows(a, z) for p, _, a, z in parts]),
+                RowInfo.concat([i.rows(a, z) for _, i, a, z in parts]))
 
 
 class Collector:
@@ -221,6 +225,13 @@ class Collector:
     async def stream(self) -> AsyncIterator[Trajectory]:
         """Play every missing key; yield each trajectory as soon as it is queued for its
         shard. When the iteration ends every shard is committed and ``summary`` is set."""
+        async for trajs in self._play(trajectories=True):
+            for t in trajs:
+                yield t
+
+    async def _play(self, trajectories: bool) -> AsyncIterator[list[Trajectory]]:
+        """Play every missing key into shards; with ``trajectories``, yield the finished
+        trajectories of each slice of rows once it is queued for its shard."""
         store, n = self.store, self.n_samples
         if self.retry_failed:
             store.drop_failed()
@@ -235,18 +246,25 @@ class Collector:
                 ts, ss = np.divmod(missing[w:w + self.window], n)
                 reqs = [EpisodeRequest(self.tasks[t], t, s)
                         for t, s in zip(ts.tolist(), ss.tolist())]
-                async with contextlib.aclosing(self._batches(reqs)) as it:
-                    async for trajs, packed in it:
-                        prog.update(trajs, None if packed is None
-                                    else int(packed.loss_mask.sum(dtype=np.int64)))
+                async with contextlib.aclosing(self._batches(reqs, trajectories)) as it:
+                    async for packed, info, trajs in it:
+                        if packed is None:
+                            prog.update(trajs)
+                            count = len(trajs)
+                        else:
+                            prog.update_packed(packed)
+                            count = len(packed)
                         row = 0
-                        while row < len(trajs):  # fill the shard buffer, submit when full
-                            end = min(len(trajs), row + self.shard_size - len(buf))
-                            buf.add(trajs[row:end], packed, row)
+                        while row < count:  # fill the shard buffer, submit when full
+                            end = min(count, row + self.shard_size - len(buf))
+                            if packed is None:
+                                buf.add_trajectories(trajs[row:end])
+                            else:
+                                buf.add_rows(packed, info, row, end)
                             if len(buf) >= self.shard_size:
                                 await writer.submit(*buf.take())
-                            for traj in trajs[row:end]:
-                                yield traj
+                            if trajectories:
+                                yield trajs[row:end]
                             row = end
             if len(buf):
                 await writer.submit(*buf.take())
@@ -260,23 +278,26 @@ class Collector:
             else:
                 store.close()
 
-    async def _batches(self, reqs: list[EpisodeRequest]
-                       ) -> AsyncIterator[tuple[list[Trajectory], PackedBatch | None]]:
-        """The runner's finished trajectories in groups, with their packed rows when the
-        runner has ``stream_batches`` (:class:`~agentgym.engine.RolloutEngine`), else one
-        at a time without (the shard is then built from the trajectories' lists)."""
+    async def _batches(self, reqs: list[EpisodeRequest], trajectories: bool
+                       ) -> AsyncIterator[tuple[PackedBatch | None, RowInfo | None,
+                                                list[Trajectory] | None]]:
+        """The runner's finished episodes in groups as ``(packed, info, trajectories)``:
+        packed rows and their row info when the runner has ``stream_batches``
+        (:class:`~agentgym.engine.RolloutEngine`; trajectories only when asked for), else
+        one trajectory at a time without them (its shard is then packed from the
+        trajectories)."""
         kw = {"env_kwargs": self.env_kwargs, **self.overrides}
         batches = getattr(self.runner, "stream_batches", None)
         if callable(batches):
-            it = batches(reqs, self.env_id, **kw)
+            it = batches(reqs, self.env_id, trajectories=trajectories, **kw)
             async with contextlib.aclosing(it):
-                async for trajs, packed in it:
-                    yield trajs, packed
+                async for b in it:
+                    yield b.packed, b.info, b.trajectories
             return
         it = self.runner.stream_requests(reqs, self.env_id, **kw)
         async with contextlib.aclosing(it):
             async for traj in it:
-                yield [traj], None
+                yield None, None, [traj]
 
     def _finish(self, prog: Progress) -> None:
         store = self.store
@@ -287,8 +308,9 @@ class Collector:
         store.close()
 
     async def run(self) -> dict[str, Any]:
-        """Play every missing key and return the summary (also in ``summary.json``)."""
-        async for _ in self.stream():
+        """Play every missing key and return the summary (also in ``summary.json``); the
+        rows go to the shards without becoming :class:`Trajectory` objects."""
+        async for _ in self._play(trajectories=False):
             pass
         assert self.summary is not None
         return self.summary

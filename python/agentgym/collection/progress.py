@@ -12,7 +12,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentgym.data.trajectories import FAILED_STOP_REASONS, Trajectory
+from agentgym.data.trajectories import (
+    FAILED_STOP_CODES,
+    FAILED_STOP_REASONS,
+    STOP_CODES,
+    STOP_REASONS,
+    PackedBatch,
+    Trajectory,
+)
+
+_DONE = STOP_CODES["done"]
 
 __all__ = ["Progress", "format_summary", "run_summary"]
 
@@ -36,18 +45,29 @@ class Progress:
             self.bar = tqdm(total=total, initial=already, desc="collect", unit="ep",
                             dynamic_ncols=True)
 
-    def update(self, trajs: Sequence[Trajectory], tokens: int | None = None) -> None:
-        """Count finished ``trajs``; ``tokens``: their generated tokens when known (a packed
-        batch's ``loss_mask.sum()``), else counted from their loss masks."""
-        self.episodes += len(trajs)
-        self.tokens += sum(sum(t.loss_mask) for t in trajs) if tokens is None else tokens
-        for t in trajs:
-            if t.success:
-                self.successes += 1
-            if t.stop_reason in FAILED_STOP_REASONS:
-                self.failures[t.stop_reason] += 1
+    def update(self, trajs: Sequence[Trajectory]) -> None:
+        """Count finished ``trajs``."""
+        failures = Counter(t.stop_reason for t in trajs if t.stop_reason in FAILED_STOP_REASONS)
+        self._count(len(trajs), sum(sum(t.loss_mask) for t in trajs),
+                    sum(1 for t in trajs if t.success), failures)
+
+    def update_packed(self, packed: PackedBatch) -> None:
+        """Count the finished trajectories of a packed batch (vectorised)."""
+        codes = packed.stop_reason
+        by_code = np.bincount(codes, minlength=len(STOP_REASONS))
+        failures = {STOP_REASONS[c]: int(by_code[c]) for c in FAILED_STOP_CODES if by_code[c]}
+        successes = int(((codes == _DONE) & (packed.rewards >= 1.0 - 1e-6)).sum())
+        self._count(len(packed), int(packed.loss_mask.sum(dtype=np.int64)), successes,
+                    failures)
+
+    def _count(self, episodes: int, tokens: int, successes: int,
+               failures: dict[str, int]) -> None:
+        self.episodes += episodes
+        self.tokens += tokens
+        self.successes += successes
+        self.failures.update(failures)
         if self.bar is not None:
-            self.bar.update(len(trajs))
+            self.bar.update(episodes)
             now = time.perf_counter()
             if now - self._last > 0.5:
                 self._last = now
@@ -89,14 +109,15 @@ def shard_stats(t: pa.Table) -> dict[str, Any]:
     stop = t.column("stop_reason")
     reward = t.column("reward").to_numpy().astype(np.float64)
     done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
-    names, counts = np.unique(stop.to_numpy(zero_copy_only=False), return_counts=True)
+    counts = pc.value_counts(stop).to_pylist()
     return {
         "rows": int(t.num_rows),
         "successes": int((done & (reward >= 1.0 - 1e-6)).sum()),
         "reward_sum": float(reward.sum()),
         "turns_sum": int(t.column("num_turns").to_numpy().sum()),
         "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),
-        "stop_reasons": {str(k): int(v) for k, v in zip(names, counts)},
+        "stop_reasons": {c["values"]: c["counts"] for c in sorted(
+            counts, key=lambda c: c["values"])},
     }
 
 

@@ -7,14 +7,13 @@ a resumed run gives every key the same episode seed. ``SCHEMA_VERSION`` changes 
 field is added, removed or retyped; Parquet shards carry it in their schema metadata
 (``agentgym.schema_version``) and ``metadata.json`` records it.
 
-Rows are built column-wise: each token-level field of a shard becomes one flat buffer and
-an Arrow list array over it (the packed layout of :class:`~agentgym.data.PackedBatch`),
-with no per-row Python dicts.
+Rows are built column-wise from a :class:`~agentgym.data.PackedBatch` and its
+:class:`~agentgym.data.RowInfo`: each token-level field becomes an Arrow list array over the
+packed buffer, with no per-row Python dicts or lists.
 """
 
 from __future__ import annotations
 
-import array
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -23,10 +22,17 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from agentgym.data.trajectories import STOP_CODES, BatchFormatError, PackedBatch, Trajectory
+from agentgym.data.trajectories import (
+    STOP_REASONS,
+    BatchFormatError,
+    PackedBatch,
+    RowInfo,
+    Trajectory,
+    pack,
+)
 
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "rows_to_trajectories", "to_jsonl",
-           "to_table"]
+           "to_table", "trajectories_table"]
 
 SCHEMA_VERSION = 1
 
@@ -64,12 +70,8 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
 SCHEMA = pa.schema([(n, t) for n, t, _ in FIELDS],
                    metadata={"agentgym.schema_version": str(SCHEMA_VERSION)})
 
-
-def _list(lengths: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
-    """A list array of consecutive runs of ``lengths`` values each."""
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return _packed_list(offsets, values, typ)
+#: ``STOP_REASONS`` as an Arrow array: a row's stop reason is ``take`` of its code.
+_STOP_NAMES = pa.array(STOP_REASONS, pa.string())
 
 
 def _packed_list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -83,114 +85,71 @@ def _packed_list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> p
                                              type=typ))
 
 
-def _flat(lists: Sequence[Sequence], code: str, dtype) -> np.ndarray:
-    """The concatenation of ``lists`` as one numpy array (``array.array`` converts Python
-    ints and floats in C, about twice as fast as ``np.asarray`` per list)."""
-    if code == "B":  # 0/1 masks: bytes() of a list of small ints is a C loop
-        return np.frombuffer(b"".join(map(bytes, lists)), np.uint8)
-    a = array.array(code)
-    for x in lists:
-        a.extend(x)
-    return np.frombuffer(a, dtype) if len(a) else np.zeros(0, dtype)
-
-
-def _messages(trajs: Sequence[Trajectory], tokenizer) -> list[list[dict]]:
-    """Each trajectory split at its loss-mask changes and decoded as is (template tokens
-    kept): the first unmasked run is the prompt, masked runs are the model's replies, later
-    unmasked runs the templated observations. A failed episode (all-zero mask) is one
-    prompt segment."""
+def _messages(packed: PackedBatch, tokenizer) -> list[list[dict]]:
+    """Each row split at its loss-mask changes and decoded as is (template tokens kept): the
+    first unmasked run is the prompt, masked runs are the model's replies, later unmasked
+    runs the templated observations. A failed episode (all-zero mask) is one prompt
+    segment."""
     out = []
-    for t in trajs:
-        mask, ids = t.loss_mask, t.token_ids
-        segs, start = [], 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or mask[i] != mask[start]:
-                role = "assistant" if mask[start] else ("prompt" if start == 0 else
-                                                        "observation")
-                segs.append({"role": role, "content": tokenizer.decode(ids[start:i])})
-                start = i
+    for b in range(len(packed)):
+        a, z = int(packed.offsets[b]), int(packed.offsets[b + 1])
+        ids, mask = packed.token_ids[a:z].tolist(), packed.loss_mask[a:z]
+        cuts = [0, *(np.flatnonzero(np.diff(mask)) + 1).tolist(), z - a]
+        segs = []
+        for i, j in zip(cuts, cuts[1:]):
+            if i == j:
+                continue
+            role = "assistant" if mask[i] else ("prompt" if i == 0 else "observation")
+            segs.append({"role": role, "content": tokenizer.decode(ids[i:j])})
         out.append(segs)
     return out
 
 
-def _token_columns(trajs: Sequence[Trajectory]) -> dict[str, pa.Array]:
-    """``token_ids``, ``loss_mask``, ``logprobs`` and ``turn_rewards`` from the trajectories'
-    lists."""
-    n = len(trajs)
-    lens = np.fromiter((len(t.token_ids) for t in trajs), np.int64, n)
-    for name in ("loss_mask", "logprobs"):
-        other = np.fromiter((len(getattr(t, name)) for t in trajs), np.int64, n)
-        if (other != lens).any():
-            i = int(np.flatnonzero(other != lens)[0])
-            raise BatchFormatError(f"trajectory {i}: {name} has {other[i]} entries, "
-                                   f"token_ids has {lens[i]}")
-    turns = [t.turn_rewards for t in trajs]
-    return {
-        "token_ids": _list(lens, _flat([t.token_ids for t in trajs], "I", np.uint32),
-                           pa.uint32()),
-        "loss_mask": _list(lens, _flat([t.loss_mask for t in trajs], "B", np.uint8),
-                           pa.uint8()),
-        "logprobs": _list(lens, _flat([t.logprobs for t in trajs], "f", np.float32),
-                          pa.float32()),
-        "turn_rewards": _list(np.fromiter(map(len, turns), np.int64, n),
-                              _flat(turns, "f", np.float32), pa.float32()),
-    }
-
-
-def _packed_columns(packed: PackedBatch) -> dict[str, pa.Array]:
-    """The same four columns over a packed batch's buffers."""
-    return {
-        "token_ids": _packed_list(packed.offsets, packed.token_ids, pa.uint32()),
-        "loss_mask": _packed_list(packed.offsets, packed.loss_mask, pa.uint8()),
-        "logprobs": _packed_list(packed.offsets, packed.logprobs, pa.float32()),
-        "turn_rewards": _packed_list(packed.turn_offsets, packed.turn_rewards, pa.float32()),
-    }
-
-
-def to_table(trajs: Sequence[Trajectory], run_id: str, task_index: Sequence[int],
-             max_turns: int | None, env_kwargs: dict[str, Any],
-             tokenizer=None, packed: PackedBatch | None = None) -> pa.Table:
-    """The rows of ``trajs`` (``task_index[i]`` is trajectory ``i``'s key) as one Arrow table
-    of :data:`SCHEMA`; with a ``tokenizer``, ``messages`` holds the decoded segments.
-
-    ``packed``: the same trajectories' rows packed (row ``i`` is ``trajs[i]``, as
-    :meth:`~agentgym.engine.RolloutEngine.stream_batches` hands them): the token-level
-    columns are built over its buffers instead of from the trajectories' lists (same
-    table)."""
-    n = len(trajs)
-    if packed is not None and len(packed) != n:
-        raise BatchFormatError(f"packed batch has {len(packed)} rows for {n} trajectories")
-    unknown = {t.stop_reason for t in trajs} - STOP_CODES.keys()
-    if unknown:
-        raise BatchFormatError(f"unknown stop reason {sorted(unknown)[0]!r}; expected one of "
-                               f"{tuple(STOP_CODES)}")
-    token_cols = _token_columns(trajs) if packed is None else _packed_columns(packed)
-    tasks = [t.task_id for t in trajs]
+def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int | None,
+             env_kwargs: dict[str, Any], tokenizer=None) -> pa.Table:
+    """The rows of a packed batch and their :class:`~agentgym.data.RowInfo` (row ``i`` of
+    each is one trajectory) as one Arrow table of :data:`SCHEMA`. The token-level columns
+    wrap the packed buffers; a row's key ``task_index`` is its ``group_id``. With a
+    ``tokenizer``, ``messages`` holds the decoded segments."""
+    n = len(packed)
+    if len(info) != n:
+        raise BatchFormatError(f"packed batch has {n} rows, its row info {len(info)}")
+    tasks = info.task_id
     is_text = [isinstance(x, str) for x in tasks]
     cols = {
         "run_id": pa.array([run_id] * n, pa.string()),
-        "env_id": pa.array([t.env_id for t in trajs], pa.string()),
-        "task_index": pa.array(np.asarray(task_index, np.int64)),
+        "env_id": pa.array(info.env_id, pa.string()),
+        "task_index": pa.array(packed.group_id.astype(np.int64)),
         "task_id": pa.array([None if s else int(x) for x, s in zip(tasks, is_text)], pa.int64()),
         "task_text": pa.array([x if s else None for x, s in zip(tasks, is_text)], pa.string()),
-        "group_id": pa.array([t.group_id for t in trajs], pa.uint64()),
-        "sample_index": pa.array([t.sample_index for t in trajs], pa.uint32()),
-        "seed": pa.array(np.fromiter((t.seed for t in trajs), np.uint64, n)),
-        **token_cols,
-        "prompt_len": pa.array([t.prompt_len for t in trajs], pa.uint32()),
-        "reward": pa.array([t.reward for t in trajs], pa.float32()),
-        "num_turns": pa.array([t.num_turns for t in trajs], pa.uint32()),
-        "stop_reason": pa.array([t.stop_reason for t in trajs], pa.string()),
-        "error": pa.array([t.error for t in trajs], pa.string()),
-        "policy_version": pa.array([t.policy_version for t in trajs], pa.uint32()),
+        "group_id": pa.array(packed.group_id, pa.uint64()),
+        "sample_index": pa.array(packed.sample_index, pa.uint32()),
+        "seed": pa.array(np.array(info.seed, np.uint64)),
+        "token_ids": _packed_list(packed.offsets, packed.token_ids, pa.uint32()),
+        "loss_mask": _packed_list(packed.offsets, packed.loss_mask, pa.uint8()),
+        "logprobs": _packed_list(packed.offsets, packed.logprobs, pa.float32()),
+        "prompt_len": pa.array(packed.prompt_len, pa.uint32()),
+        "turn_rewards": _packed_list(packed.turn_offsets, packed.turn_rewards, pa.float32()),
+        "reward": pa.array(packed.rewards, pa.float32()),
+        "num_turns": pa.array(packed.num_turns, pa.uint32()),
+        "stop_reason": _STOP_NAMES.take(pa.array(packed.stop_reason)),
+        "error": pa.array(info.error, pa.string()),
+        "policy_version": pa.array(packed.policy_version, pa.uint32()),
         "max_turns": pa.array([max_turns] * n, pa.int32()),
         "env_kwargs": pa.array([json.dumps(env_kwargs, sort_keys=True)] * n, pa.string()),
-        "time_total_s": pa.array([t.timings.get("total_s", 0.0) for t in trajs], pa.float64()),
-        "time_gen_s": pa.array([t.timings.get("gen_s", 0.0) for t in trajs], pa.float64()),
-        "messages": (pa.array(_messages(trajs, tokenizer), pa.list_(_MESSAGE))
+        "time_total_s": pa.array(info.time_total_s, pa.float64()),
+        "time_gen_s": pa.array(info.time_gen_s, pa.float64()),
+        "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
     return pa.Table.from_arrays([cols[name] for name, _, _ in FIELDS], schema=SCHEMA)
+
+
+def trajectories_table(trajs: Sequence[Trajectory], **kwargs: Any) -> pa.Table:
+    """:func:`to_table` of trajectories (packed with :func:`~agentgym.data.pack`; raises
+    :class:`~agentgym.data.BatchFormatError` on inconsistent lists or an unknown stop
+    reason)."""
+    return to_table(pack(trajs), RowInfo.of(trajs), **kwargs)
 
 
 _encoder = msgspec.json.Encoder()

@@ -42,6 +42,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "OutputNotWritableError",
     "RunLockedError",
     "RunMismatchError",
+    "PreparedShard",
     "RunStore",
     "ShardError",
     "read_run",
@@ -107,9 +109,10 @@ class ShardError(CollectionError):
 
 
 def _open_temp(path: Path):
-    """The file a temporary write goes to (one place, so a test can point it at
+    """The file a temporary write goes to: an Arrow ``OSFile``, so that Parquet encodes
+    straight into it with the GIL released (one place, so a test can point it at
     ``/dev/full`` to get a real ENOSPC)."""
-    return open(path, "wb")
+    return pa.OSFile(str(path), "wb")
 
 
 def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
@@ -259,8 +262,7 @@ class RunStore:
                            + (["stop_reason"] if known else STATS_COLUMNS))
             ti = t.column("task_index").to_numpy()
             si = t.column("sample_index").to_numpy().astype(np.int64)
-            fl = pc.is_in(t.column("stop_reason"),
-                          pa.array(sorted(FAILED_STOP_REASONS))).to_numpy(zero_copy_only=False)
+            fl = _failed_rows(t)
             if f.name not in listed:
                 log.info("adopting %s (complete, written before the manifest recorded it)", f)
             tasks.append(ti)
@@ -325,23 +327,32 @@ class RunStore:
             data = to_jsonl(table)
             atomic_write(path, lambda f: f.write(data))
 
-    def write_shard(self, table: pa.Table) -> str:
-        """Commit ``table`` as the next shard, then record it in the manifest; returns the
+    def prepare_shard(self, table: pa.Table) -> PreparedShard:
+        """What committing ``table`` records besides the file (its keys, failed rows and
+        stats), computed without touching the folder: a caller with a writer thread does
+        this part itself, so that the thread runs little Python."""
+        return PreparedShard(table, table.column("task_index").to_numpy(),
+                             table.column("sample_index").to_numpy().astype(np.int64),
+                             _failed_rows(table), shard_stats(table))
+
+    def commit_shard(self, shard: PreparedShard) -> str:
+        """Write ``shard`` as the next shard, then record it in the manifest; returns the
         shard's name. Thread-safe against nothing: call from one thread at a time."""
         self._check_space()
         name = f"part-{self._next:06d}.{self.fmt}"
-        self._write_table(self.path / name, table)
+        self._write_table(self.path / name, shard.table)
         self._next += 1
-        fl = pc.is_in(table.column("stop_reason"),
-                      pa.array(sorted(FAILED_STOP_REASONS))).to_numpy(zero_copy_only=False)
-        self._tasks = np.concatenate([self._tasks, table.column("task_index").to_numpy()])
-        self._samples = np.concatenate(
-            [self._samples, table.column("sample_index").to_numpy().astype(np.int64)])
-        self._failed = np.concatenate([self._failed, fl])
-        self.shards.append({"name": name, "rows": int(table.num_rows), "failed": int(fl.sum()),
-                            "stats": shard_stats(table)})
+        self._tasks = np.concatenate([self._tasks, shard.tasks])
+        self._samples = np.concatenate([self._samples, shard.samples])
+        self._failed = np.concatenate([self._failed, shard.failed])
+        self.shards.append({"name": name, "rows": int(shard.table.num_rows),
+                            "failed": int(shard.failed.sum()), "stats": shard.stats})
         self._write_manifest(complete=False)
         return name
+
+    def write_shard(self, table: pa.Table) -> str:
+        """``commit_shard(prepare_shard(table))``."""
+        return self.commit_shard(self.prepare_shard(table))
 
     def drop_failed(self) -> int:
         """Remove the failed rows from every shard (each rewritten in place atomically, or
@@ -353,9 +364,7 @@ class RunStore:
                 continue
             path = self.path / s["name"]
             table = read_shard(path)
-            keep = pc.invert(pc.is_in(table.column("stop_reason"),
-                                      pa.array(sorted(FAILED_STOP_REASONS))))
-            kept = table.filter(keep)
+            kept = table.filter(~_failed_rows(table))
             dropped += table.num_rows - kept.num_rows
             if kept.num_rows:
                 self._check_space()
@@ -382,6 +391,26 @@ class RunStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+
+
+@dataclass
+class PreparedShard:
+    """A shard's table with what the run's bookkeeping records of it
+    (:meth:`RunStore.prepare_shard`)."""
+
+    table: pa.Table
+    tasks: np.ndarray
+    samples: np.ndarray
+    failed: np.ndarray
+    stats: dict[str, Any]
+
+
+_FAILED = pa.array(sorted(FAILED_STOP_REASONS))
+
+
+def _failed_rows(table: pa.Table) -> np.ndarray:
+    """bool[rows]: the row's episode failed."""
+    return pc.is_in(table.column("stop_reason"), _FAILED).to_numpy(zero_copy_only=False)
 
 
 def _spans(shards: list[dict[str, Any]]) -> Iterator[tuple[int, int]]:

@@ -5,7 +5,10 @@ arrays) with its packer ``pack``.
 Stop reasons come from the Rust core (``agentgym._core.STOP_REASONS``): a reason's code in
 ``PackedBatch.stop_reason`` is its index there. The Rust ``TrajectoryStore.drain()`` returns
 the packed layout as a dict; ``PackedBatch.from_dict`` reads it. Python-side trajectories
-(``RolloutBatch.trajectories``) become the same layout through :func:`pack`.
+(``RolloutBatch.trajectories``) become the same layout through :func:`pack`. ``RowInfo``
+holds what a trajectory has beyond the packed arrays (its task, env seed, error and timings),
+so that a packed batch and its ``RowInfo`` together are the trajectories without per-token
+Python lists.
 
 Field for field a ``Trajectory`` maps onto verl's ``AgentLoopOutput`` (prompt_ids =
 token_ids[:prompt_len], response_ids = token_ids[prompt_len:], response_mask =
@@ -33,6 +36,7 @@ __all__ = [
     "STOP_REASONS",
     "BatchFormatError",
     "PackedBatch",
+    "RowInfo",
     "Trajectory",
     "pack",
 ]
@@ -285,6 +289,45 @@ class PackedBatch:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["rewards"] = np.asarray(rewards, dtype=np.float32).reshape(len(self))
         return PackedBatch(**out)
+
+
+@dataclass
+class RowInfo:
+    """The per-trajectory values of a :class:`PackedBatch` that are not numbers of the
+    trajectory store: row ``i``'s env id, task (index or text), env seed, error message (None
+    unless it failed) and wall times (``timings["total_s"]`` and ``["gen_s"]``)."""
+
+    env_id: list[str]
+    task_id: list[int | str]
+    seed: list[int]
+    error: list[str | None]
+    time_total_s: list[float]
+    time_gen_s: list[float]
+
+    def __len__(self) -> int:
+        return len(self.task_id)
+
+    @classmethod
+    def of(cls, trajs: Sequence[Trajectory]) -> RowInfo:
+        """The values of ``trajs``, in order."""
+        return cls(env_id=[t.env_id for t in trajs], task_id=[t.task_id for t in trajs],
+                   seed=[t.seed for t in trajs], error=[t.error for t in trajs],
+                   time_total_s=[t.timings.get("total_s", 0.0) for t in trajs],
+                   time_gen_s=[t.timings.get("gen_s", 0.0) for t in trajs])
+
+    @classmethod
+    def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:
+        """The rows of ``infos`` in order."""
+        if len(infos) == 1:
+            return infos[0]
+        return cls(**{f.name: [x for i in infos for x in getattr(i, f.name)]
+                      for f in fields(cls)})
+
+    def rows(self, start: int, stop: int) -> RowInfo:
+        """Rows ``start ... stop - 1``."""
+        if (start, stop) == (0, len(self)):
+            return self
+        return RowInfo(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
 
 
 def pack(trajs: Sequence[Trajectory]) -> PackedBatch:

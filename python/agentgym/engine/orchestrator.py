@@ -35,7 +35,7 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
-from agentgym.data.trajectories import STOP_REASONS, PackedBatch, Trajectory, pack
+from agentgym.data.trajectories import STOP_REASONS, PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
@@ -115,6 +115,17 @@ class EpisodeRequest(NamedTuple):
 _new_turn = tuple.__new__
 
 
+class EpisodeBatch(NamedTuple):
+    """The episodes that ended in one tick, as :meth:`RolloutEngine.stream_batches` yields
+    them: their rows packed (the trajectory store's buffers), the rest of each row, and the
+    same episodes as :class:`Trajectory` objects unless the stream was asked for rows only
+    (then None). Row ``i`` of each is episode ``i``."""
+
+    packed: PackedBatch
+    info: RowInfo
+    trajectories: list[Trajectory] | None
+
+
 @dataclass(repr=False)
 class RolloutBatch:
     """Trajectories of one ``collect`` in request order (group, then sample), plus metrics."""
@@ -149,9 +160,10 @@ class _Run:
         self.driver = driver
         self.fmt = engine.formatter
         self.store = _core.TrajectoryStore()
-        #: Set by ``stream_batches``: called with each tick's finished trajectories and the
-        #: same rows packed (the store's buffers) instead of returning them one by one.
+        #: Set by ``stream_batches``: called with each tick's :class:`EpisodeBatch` instead
+        #: of returning the trajectories one by one; ``batch_trajectories`` False: rows only.
         self.batch_sink = None
+        self.batch_trajectories = True
         self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
         self.needs_context = engine.backend.needs_context
         #: Rust decode, parse, tokenize and store appends: the turn's one bookkeeping path.
@@ -241,44 +253,55 @@ class _Run:
                     self.store, live, outs, self.cfg.max_total_tokens))
         return [not t.episode.closed for t in turns]
 
-    def _close_batch(self, eps: list[_Episode]) -> list[Trajectory]:
+    def _close_batch(self, eps: list[_Episode]) -> list[Trajectory | None]:
+        """End the tick's finished episodes in the driver and the store, and drain their
+        rows: as trajectories (returned, one per episode), or handed to ``batch_sink`` as
+        one :class:`EpisodeBatch` (then each episode gets None here)."""
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
-        sink, packed = self.batch_sink, None
+        sink, packed, trajs = self.batch_sink, None, None
         if sink is None:
             drained = self.store.drain_rows()
-        else:
+        elif self.batch_trajectories:
             drained, packed = self.store.drain_rows_packed()
-        rows = {r[0]: r for r in drained}
+        else:
+            drained, packed = None, self.store.drain()
         env_id, now = self.driver.env_id, time.perf_counter()
-        out = []
-        for e in eps:
-            _, mask, logprobs, turn_rewards, reward, num_turns, stop, _ = rows[e.key]
-            out.append(Trajectory(
-                task_id=e.task,
-                env_id=env_id,
-                group_id=e.group_id,
-                sample_index=e.sample_index,
-                token_ids=e.ids,  # equal to the stored tokens (the engine appends to both)
-                loss_mask=mask,
-                logprobs=logprobs,
-                prompt_len=e.prompt_len,
-                turn_rewards=turn_rewards,
-                reward=reward,
-                num_turns=num_turns,
-                stop_reason=STOP_REASONS[stop],
-                policy_version=e.policy_version,
-                timings={"total_s": now - e.t0, "gen_s": e.gen_s},
-                seed=e.seed,
-                error=e.error,
-            ))
-        if sink is not None:
-            # The store drains in finish order: its row i is eps[i].
-            if not np.array_equal(packed["keys"], keys):
-                raise RuntimeError("the trajectory store drained rows of other episodes")
-            sink((out, PackedBatch.from_dict(packed)))
-        return out
+        if drained is not None:
+            rows = {r[0]: r for r in drained}
+            trajs = []
+            for e in eps:
+                _, mask, logprobs, turn_rewards, reward, num_turns, stop, _ = rows[e.key]
+                trajs.append(Trajectory(
+                    task_id=e.task,
+                    env_id=env_id,
+                    group_id=e.group_id,
+                    sample_index=e.sample_index,
+                    token_ids=e.ids,  # equal to the stored tokens (the engine appends to both)
+                    loss_mask=mask,
+                    logprobs=logprobs,
+                    prompt_len=e.prompt_len,
+                    turn_rewards=turn_rewards,
+                    reward=reward,
+                    num_turns=num_turns,
+                    stop_reason=STOP_REASONS[stop],
+                    policy_version=e.policy_version,
+                    timings={"total_s": now - e.t0, "gen_s": e.gen_s},
+                    seed=e.seed,
+                    error=e.error,
+                ))
+        if sink is None:
+            return trajs
+        # The store drains in finish order: its row i is eps[i].
+        if not np.array_equal(packed["keys"], keys):
+            raise RuntimeError("the trajectory store drained rows of other episodes")
+        info = RowInfo(env_id=[env_id] * len(eps), task_id=[e.task for e in eps],
+                       seed=[e.seed for e in eps], error=[e.error for e in eps],
+                       time_total_s=[now - e.t0 for e in eps],
+                       time_gen_s=[e.gen_s for e in eps])
+        sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
+        return trajs if trajs is not None else [None] * len(eps)
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams, start: int = 0,
@@ -480,17 +503,19 @@ class RolloutEngine:
 
     async def stream_batches(self, requests: Iterable[EpisodeRequest]
                              | AsyncIterable[EpisodeRequest], env_id: str, *,
-                             env_kwargs: dict | None = None, **overrides
-                             ) -> AsyncIterator[tuple[list[Trajectory], PackedBatch]]:
-        """``stream_requests``, one yield per group of episodes that ended together: their
-        trajectories and the same rows as a :class:`~agentgym.data.PackedBatch` (row ``i``
-        is trajectory ``i``; its token ids, masks, logprobs and turn rewards are the
-        trajectory store's packed buffers), for consumers that write arrays."""
-        async for b in self._stream(requests, env_id, env_kwargs, overrides, batches=True):
+                             env_kwargs: dict | None = None, trajectories: bool = True,
+                             **overrides) -> AsyncIterator[EpisodeBatch]:
+        """``stream_requests``, one :class:`EpisodeBatch` per group of episodes that ended
+        together: their rows as a :class:`~agentgym.data.PackedBatch` (the trajectory
+        store's packed buffers) with their :class:`~agentgym.data.RowInfo`, for consumers
+        that write arrays. ``trajectories=False`` leaves out the :class:`Trajectory` objects
+        (``EpisodeBatch.trajectories`` is None) and their per-token Python lists."""
+        async for b in self._stream(requests, env_id, env_kwargs, overrides, batches=True,
+                                    trajectories=trajectories):
             yield b
 
     async def _stream(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
-                      batches: bool) -> AsyncIterator:
+                      batches: bool, trajectories: bool = True) -> AsyncIterator:
         cfg = msgspec.structs.replace(self.config, **overrides)
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
@@ -498,6 +523,7 @@ class RolloutEngine:
             done: asyncio.Queue = asyncio.Queue()
             if batches:
                 run.batch_sink = done.put_nowait
+                run.batch_trajectories = trajectories
             feeder = None
             if isinstance(requests, AsyncIterable):
                 total = None  # known once the feed is exhausted
@@ -555,7 +581,7 @@ class RolloutEngine:
                         continue
                     if isinstance(item, _WorkerFailure):
                         raise item.error
-                    count = len(item[0]) if batches else 1
+                    count = len(item.packed) if batches else 1
                     if bar is not None:
                         bar.update(count)
                     yielded += count
