@@ -25,10 +25,10 @@ from agentgym.envs import BaseEnv
 VOLATILE = ["run_id", "time_total_s", "time_gen_s"]
 
 
-def engine(tokenizer, **kw):
+def engine(tokenizer, policy="oracle", **kw):
     kw.setdefault("max_turns", 12)
     kw.setdefault("max_total_tokens", 4096)
-    return RolloutEngine(ScriptedBackend(tokenizer, policy="oracle"), tokenizer,
+    return RolloutEngine(ScriptedBackend(tokenizer, policy=policy), tokenizer,
                          progress=False, **kw)
 
 
@@ -83,6 +83,23 @@ def test_resumed_run_rows_equal_an_uninterrupted_run(tokenizer, tmp_path):
     assert keys(b) == [(t, s) for t in range(30) for s in range(2)]
     assert a.equals(b)
     assert b.column("group_id").to_pylist() == b.column("task_index").to_pylist()
+
+
+def test_a_resumed_random_policy_run_replays_the_same_episodes(tokenizer, tmp_path):
+    """The scripted random policy draws from each episode's seed, sample and turn, not from
+    the engine's counters: a run interrupted and resumed in other processes' order writes the
+    rows of an uninterrupted run, and the samples of a task differ from each other."""
+    full = collect(tokenizer, tmp_path / "full", eng=engine(tokenizer, "random"), n_samples=4)
+    assert full["run"]["complete"]
+    assert collect(tokenizer, tmp_path / "part", eng=engine(tokenizer, "random"), n_samples=4,
+                   stop_after=50) is None
+    collect(tokenizer, tmp_path / "part", eng=engine(tokenizer, "random"), n_samples=4)
+    a = folder_table(tmp_path / "full").drop_columns(VOLATILE)
+    b = folder_table(tmp_path / "part").drop_columns(VOLATILE)
+    assert a.equals(b)
+    token_ids = a.column("token_ids").to_pylist()
+    per_task = [{tuple(x) for x in token_ids[4 * t:4 * t + 4]} for t in range(30)]
+    assert sum(len(s) > 1 for s in per_task) > 15  # samples of one task play differently
 
 
 def test_rows_carry_the_schema_and_summary_counts_them(tokenizer, tmp_path):

@@ -81,8 +81,9 @@ class Backend(Protocol):
     finished id is ignored. ``update_weights`` takes a ``{name: tensor}`` state dict (Hugging
     Face parameter names) or a path to a safetensors file or model folder, and increments
     ``policy_version`` once the new weights serve requests. ``needs_context``: the engine
-    passes ``context=(driver, slot)`` to ``generate`` (a policy that reads the env, such as
-    :class:`~agentgym.backends.scripted.ScriptedBackend`); False for models.
+    passes ``context=(driver, slot, episode_seed, sample_index)`` to ``generate`` (a policy
+    that reads the env, such as :class:`~agentgym.backends.scripted.ScriptedBackend`); False
+    for models.
     """
 
     policy_version: int

@@ -4,7 +4,7 @@ It plays the env's oracle action (or a uniformly random valid action) formatted 
 ``Action: <action>`` and encoded with the real tokenizer, plus the end-of-turn token. No
 model runs, so the rollout engine's own overhead can be measured and tested in isolation.
 It needs the engine's episode context (``needs_context = True``): the engine passes
-``context=(driver, slot)`` to ``generate``.
+``context=(driver, slot, episode_seed, sample_index)`` to ``generate``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
 
 class ScriptedBackend:
     """Instant oracle/random policy. ``policy`` is ``"oracle"`` (falling back to a random
-    valid action where the env has no oracle) or ``"random"``. Logprobs are reported as 0.0
+    valid action where the env has no oracle) or ``"random"``. A random choice is seeded by
+    (``seed``, the episode's env seed and sample index, the prompt's length), so the same
+    episode request replays the same episode. Logprobs are reported as 0.0
     (the scripted policy is not a distribution over tokens). ``latency_s`` > 0 makes every
     reply take that long (an inference server's latency, without its compute)."""
 
@@ -44,13 +46,14 @@ class ScriptedBackend:
         self._encode = (lambda s: fast.encode(s, add_special_tokens=False).ids) if fast else (
             lambda s: tokenizer.encode(s, add_special_tokens=False))
 
-    async def _random(self, driver, slot: int, request_id: str | None) -> str:
-        """A uniformly random valid action, seeded by the request id ("" if none)."""
+    async def _random(self, context, turn_key: int) -> str:
+        """A uniformly random valid action ("" if none)."""
+        driver, slot, episode_seed, sample_index = context
         valid = await driver.valid_actions(slot)
         if not valid:
             return ""
-        rng = random.Random(zlib.crc32(f"{self.seed}:{request_id}".encode()))
-        return valid[rng.randrange(len(valid))]
+        key = f"{self.seed}:{episode_seed}:{sample_index}:{turn_key}"
+        return valid[random.Random(zlib.crc32(key.encode())).randrange(len(valid))]
 
     async def generate(self, prompt_ids, sampling: SamplingParams, request_id: str | None = None,
                        context=None) -> GenerateResult:
@@ -59,10 +62,10 @@ class ScriptedBackend:
         self.requests += 1
         if self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
-        driver, slot = context
+        driver, slot = context[0], context[1]
         action = await driver.oracle_action(slot) if self.policy == "oracle" else None
         if action is None:
-            action = await self._random(driver, slot, request_id)
+            action = await self._random(context, len(prompt_ids))
         hit = self._cache.get(action)
         if hit is None or hit[2].policy_version != self.policy_version:
             ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]

@@ -318,7 +318,7 @@ class _Run:
             try:
                 if self.needs_context:
                     coro = backend.generate(ep.ids, sampling, request_id=rid,
-                                            context=(self.driver, ep.slot))
+                                            context=self._context(ep))
                 else:
                     coro = backend.generate(ep.ids, sampling, request_id=rid)
                 if cfg.turn_timeout_s is not None:
@@ -328,6 +328,11 @@ class _Run:
                 last = e
                 log.debug("backend error on %s (attempt %d): %s", rid, attempt, e)
         raise last  # type: ignore[misc]
+
+    def _context(self, ep: _Episode) -> tuple:
+        """What a ``needs_context`` backend gets of an episode: ``(driver, slot, env seed,
+        sample index)``."""
+        return (self.driver, ep.slot, ep.seed, ep.sample_index)
 
     async def _play(self, ep: _Episode) -> None:
         cfg = self.cfg
@@ -340,7 +345,7 @@ class _Run:
         generate, submit, clock = self._generate, self.turn_batcher.submit, time.perf_counter
         new_turn, store = _new_turn, self.store
         direct = self.engine.backend.generate if cfg.turn_timeout_s is None else None
-        context = (self.driver, ep.slot) if self.needs_context else None
+        context = self._context(ep) if self.needs_context else None
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
         while ep.stop_reason is None:
             budget = cap - len(ids)

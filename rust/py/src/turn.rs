@@ -243,7 +243,7 @@ impl PyTurnCodec {
         self.inner.cache_bytes()
     }
 
-    /// The cache's bound in bytes (default 64 MiB); a cache above a lowered bound is
+    /// The cache's bound in bytes (default 16 MiB); a cache above a lowered bound is
     /// emptied.
     #[getter]
     fn get_cache_max_bytes(&self) -> usize {
