@@ -91,23 +91,26 @@ def test_pool_plays_every_request_once_as_the_engine_does(pool, tiny_model_dir):
 def test_worker_messages_carry_every_trajectory_field_exactly():
     """What a worker sends is what the driver yields: every field of a model's trajectory
     (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
-    (an error, a string task id) comes back equal, in order, with its request index."""
-    from agentgym.data.trajectories import Trajectory
+    (an error, a string task id) comes back equal, in order, with its request index. The
+    worker sends them packed, as its engine drains them."""
+    from agentgym.data.trajectories import RowInfo, Trajectory, pack
     from agentgym.distributed.rollout_workers import _decode, _encode
 
     def traj(k, **kw):
         base = dict(task_id=k, env_id="maze", group_id=10 + k, sample_index=k % 2,
                     token_ids=[5, 900, 70000, 3, 1], loss_mask=[0, 0, 1, 1, 0],
-                    logprobs=[0.0, 0.0, -0.25, -1.0e-9, 0.0], prompt_len=2,
+                    logprobs=[0.0, 0.0, -0.25, -(2.0 ** -30), 0.0], prompt_len=2,
                     turn_rewards=[0.0, 0.5], reward=0.5, num_turns=2, stop_reason="done",
                     policy_version=3, timings={"total_s": 0.125, "gen_s": 0.0625}, seed=k)
         return Trajectory(**{**base, **kw})
 
     sent = [(4, traj(0)), (0, traj(1, logprobs=[0.0] * 5)),
             (7, traj(2, task_id="t-2", stop_reason="backend_error", loss_mask=[0] * 5,
-                     logprobs=[0.0, -0.5, 0.0, 0.0, -2.0], error="boom", timings={})),
+                     logprobs=[0.0, -0.5, 0.0, 0.0, -2.0], error="boom",
+                     timings={"total_s": 0.5, "gen_s": 0.0})),
             (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[]))]
-    got = _decode(_encode(sent))
+    trajs = [t for _, t in sent]
+    got = _decode(_encode([i for i, _ in sent], pack(trajs), RowInfo.of(trajs)))
     assert [i for i, _ in got] == [i for i, _ in sent]
     for (_, g), (_, w) in zip(got, sent):
         assert g == w

@@ -31,6 +31,7 @@ from agentgym import _core
 
 __all__ = [
     "FAILED_STOP_CODES",
+    "PACKED_FIELDS",
     "FAILED_STOP_REASONS",
     "STOP_CODES",
     "STOP_REASONS",
@@ -39,6 +40,7 @@ __all__ = [
     "RowInfo",
     "Trajectory",
     "pack",
+    "unpack",
 ]
 
 #: Stop reason names in code order (the Rust core's ``StopReason`` discriminants).
@@ -107,7 +109,7 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
 
 
 #: The fields of a packed batch and their dtypes.
-_FIELDS: dict[str, Any] = {
+PACKED_FIELDS: dict[str, Any] = {
     "token_ids": np.uint32,
     "offsets": np.int64,
     "loss_mask": np.uint8,
@@ -163,7 +165,7 @@ class PackedBatch:
         entries that are not fields, such as the store's ``keys`` and ``task_id``, are not
         kept). Arrays already of the field's dtype are not copied."""
         values = {}
-        for name, dtype in _FIELDS.items():
+        for name, dtype in PACKED_FIELDS.items():
             if name not in d:
                 raise BatchFormatError(f"packed batch is missing field {name!r}")
             arr = np.asarray(d[name])
@@ -179,7 +181,7 @@ class PackedBatch:
         """A batch of no trajectories."""
         return cls(**{
             name: np.zeros(1 if name.endswith("offsets") else 0, dtype)
-            for name, dtype in _FIELDS.items()
+            for name, dtype in PACKED_FIELDS.items()
         })
 
     @classmethod
@@ -190,7 +192,7 @@ class PackedBatch:
         if len(batches) == 1:
             return batches[0]
         out: dict[str, np.ndarray] = {}
-        for name in _FIELDS:
+        for name in PACKED_FIELDS:
             parts = [getattr(b, name) for b in batches]
             if name in ("offsets", "turn_offsets"):
                 shifted, base = [parts[0][:1]], 0
@@ -377,6 +379,35 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
     )
     batch.validate()
     return batch
+
+
+def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
+    """The trajectories of a packed batch and its row info (row ``i`` of each): the inverse
+    of :func:`pack` with :meth:`RowInfo.of`. An all-zero logprob row is one shared 0.0
+    repeated (a -0.0 in it comes back as 0.0)."""
+    if len(info) != len(packed):
+        raise BatchFormatError(f"packed batch has {len(packed)} rows, its row info {len(info)}")
+    tokens, mask = packed.token_ids.tolist(), packed.loss_mask.tolist()
+    offsets, turn_offsets = packed.offsets.tolist(), packed.turn_offsets.tolist()
+    turn_rewards, logprobs = packed.turn_rewards.tolist(), packed.logprobs
+    rewards, num_turns = packed.rewards.tolist(), packed.num_turns.tolist()
+    group, sample = packed.group_id.tolist(), packed.sample_index.tolist()
+    version, prompt_len = packed.policy_version.tolist(), packed.prompt_len.tolist()
+    stop = packed.stop_reason.tolist()
+    out = []
+    for b in range(len(packed)):
+        a, z = offsets[b], offsets[b + 1]
+        lp = logprobs[a:z]
+        out.append(Trajectory(
+            task_id=info.task_id[b], env_id=info.env_id[b], group_id=group[b],
+            sample_index=sample[b], token_ids=tokens[a:z], loss_mask=mask[a:z],
+            logprobs=lp.tolist() if lp.any() else [0.0] * (z - a), prompt_len=prompt_len[b],
+            turn_rewards=turn_rewards[turn_offsets[b]:turn_offsets[b + 1]], reward=rewards[b],
+            num_turns=num_turns[b], stop_reason=STOP_REASONS[stop[b]],
+            policy_version=version[b],
+            timings={"total_s": info.time_total_s[b], "gen_s": info.time_gen_s[b]},
+            seed=info.seed[b], error=info.error[b]))
+    return out
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int) -> None:

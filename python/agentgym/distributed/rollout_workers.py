@@ -13,8 +13,9 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
   ``stream_requests`` over an async feed) and hands out small chunks of requests: a worker
   holds at most its ``max_concurrency`` plus one chunk, and gets the next chunk when its
   results come back, so a faster worker takes more.
-* **Streaming.** Each worker sends back what finished since its last message (msgpack
-  batches of ``Trajectory``, about one chunk per message), and the pool yields each
+* **Streaming.** Each worker sends back what finished since its last message (about one
+  chunk per message: the rows packed as the trajectory store drains them, with their
+  ``RowInfo``, so the worker makes no per-token Python objects), and the pool yields each
   trajectory at once, in completion order: nobody waits for the slowest worker.
 * **Faults.** A worker that dies mid-run (a crash, ``ray.kill``, a lost node) has its
   unfinished requests handed to the other workers or to its restarted replacement; every
@@ -44,13 +45,20 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from agentgym.data.trajectories import Trajectory
+from agentgym.data.trajectories import (
+    PACKED_FIELDS,
+    PackedBatch,
+    RowInfo,
+    Trajectory,
+    unpack,
+)
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.orchestrator import EpisodeRequest, RolloutBatch
@@ -65,71 +73,48 @@ log = logging.getLogger(__name__)
 _Results = list[tuple[int, Trajectory]]
 
 
-#: How long a worker holds finished trajectories back to send them with the ones that
-#: finish right after (one message per chunk of requests rather than one per wake-up).
+#: How long a worker holds finished episodes back to send them with the ones that finish
+#: right after (one message per chunk of requests rather than one per wake-up).
 _LINGER_S = 0.01
 
 
 class _Wire(msgspec.Struct, array_like=True, gc=False):
-    """One finished trajectory as a worker sends it: :class:`Trajectory`'s fields in order,
-    the loss mask as bytes and the logprobs ``None`` when all are 0.0 (a scripted policy, or
-    no model token; a -0.0 among them comes back as 0.0). The driver rebuilds an all-zero
-    list with one shared 0.0, as the in-process engine does, instead of a float object per
-    token."""
+    """What finished on a worker since its last message, as it sends it: the request index
+    of each row, the rows packed (each :class:`PackedBatch` field's buffer as bytes) and
+    their :class:`RowInfo` fields. No per-token Python object is made on the worker, and the
+    driver rebuilds trajectories with :func:`~agentgym.data.trajectories.unpack`."""
 
-    index: int
-    task_id: int | str
-    env_id: str
-    group_id: int
-    sample_index: int
-    token_ids: list[int]
-    loss_mask: bytes
-    logprobs: list[float] | None
-    prompt_len: int
-    turn_rewards: list[float]
-    reward: float
-    num_turns: int
-    stop_reason: str
-    policy_version: int
-    timings: dict[str, float]
-    seed: int
-    error: str | None
+    index: list[int]
+    arrays: dict[str, bytes]
+    info: dict[str, list]
 
 
-def _encode(results: _Results) -> bytes:
-    """msgpack of ``results`` in the :class:`_Wire` form."""
-    out = []
-    for idx, t in results:
-        lp = t.logprobs
-        out.append(_Wire(idx, t.task_id, t.env_id, t.group_id, t.sample_index, t.token_ids,
-                         bytes(t.loss_mask), None if lp.count(0.0) == len(lp) else lp,
-                         t.prompt_len, t.turn_rewards, t.reward, t.num_turns, t.stop_reason,
-                         t.policy_version, t.timings, t.seed, t.error))
-    return _encoder.encode(out)
+def _encode(index: list[int], packed: PackedBatch, info: RowInfo) -> bytes:
+    """msgpack of finished rows in the :class:`_Wire` form (row ``i`` is request
+    ``index[i]``)."""
+    arrays = {f.name: getattr(packed, f.name).tobytes() for f in fields(PackedBatch)}
+    return _encoder.encode(_Wire(index, arrays, {f.name: getattr(info, f.name)
+                                                 for f in fields(RowInfo)}))
 
 
 def _decode(message: bytes) -> _Results:
     """The ``(request index, Trajectory)`` pairs of one :func:`_encode` message."""
-    # the token lists are garbage-free numbers: a collection pass over them mid-decode
-    # is wasted work (and the driver decodes every trajectory of the run)
+    w = _wire_decoder.decode(message)
+    packed = PackedBatch.from_dict({name: np.frombuffer(w.arrays[name], dtype)
+                                    for name, dtype in PACKED_FIELDS.items()})
+    # the token lists are garbage-free numbers: a collection pass over them mid-build is
+    # wasted work (and the driver rebuilds every trajectory of the run)
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return [(w.index, Trajectory(
-            task_id=w.task_id, env_id=w.env_id, group_id=w.group_id,
-            sample_index=w.sample_index, token_ids=w.token_ids, loss_mask=list(w.loss_mask),
-            logprobs=[0.0] * len(w.loss_mask) if w.logprobs is None else w.logprobs,
-            prompt_len=w.prompt_len, turn_rewards=w.turn_rewards, reward=w.reward,
-            num_turns=w.num_turns, stop_reason=w.stop_reason,
-            policy_version=w.policy_version, timings=w.timings, seed=w.seed, error=w.error))
-            for w in _wire_decoder.decode(message)]
+        return list(zip(w.index, unpack(packed, RowInfo(**w.info)), strict=True))
     finally:
         if gc_was_on:
             gc.enable()
 
 
 _encoder = msgspec.msgpack.Encoder()
-_wire_decoder = msgspec.msgpack.Decoder(list[_Wire])
+_wire_decoder = msgspec.msgpack.Decoder(_Wire)
 
 
 class RolloutWorkerError(AgentGymError):
@@ -217,21 +202,27 @@ class RolloutWorker:
                                        []).append(idx)
                     yield req
 
-        out: _Results = []
+        out: list[tuple[list[int], PackedBatch, RowInfo]] = []
         ready = asyncio.Event()
         failed: list[BaseException] = []
 
         async def pump():
             try:
-                async for t in self.engine.stream_requests(requests(), env_id,
-                                                           env_kwargs=env_kwargs, **overrides):
-                    out.append((pending[(t.task_id, t.group_id, t.sample_index)].pop(), t))
+                it = self.engine.stream_batches(requests(), env_id, env_kwargs=env_kwargs,
+                                                trajectories=False, **overrides)
+                async for packed, info, _ in it:
+                    index = [pending[key].pop() for key in zip(
+                        info.task_id, packed.group_id.tolist(), packed.sample_index.tolist())]
+                    out.append((index, packed, info))
                     ready.set()
             except BaseException as e:  # surfaced to the driver below
                 failed.append(e)
             finally:
                 failed.append(None)  # type: ignore[arg-type]
                 ready.set()
+
+        def rows() -> int:
+            return sum(len(i) for i, _, _ in out)
 
         task = asyncio.ensure_future(pump())
         loop = asyncio.get_running_loop()
@@ -240,7 +231,7 @@ class RolloutWorker:
                 await ready.wait()
                 ready.clear()
                 deadline = loop.time() + _LINGER_S
-                while out and not failed and len(out) < flush:
+                while out and not failed and rows() < flush:
                     wait = deadline - loop.time()
                     if wait <= 0:
                         break
@@ -251,7 +242,9 @@ class RolloutWorker:
                     ready.clear()
                 if out:
                     batch, out[:] = list(out), []
-                    yield _encode(batch)
+                    yield _encode([i for b in batch for i in b[0]],
+                                  PackedBatch.concat([b[1] for b in batch]),
+                                  RowInfo.concat([b[2] for b in batch]))
                 if failed:
                     break
         finally:
