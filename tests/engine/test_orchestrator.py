@@ -178,6 +178,7 @@ def test_stream_batches_hand_each_tick_with_its_packed_rows(tokenizer):
 
     async def play(mode: str):
         eng = engine(tokenizer, max_turns=8, max_concurrency=5, progress=False)
+        eng.backend.policy_version = 3  # weights updated before this stream began
         try:
             if mode == "plain":
                 return [t async for t in eng.stream_requests(reqs, "textcraft")]
@@ -206,6 +207,7 @@ def test_stream_batches_hand_each_tick_with_its_packed_rows(tokenizer):
             assert (p.prompt_len[i], p.num_turns[i], p.stop_reason[i]) == (
                 t.prompt_len, t.num_turns, STOP_CODES[t.stop_reason])
             assert (p.group_id[i], p.sample_index[i]) == (t.group_id, t.sample_index)
+            assert p.policy_version[i] == t.policy_version == 3
 
     def by_key(bs):
         out = {}

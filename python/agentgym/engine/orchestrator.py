@@ -336,7 +336,6 @@ class _Run:
 
     async def _play(self, ep: _Episode) -> None:
         cfg = self.cfg
-        ep.policy_version = self.engine.backend.policy_version  # the version it began under
         ep.ids = await self.begin_batcher.submit(ep)
         ep.prompt_len = len(ep.ids)
         # Hot loop (once per turn): attribute lookups hoisted. Without a turn timeout the
@@ -385,7 +384,9 @@ class _Run:
 
     async def run_episode(self, ep: _Episode) -> Trajectory:
         ep.t0 = time.perf_counter()
-        self.store.begin(ep.key, ep.group_id, ep.sample_index, 0, ep.key)
+        ep.policy_version = self.engine.backend.policy_version  # the version it began under
+        # the store's row carries it too (the packed rows of ``stream_batches``)
+        self.store.begin(ep.key, ep.group_id, ep.sample_index, ep.policy_version, ep.key)
         try:
             if self.cfg.episode_timeout_s is not None:
                 await asyncio.wait_for(self._play(ep), self.cfg.episode_timeout_s)
