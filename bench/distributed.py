@@ -9,7 +9,9 @@ path are all there is to measure), the same ``--episodes`` requests played
 
 * in process (one ``RolloutEngine``, ``--concurrency`` episodes in flight),
 * on 1 Ray worker (``--concurrency`` in flight on it),
-* on 2 Ray workers (``--concurrency / 2`` each: the same total in flight).
+* on 2 Ray workers (``--concurrency / 2`` each: the same total in flight),
+* on 1 Ray worker handed chunks of a quarter of its concurrency (the pool's default chunk
+  is its whole concurrency; each chunk is one actor call and about one message back).
 
 Workers are started and warmed up before the clock starts; each Ray run alternates with an
 in-process run, so both see the same load. Reports trajectories/s and turns/s per path (best
@@ -67,19 +69,20 @@ def rollout_bench(model_dir: str, episodes: int, concurrency: int, repeats: int,
     local: list[tuple[float, int]] = []
     out = {}
     init_ray(num_cpus=os.cpu_count())
-    for workers in (1, 2):
+    for name, workers, chunk in (("ray_1_worker", 1, None), ("ray_2_worker", 2, None),
+                                 ("ray_1_worker_quarter_chunks", 1, max(1, concurrency // 4))):
         spec = WorkerSpec(model_dir, backend="scripted", backend_kwargs={"policy": "oracle"},
                           rollout={"max_turns": max_turns,
                                    "max_concurrency": concurrency // workers},
                           num_cpus=1)
-        pool = RayRolloutPool(spec, num_workers=workers)
+        pool = RayRolloutPool(spec, num_workers=workers, chunk_size=chunk)
         try:
             asyncio.run(timed(pool))  # warm-up (workers started, their env pools built)
             runs = []
             for _ in range(repeats):  # interleaved with in-process runs: same load
                 local.append(asyncio.run(timed(engine)))
                 runs.append(asyncio.run(timed(pool)))
-            out[f"ray_{workers}_worker"] = best(runs)
+            out[name] = best(runs)
         finally:
             pool.close()
     ray.shutdown()
@@ -88,6 +91,8 @@ def rollout_bench(model_dir: str, episodes: int, concurrency: int, repeats: int,
     tp = {k: v["trajectories_per_s"] for k, v in out.items()}
     out["ray_1_worker_vs_in_process"] = tp["ray_1_worker"] / tp["in_process"]
     out["scaling_2_vs_1_workers"] = tp["ray_2_worker"] / tp["ray_1_worker"]
+    out["ray_1_worker_quarter_chunks_vs_in_process"] = (tp["ray_1_worker_quarter_chunks"]
+                                                        / tp["in_process"])
     return out
 
 

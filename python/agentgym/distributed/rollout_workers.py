@@ -10,9 +10,10 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
 ``RolloutEngine`` consumes the pool:
 
 * **Load balancing.** A call opens one stream on every worker (the engine's
-  ``stream_requests`` over an async feed) and hands out small chunks of requests: a worker
-  holds at most its ``max_concurrency`` plus one chunk, and gets the next chunk when its
-  results come back, so a faster worker takes more.
+  ``stream_requests`` over an async feed) and hands out chunks of requests (by default
+  one chunk is a worker's ``max_concurrency``): a worker holds at most its
+  ``max_concurrency`` plus one chunk, and gets the next chunk when its results come back,
+  so a faster worker takes more.
 * **Streaming.** Each worker sends back what finished since its last message (about one
   chunk per message: the rows packed as the trajectory store drains them, with their
   ``RowInfo``, so the worker makes no per-token Python objects), and the pool yields each
@@ -308,10 +309,12 @@ class RayRolloutPool:
 
     ``spec``: one :class:`WorkerSpec` for every worker, or a list (one per worker; then
     ``num_workers`` is its length). ``chunk_size``: requests handed out at once (default a
-    quarter of a worker's ``max_concurrency``, at least 1). A dead worker is replaced
-    up to ``max_restarts`` times per position; a request is re-run at most
-    ``max_request_retries`` times. ``weights_dir``: where weights for the vLLM backend are
-    written (every worker must read it; default a temporary folder on the driver's node).
+    worker's ``max_concurrency``; each chunk costs one actor call and about one message
+    back, so small chunks cost throughput: ``bench/distributed.py`` compares a quarter of
+    it). A dead worker is replaced up to ``max_restarts`` times per position; a request is
+    re-run at most ``max_request_retries`` times. ``weights_dir``: where weights for the vLLM
+    backend are written (every worker must read it; default a temporary folder on the
+    driver's node).
     Ray must be initialised (:func:`init_ray`) before the pool starts its workers.
     """
 
@@ -538,7 +541,7 @@ class _PoolRun:
 
     def _capacity(self, slot: _Slot) -> tuple[int, int]:
         cap = int(self.overrides.get("max_concurrency", slot.spec.max_concurrency))
-        chunk = self.pool.chunk_size or max(1, cap // 4)
+        chunk = self.pool.chunk_size or max(1, cap)
         return cap, chunk
 
     def _refill(self, slot: _Slot) -> None:
