@@ -93,8 +93,8 @@ def test_worker_messages_carry_every_trajectory_field_exactly():
     (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
     (an error, a string task id) comes back equal, in order, with its request index. The
     worker sends them packed, as its engine drains them."""
-    from agentgym.data.trajectories import RowInfo, Trajectory, pack
-    from agentgym.distributed.rollout_workers import _decode, _encode
+    from agentgym.data.trajectories import RowInfo, Trajectory, pack, unpack
+    from agentgym.distributed.rollout_workers import _decode_rows, _encode
 
     def traj(k, **kw):
         base = dict(task_id=k, env_id="maze", group_id=10 + k, sample_index=k % 2,
@@ -110,9 +110,12 @@ def test_worker_messages_carry_every_trajectory_field_exactly():
                      timings={"total_s": 0.5, "gen_s": 0.0})),
             (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[]))]
     trajs = [t for _, t in sent]
-    got = _decode(_encode([i for i, _ in sent], pack(trajs), RowInfo.of(trajs)))
-    assert [i for i, _ in got] == [i for i, _ in sent]
-    for (_, g), (_, w) in zip(got, sent):
+    index, packed, info = _decode_rows(_encode([i for i, _ in sent], pack(trajs),
+                                               RowInfo.of(trajs)))
+    assert index == [i for i, _ in sent]
+    assert info == RowInfo.of(trajs)
+    got = unpack(packed, info)
+    for g, (_, w) in zip(got, sent, strict=True):
         assert g == w
         assert type(g.loss_mask) is list and type(g.logprobs) is list
 
@@ -132,6 +135,63 @@ def test_a_faster_worker_takes_more_requests(ray_cluster, tiny_model_dir):
         assert p.served[1] > p.served[0], dict(p.served)
     finally:
         p.close()
+
+
+def test_pool_streams_packed_rows_as_the_engine_does(pool):
+    """``stream_batches`` on the pool: each request's row exactly once, one batch per worker
+    message, the same rows as the pool's trajectories (``trajectories=False``: no
+    Trajectory objects; ``True``: the batch's trajectories are its rows unpacked)."""
+    from agentgym.data import PackedBatch, RowInfo, unpack
+
+    reqs = [EpisodeRequest(g % 5, 3 * 10**6 + g, s) for g in range(40) for s in range(2)]
+
+    def stream(**kw):
+        async def go():
+            return [b async for b in pool.stream_batches(reqs, "maze", **kw)]
+
+        return asyncio.run(go())
+
+    rows_only = stream(trajectories=False)
+    assert len(rows_only) > 1 and all(b.trajectories is None for b in rows_only)
+    packed = PackedBatch.concat([b.packed for b in rows_only])
+    info = RowInfo.concat([b.info for b in rows_only])
+    got = unpack(packed, info)
+    assert keys(got) == expected(reqs) and len(got) == len(reqs)
+    want = {(t.group_id, t.sample_index): t for t in play(pool, reqs)}
+    for t in got:
+        w = want[(t.group_id, t.sample_index)]
+        assert (t.task_id, t.seed, t.token_ids, t.loss_mask, t.turn_rewards, t.stop_reason) == (
+            w.task_id, w.seed, w.token_ids, w.loss_mask, w.turn_rewards, w.stop_reason)
+    for b in stream(trajectories=True):
+        assert b.trajectories == unpack(b.packed, b.info)
+
+
+def test_a_row_delivered_twice_reaches_the_caller_once(pool):
+    """A re-run request whose first worker's message still arrives: the second copy of its
+    row is dropped from the batch (and counted), the other rows of that batch go on."""
+    from agentgym.data import RowInfo, pack
+    from agentgym.distributed.rollout_workers import _PoolRun
+    from agentgym.engine.orchestrator import EpisodeBatch
+
+    reqs = [tuple(EpisodeRequest(k, k, 0)) for k in range(4)]
+    trajs = {k: _PoolRun(pool, reqs, "maze", {}, {})._gave_up(k) for k in range(4)}
+    for k, t in trajs.items():
+        t.stop_reason, t.token_ids, t.loss_mask, t.logprobs = "done", [k + 1], [1], [-0.5]
+    run = _PoolRun(pool, reqs, "maze", {}, {}, batches=True, trajectories=False)
+    dropped = pool.stats["duplicates_dropped"]
+
+    def deliver(index):
+        ts = [trajs[i] for i in index]
+        run._deliver(index, pack(ts), RowInfo.of(ts), worker=0)
+
+    deliver([0, 1, 2])
+    deliver([2, 3])
+    deliver([1])
+    out = [run.out.get_nowait() for _ in range(run.out.qsize())]
+    assert all(isinstance(b, EpisodeBatch) for b in out) and len(out) == 2
+    assert [b.packed.token_ids.tolist() for b in out] == [[1, 2, 3], [4]]
+    assert out[1].info.task_id == [3] and run.left == 0
+    assert pool.stats["duplicates_dropped"] == dropped + 2
 
 
 def test_killed_worker_requests_rerun_exactly_once(pool):

@@ -46,11 +46,11 @@ MAIN_JOB: dict[str, Any] = {
     "format_penalty": 0.5,
     "learner": {"lr": 5e-4, "use_kl_loss": True, "kl_coef": 0.2,
                 "loss_agg_mode": "seq-mean-token-mean", "max_tokens_per_microbatch": 32768},
-    # 200 steps: after the 73-77 steps a 600k-token budget allowed, seeds 0 and 1 put only
-    # 0.79 and 0.16 of their first-turn probability on the four well-formed moves
-    # (0.996 after 200)
-    "warmup": {"episodes": 256, "steps": 200, "batch_size": 32, "lr": 5e-3, "max_turns": 8,
-               "loss_on": "all", "max_tokens": 1_600_000},
+    # 400 steps: after the 73-77 steps a 600k-token budget allowed, seeds 0 and 1 put only
+    # 0.79 and 0.16 of their first move's probability on the four well-formed moves (0.996
+    # after 200), and after 200 steps seed 1's policy still did not learn to read the goal
+    "warmup": {"episodes": 256, "steps": 400, "batch_size": 32, "lr": 5e-3, "max_turns": 8,
+               "loss_on": "all", "max_tokens": 3_200_000},
     "eval_every": 25,
     "eval_tasks": 64,
     "eval_temperature": 0.0,

@@ -331,6 +331,11 @@ class RowInfo:
             return self
         return RowInfo(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
 
+    def select(self, indices: Sequence[int]) -> RowInfo:
+        """Rows ``indices`` (in that order), as :meth:`PackedBatch.select`."""
+        return RowInfo(**{f.name: [getattr(self, f.name)[i] for i in indices]
+                          for f in fields(self)})
+
 
 def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
     """Concatenate trajectories into one :class:`PackedBatch` (the layout the Rust store

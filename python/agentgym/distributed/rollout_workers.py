@@ -58,21 +58,18 @@ from agentgym.data.trajectories import (
     PackedBatch,
     RowInfo,
     Trajectory,
+    pack,
     unpack,
 )
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.metrics import batch_metrics
-from agentgym.engine.orchestrator import EpisodeRequest, RolloutBatch
+from agentgym.engine.orchestrator import EpisodeBatch, EpisodeRequest, RolloutBatch
 from agentgym.errors import AgentGymError
 
 __all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
            "open_pool"]
 
 log = logging.getLogger(__name__)
-
-#: What finished on a worker: (request index, trajectory) pairs.
-_Results = list[tuple[int, Trajectory]]
-
 
 #: How long a worker holds finished episodes back to send them with the ones that finish
 #: right after (one message per chunk of requests rather than one per wake-up).
@@ -98,17 +95,23 @@ def _encode(index: list[int], packed: PackedBatch, info: RowInfo) -> bytes:
                                                  for f in fields(RowInfo)}))
 
 
-def _decode(message: bytes) -> _Results:
-    """The ``(request index, Trajectory)`` pairs of one :func:`_encode` message."""
+def _decode_rows(message: bytes) -> tuple[list[int], PackedBatch, RowInfo]:
+    """The request indices, packed rows and row info of one :func:`_encode` message (the
+    arrays are read-only views of the message's buffers)."""
     w = _wire_decoder.decode(message)
     packed = PackedBatch.from_dict({name: np.frombuffer(w.arrays[name], dtype)
                                     for name, dtype in PACKED_FIELDS.items()})
-    # the token lists are garbage-free numbers: a collection pass over them mid-build is
-    # wasted work (and the driver rebuilds every trajectory of the run)
+    return w.index, packed, RowInfo(**w.info)
+
+
+def _unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
+    """:func:`~agentgym.data.trajectories.unpack` without collection passes: the token lists
+    are garbage-free numbers, so a pass over them mid-build is wasted work (and the driver
+    rebuilds every trajectory of the run)."""
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return list(zip(w.index, unpack(packed, RowInfo(**w.info)), strict=True))
+        return unpack(packed, info)
     finally:
         if gc_was_on:
             gc.enable()
@@ -444,12 +447,30 @@ class RayRolloutPool:
                               **overrides) -> AsyncIterator[Trajectory]:
         """Play exactly ``requests`` on the workers and yield each trajectory as soon as it
         comes back (completion order), as :meth:`RolloutEngine.stream_requests` does."""
+        async for t in self._run(requests, env_id, env_kwargs, overrides, batches=False):
+            yield t
+
+    async def stream_batches(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+                             env_kwargs: dict | None = None, trajectories: bool = True,
+                             **overrides) -> AsyncIterator[EpisodeBatch]:
+        """:meth:`stream_requests`, one :class:`~agentgym.engine.EpisodeBatch` per message
+        from a worker (the rows its engine drained together, as it sent them), as
+        :meth:`RolloutEngine.stream_batches` does in process. ``trajectories=False`` leaves
+        out the :class:`Trajectory` objects: the driver then makes no per-token Python
+        objects. A re-run row's retry count is in its trajectory's timings only."""
+        async for b in self._run(requests, env_id, env_kwargs, overrides, batches=True,
+                                 trajectories=trajectories):
+            yield b
+
+    async def _run(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
+                   batches: bool, trajectories: bool = True) -> AsyncIterator:
         await self.start()
         reqs = [tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
                 for r in requests]
-        run = _PoolRun(self, reqs, env_id, dict(env_kwargs or {}), overrides)
-        async for t in run:
-            yield t
+        run = _PoolRun(self, reqs, env_id, dict(env_kwargs or {}), overrides,
+                       batches=batches, trajectories=trajectories)
+        async for item in run:
+            yield item
 
     # -- weights ---------------------------------------------------------------------------
     async def update_weights(self, weights, version: int | None = None) -> int:
@@ -527,8 +548,11 @@ class _PoolRun:
     """One ``stream_requests`` call of a :class:`RayRolloutPool`."""
 
     def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
-                 env_kwargs: dict, overrides: dict):
+                 env_kwargs: dict, overrides: dict, batches: bool = False,
+                 trajectories: bool = True):
         self.pool, self.reqs = pool, reqs
+        #: yield EpisodeBatch items (with trajectories or not) instead of trajectories
+        self.batches, self.trajectories = batches, trajectories
         self.env_id, self.env_kwargs, self.overrides = env_id, env_kwargs, overrides
         self.session = uuid.uuid4().hex
         self.pending: deque[int] = deque(range(len(reqs)))
@@ -570,9 +594,9 @@ class _PoolRun:
             self.opened.add(slot.index)
             self._refill(slot)
             async for ref in gen:
-                for idx, traj in _decode(await ref):
-                    slot.outstanding.discard(idx)
-                    self._deliver(idx, traj, slot.index)
+                index, packed, info = _decode_rows(await ref)
+                slot.outstanding.difference_update(index)
+                self._deliver(index, packed, info, slot.index)
                 self._refill(slot)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
                 ray.exceptions.ActorUnavailableError) as e:
@@ -588,7 +612,8 @@ class _PoolRun:
                 self.retries[idx] += 1
                 self.pool.stats["requests_retried"] += 1
                 if self.retries[idx] > self.pool.max_request_retries:
-                    self._deliver(idx, self._gave_up(idx), slot.index)
+                    given_up = [self._gave_up(idx)]
+                    self._deliver([idx], pack(given_up), RowInfo.of(given_up), slot.index)
                 else:
                     self.pending.appendleft(idx)
             self._refill_all()
@@ -631,16 +656,30 @@ class _PoolRun:
             seed=seed or 0,
             error=f"rollout workers died {self.retries[idx]} times while playing this episode")
 
-    def _deliver(self, idx: int, traj: Trajectory, worker: int) -> None:
-        if self.delivered[idx]:
-            self.pool.stats["duplicates_dropped"] += 1
-            return
-        self.delivered[idx] = 1
-        self.left -= 1
-        self.pool.served[worker] += 1
-        if self.retries[idx]:
-            traj.timings["rollout/retries"] = float(self.retries[idx])
-        self.out.put_nowait(traj)
+    def _deliver(self, index: list[int], packed: PackedBatch, info: RowInfo,
+                 worker: int) -> None:
+        """Queue the rows of requests ``index`` (row ``i`` is request ``index[i]``) for the
+        caller, less those already delivered (a re-run whose first worker came back)."""
+        keep = [i for i, idx in enumerate(index) if not self.delivered[idx]]
+        if len(keep) < len(index):
+            self.pool.stats["duplicates_dropped"] += len(index) - len(keep)
+            if not keep:
+                return
+            index = [index[i] for i in keep]
+            packed, info = packed.select(keep), info.select(keep)
+        for idx in index:
+            self.delivered[idx] = 1
+        self.left -= len(index)
+        self.pool.served[worker] += len(index)
+        trajs = _unpack(packed, info) if self.trajectories or not self.batches else None
+        for idx, traj in zip(index, trajs or ()):
+            if self.retries[idx]:
+                traj.timings["rollout/retries"] = float(self.retries[idx])
+        if self.batches:
+            self.out.put_nowait(EpisodeBatch(packed, info, trajs))
+        else:
+            for traj in trajs:
+                self.out.put_nowait(traj)
 
     async def __aiter__(self):
         pool = self.pool
@@ -652,10 +691,12 @@ class _PoolRun:
             elif slot.actor is not None or slot.restarts < pool.max_restarts:
                 self.tasks[slot.index] = asyncio.ensure_future(self._restart(slot))
         try:
-            for _ in range(len(self.reqs)):  # each request's trajectory, once
+            left = len(self.reqs)  # each request's row, once
+            while left:
                 item = await self.out.get()
                 if isinstance(item, BaseException):
                     raise item
+                left -= len(item.packed) if self.batches else 1
                 yield item
         finally:
             for slot in pool._slots:
