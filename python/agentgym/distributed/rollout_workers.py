@@ -545,7 +545,7 @@ class RayRolloutPool:
 
 
 class _PoolRun:
-    """One ``stream_requests`` call of a :class:`RayRolloutPool`."""
+    """One ``stream_requests`` or ``stream_batches`` call of a :class:`RayRolloutPool`."""
 
     def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
                  env_kwargs: dict, overrides: dict, batches: bool = False,
