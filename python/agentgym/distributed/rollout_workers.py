@@ -551,7 +551,8 @@ class _PoolRun:
                  env_kwargs: dict, overrides: dict, batches: bool = False,
                  trajectories: bool = True):
         self.pool, self.reqs = pool, reqs
-        #: yield EpisodeBatch items (with trajectories or not) instead of trajectories
+        #: yield EpisodeBatch items instead of trajectories; ``trajectories=False`` (batches
+        #: only) leaves their Trajectory objects out
         self.batches, self.trajectories = batches, trajectories
         self.env_id, self.env_kwargs, self.overrides = env_id, env_kwargs, overrides
         self.session = uuid.uuid4().hex
@@ -671,7 +672,7 @@ class _PoolRun:
             self.delivered[idx] = 1
         self.left -= len(index)
         self.pool.served[worker] += len(index)
-        trajs = _unpack(packed, info) if self.trajectories or not self.batches else None
+        trajs = _unpack(packed, info) if self.trajectories else None  # True unless batches
         for idx, traj in zip(index, trajs or ()):
             if self.retries[idx]:
                 traj.timings["rollout/retries"] = float(self.retries[idx])
