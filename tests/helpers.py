@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +27,21 @@ def mask_runs(mask) -> list[tuple[int, int, int]]:
         else:
             out.append([m, i, i + 1])
     return [tuple(r) for r in out]
+
+
+#: How vLLM's log names a request that ``OpenAIBackend`` sent as ``request_id``:
+#: cmpl-{request_id}-{attempt}-{8 hex}-{prompt index}, then -{8 hex} inside the engine.
+_VLLM_REQUEST = r"cmpl-(\S+?)-\d+-[0-9a-f]{8}-0(?:-[0-9a-f]{8})?"
+
+
+def vllm_request_log(server) -> tuple[set[str], set[str]]:
+    """The request ids (as ``OpenAIBackend``'s callers named them) that a vLLM server
+    launched with ``--enable-log-requests`` has logged as added to its engine, and as
+    aborted (its connection closed before the request finished)."""
+    text = Path(server.log_path).read_text(errors="replace")
+    added = {m[1] for m in re.finditer(rf"Added request {_VLLM_REQUEST}\.", text)}
+    aborted = {m[1] for m in re.finditer(rf"Request {_VLLM_REQUEST} aborted\.", text)}
+    return added, aborted
 
 
 def make_trajectory(token_ids, loss_mask, **fields) -> Trajectory:

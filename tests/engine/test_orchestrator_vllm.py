@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -17,6 +15,7 @@ import pytest_asyncio
 
 from agentgym.backends import make_backend
 from agentgym.engine import RolloutEngine
+from tests.helpers import mask_runs, vllm_request_log
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 pytestmark = [
@@ -76,17 +75,6 @@ class Recording:
         return res
 
 
-def runs(traj) -> list[tuple[int, int, int]]:
-    """Maximal runs of equal loss-mask value: [(mask, start, end), ...]."""
-    out: list[list[int]] = []
-    for i, m in enumerate(traj.loss_mask):
-        if out and out[-1][0] == m:
-            out[-1][2] = i + 1
-        else:
-            out.append([m, i, i + 1])
-    return [tuple(r) for r in out]
-
-
 def check_trajectory(traj, recorded: dict, max_turns: int) -> None:
     n = len(traj.token_ids)
     assert len(traj.loss_mask) == n == len(traj.logprobs)
@@ -94,7 +82,7 @@ def check_trajectory(traj, recorded: dict, max_turns: int) -> None:
     assert traj.stop_reason in ALLOWED, (traj.stop_reason, traj.error)
     assert len(traj.turn_rewards) == traj.num_turns <= max_turns
     assert traj.reward == pytest.approx(sum(traj.turn_rewards), abs=1e-5)
-    model = [(a, b) for m, a, b in runs(traj) if m == 1]
+    model = [(a, b) for m, a, b in mask_runs(traj.loss_mask) if m == 1]
     extra = 1 if traj.stop_reason == "length" else 0  # a turn cut at max_new_tokens
     assert traj.num_turns <= len(model) <= traj.num_turns + extra
     assert len(model) >= 1
@@ -105,7 +93,7 @@ def check_trajectory(traj, recorded: dict, max_turns: int) -> None:
         key = (tuple(traj.token_ids[:a]), tuple(traj.token_ids[a:b]))
         assert key in recorded, "model segment is not a backend completion of its prompt"
         assert recorded[key] == pytest.approx(lps, abs=1e-6)
-    for m, a, b in runs(traj):
+    for m, a, b in mask_runs(traj.loss_mask):
         if m == 0:
             assert all(x == 0.0 for x in traj.logprobs[a:b])
 
@@ -290,11 +278,7 @@ class TestEngineVLLMServer:
             return k == n if exact else k >= n
 
         await check_cancel(backend, engine, in_flight)
-        log = Path(server.log_path).read_text(errors="replace")
-        # Server ids: cmpl-{request id}-{attempt}-{8 hex}-{prompt index}[-{8 hex}].
-        server_id = re.compile(r"cmpl-(\S+?)-\d+-[0-9a-f]{8}-0(?:-[0-9a-f]{8})?")
-        added = {m[1] for m in re.finditer(rf"Added request {server_id.pattern}\.", log)}
-        aborted = {m[1] for m in re.finditer(rf"Request {server_id.pattern} aborted\.", log)}
+        added, aborted = vllm_request_log(server)
         cancelled = added - backend.returned
         assert cancelled, "no request of the cancelled collect reached the server"
         assert cancelled & aborted, "no cancelled request was aborted on the server"
