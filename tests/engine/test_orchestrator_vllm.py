@@ -143,7 +143,7 @@ async def _wait_until(pred, timeout_s: float = 300.0):
 async def check_cancel(backend: Recording, engine: RolloutEngine, in_flight) -> None:
     """Cancel a collect while vLLM runs its requests: none stays running, and the engine
     (its driver lock, its env slots) works again right after. Its turns ignore EOS and
-    stop tokens, so no request ends on its own before the cancel reaches it."""
+    stop tokens, so a request ends on its own only at its token budget (~1,900 tokens)."""
     backend.long_turns = True
     try:
         task = asyncio.ensure_future(
