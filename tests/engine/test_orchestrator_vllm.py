@@ -15,34 +15,15 @@ import pytest_asyncio
 
 from agentgym.backends import make_backend
 from agentgym.engine import RolloutEngine
+from tests.backends.helpers import MODULE_LOOP, VLLM_WARNINGS, _import_vllm, _wait_until
 from tests.helpers import mask_runs, vllm_request_log
 
-MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    # Deprecation noise that vLLM's lazy imports trigger inside torch (not ours to fix).
-    pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:.*torch.distributed.reduce_op.*:FutureWarning"),
-    pytest.mark.timeout(900),
-]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, *VLLM_WARNINGS, pytest.mark.timeout(900)]
 
 ENGINE_KW = dict(max_model_len=2048, max_num_seqs=128, kv_cache_space_gib=1, enforce_eager=True)
 ROLLOUT_KW = dict(max_turns=3, max_new_tokens=24, max_total_tokens=2048, progress=False)
 ALLOWED = {"done", "horizon", "length"}  # no error reasons on a healthy engine
 TASKS = 16  # x n_samples=2 -> 32 episodes per env
-
-
-def _import_vllm():
-    """Import vllm (skip only if that fails); its import-time warnings are not ours."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            import vllm  # noqa: F401
-        except ImportError as e:
-            pytest.skip(f"vllm not importable: {e}")
 
 
 class Recording:
@@ -130,30 +111,22 @@ def check_against_transformers(hf_model, trajs, tol: float = 2e-3) -> None:
         assert checked > 0
 
 
-async def _wait_until(pred, timeout_s: float = 300.0):
-    """Poll ``pred`` until it holds. The bound is generous: on 2 loaded cores vLLM's API
-    process can take tens of seconds to answer (its engine starves it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await pred():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def check_cancel(backend: Recording, engine: RolloutEngine, in_flight) -> None:
     """Cancel a collect while vLLM runs its requests: none stays running, and the engine
     (its driver lock, its env slots) works again right after. Its turns ignore EOS and
-    stop tokens, so a request ends on its own only at its token budget (~1,900 tokens)."""
+    stop tokens, so a request ends on its own only at its token budget (~1,900 tokens).
+    Polls wait up to 300 s: on 2 loaded cores vLLM's API process, starved by its engine,
+    can take tens of seconds to answer."""
     backend.long_turns = True
     try:
         task = asyncio.ensure_future(
             engine.collect(64, "maze", max_new_tokens=2048, max_turns=4, max_concurrency=64)
         )
-        await _wait_until(lambda: in_flight(1))
+        await _wait_until(lambda: in_flight(1), timeout_s=300)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await _wait_until(lambda: in_flight(0, exact=True))
+        await _wait_until(lambda: in_flight(0, exact=True), timeout_s=300)
     finally:
         backend.long_turns = False
     again = await engine.collect(4, "maze", max_turns=2, max_new_tokens=8)
