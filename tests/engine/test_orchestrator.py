@@ -237,8 +237,49 @@ def test_horizon_and_length_limits(tokenizer):
     assert all(t.stop_reason in ("length", "done") for t in short)
     assert all(len(t.token_ids) <= cap for t in short)
     assert any(t.stop_reason == "length" for t in short)
-    cut = eng.collect_sync(2, "maze", max_new_tokens=2)
+    cut = eng.collect_sync(2, "maze", max_new_tokens=2, truncated_turn="end")
     assert all(t.stop_reason == "length" and t.num_turns == 0 for t in cut)
+
+
+def test_a_reply_cut_at_max_new_tokens_steps_the_env(tokenizer):
+    """truncated_turn="step" (the default): a reply cut at max_new_tokens is closed with an
+    end-of-turn token (mask 0), the env steps with what was written, and the episode goes
+    on to its horizon; every cut is counted."""
+    eng = engine(tokenizer, policy="random")
+    eot = eng.formatter.end_of_turn_id
+    batch = eng.collect_sync(4, "maze", max_new_tokens=2, max_turns=3)
+    for t in batch:
+        assert t.stop_reason in ("horizon", "done") and t.num_turns >= 1, t.stop_reason
+        runs = segments(t)
+        model = [i for i, (m, _) in enumerate(runs) if m == 1]
+        assert len(model) == t.num_turns
+        for i in model:
+            assert len(runs[i][1]) == 2 and eot not in runs[i][1]  # cut, never ended
+            assert runs[i + 1][1][0] == eot  # closed as a prompt token
+        assert t.timings["cut_turns"] == t.num_turns
+    assert batch.metrics["cut_turns/mean"] == pytest.approx(
+        sum(t.num_turns for t in batch) / len(batch))
+    with pytest.raises(ValueError, match="truncated_turn"):
+        agentgym.engine.RolloutConfig(truncated_turn="stop")
+
+
+def test_reply_prefix_opens_every_assistant_turn(tokenizer):
+    """reply_prefix: each assistant turn starts with the prefix as prompt tokens (mask 0),
+    the trajectory stays token-exact, and only the reply is parsed."""
+    eng = engine(tokenizer, policy="oracle", max_turns=12)
+    prefix = eng.formatter.encode("Action:")
+    kw = {"size": 3, "loops": 4}
+    batch = eng.collect_sync(3, "maze", env_kwargs=kw, reply_prefix="Action:")
+    plain = eng.collect_sync(3, "maze", env_kwargs=kw)
+    for t, p in zip(batch, plain, strict=True):
+        assert (t.num_turns, t.reward, t.stop_reason) == (p.num_turns, p.reward, p.stop_reason)
+        assert t.success
+        runs = segments(t)
+        model = [i for i, (m, _) in enumerate(runs) if m == 1]
+        assert len(model) == t.num_turns
+        for i in model:  # the prompt tokens before each reply end with the prefix
+            assert runs[i - 1][1][-len(prefix):] == prefix
+        assert len(t.token_ids) == len(p.token_ids) + len(prefix) * (t.num_turns)
 
 
 class FlakyBackend(ScriptedBackend):

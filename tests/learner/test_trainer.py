@@ -328,7 +328,8 @@ def test_update_shapes_rewards_by_stage_and_penalises_cut_replies(
     from agentgym.learner.horizon import HorizonSchedule, HorizonStage
 
     cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_two_length", tasks_per_step=4,
-               max_turns=3, max_new_tokens=8, format_penalty=0.3)
+               max_turns=3, max_new_tokens=8, format_penalty=0.3,
+               rollout={"truncated_turn": "end"})
     trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
     calls = _spy_policy_update(monkeypatch, trainer)
 
@@ -360,6 +361,7 @@ def test_ppo_critic_learns_on_a_fixed_batch(tmp_path, tiny_model_dir):
     critic's weights move and its value loss falls well below where it started."""
     # the format penalty gives the cut replies (most of a random policy's) a return of -1
     cfg = _cfg(tmp_path, tiny_model_dir, method="PPO", format_penalty=1.0,
+               rollout={"truncated_turn": "end"},
                learner={"lr": 1e-3, "critic_lr": 5e-4, "use_kl_loss": False})
     trainer = Trainer(cfg)
 
@@ -398,3 +400,86 @@ def test_training_improves_reward_far_beyond_noise(tmp_path, tiny_model_dir):
     assert start < 0.5
     assert end >= start + 0.4
     assert last >= first + 0.4
+
+
+class ConstantEnv(EndlessEnv):
+    """Reward 0.5 whatever the action: every GRPO group scores alike."""
+
+    def step(self, action):
+        return "Again.", 0.5, False, {}
+
+
+agentgym.register("_trainer_constant", ConstantEnv, override=True)
+
+
+def _played_batches(monkeypatch, trainer):
+    """Record every batch the engine collects (dynamic sampling's draws)."""
+    played = []
+    real = trainer.engine.collect
+
+    async def spy(*args, **kwargs):
+        played.append(await real(*args, **kwargs))
+        return played[-1]
+
+    monkeypatch.setattr(trainer.engine, "collect", spy)
+    return played
+
+
+def test_dynamic_sampling_keeps_only_groups_whose_scores_differ(tmp_path, tiny_model_dir,
+                                                                 monkeypatch):
+    """filter_groups: groups whose samples all scored alike are dropped and fresh groups
+    drawn until tasks_per_step informative groups are kept (at most max_draws draws); the
+    batch holds the first informative groups in draw order, its metrics count the drops."""
+    cfg = _cfg(tmp_path, tiny_model_dir, tasks_per_step=4, n_samples=2, max_turns=1,
+               filter_groups={"max_draws": 6})
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+
+    async def go():
+        await trainer.setup()
+        played = _played_batches(monkeypatch, trainer)
+        try:
+            return await trainer.rollout(0), played
+        finally:
+            await trainer.aclose()
+
+    batch, played = asyncio.run(go())
+
+    def groups(trajs):
+        out = {}
+        for t in trajs:
+            out.setdefault(t.group_id, []).append(t.reward)
+        return out
+
+    informative = [(g, r) for b in played for g, r in groups(b.trajectories).items()
+                   if len(set(r)) > 1]
+    total = sum(len(groups(b.trajectories)) for b in played)
+    assert 1 < len(played) <= 6 and total > len(informative)  # some groups were dropped
+    kept = groups(batch.trajectories)
+    assert list(kept.items()) == informative[:4]
+    assert len({g for b in played for g in groups(b.trajectories)}) == total  # fresh ids
+    m = batch.metrics
+    assert m["filter_groups/draws"] == len(played)
+    assert m["filter_groups/dropped_share"] == pytest.approx(1 - len(informative) / total)
+    assert m["batch/size"] == 2 * total and m["batch/trained"] == len(batch) == 8
+
+
+def test_dynamic_sampling_gives_up_after_max_draws(tmp_path, tiny_model_dir, monkeypatch):
+    """When no group carries a signal, dynamic sampling stops after max_draws draws and
+    the batch is the last draw (zero advantages), with every group counted as dropped."""
+    cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_constant", tasks_per_step=2,
+               n_samples=2, max_turns=1, filter_groups={"max_draws": 3})
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+
+    async def go():
+        await trainer.setup()
+        played = _played_batches(monkeypatch, trainer)
+        try:
+            return await trainer.rollout(0), played
+        finally:
+            await trainer.aclose()
+
+    batch, played = asyncio.run(go())
+    assert len(played) == 3 and batch.trajectories == played[-1].trajectories
+    assert batch.metrics["filter_groups/dropped_share"] == 1.0
+    with pytest.raises(ValueError, match="filter_groups"):
+        TrainerConfig(filter_groups={"max_draws": 0})

@@ -109,7 +109,7 @@ def test_compute_logprobs_matches_log_softmax_and_ignores_padding():
     model = tiny_qwen2()
     batch = pack(two_turn_trajs(1, 4))
     mb = collate(batch, np.arange(4))
-    logp, ent = compute_logprobs(model, mb)
+    logp, ent = compute_logprobs(model, mb, only_model_tokens=False)
     with torch.no_grad():
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
     ref = torch.log_softmax(logits[:, :-1].float(), -1).gather(
@@ -118,10 +118,34 @@ def test_compute_logprobs_matches_log_softmax_and_ignores_padding():
     assert (ent >= 0).all() and (ent <= np.log(VOCAB) + 1e-4).all()
     # the shortest sequence alone, without padding, gives the same logprobs
     shortest = int(np.argmin(batch.lengths))
-    alone, _ = compute_logprobs(model, collate(batch, np.array([shortest])))
+    alone, _ = compute_logprobs(model, collate(batch, np.array([shortest])),
+                                only_model_tokens=False)
     row = list(mb.indices).index(shortest)
     n = int(batch.lengths[shortest]) - 1
     torch.testing.assert_close(alone[0, :n], logp[row, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_logprobs_of_model_tokens_only_equal_the_full_pass_with_its_gradient():
+    """The LM head over model tokens alone gives the full pass's logprobs and entropies
+    there (0 elsewhere), and the same gradient of a masked loss."""
+    batch = pack(two_turn_trajs(2, 4))
+    mb = collate(batch, np.arange(8))
+    mask = mb.loss_mask > 0
+    assert mask.any() and (~mask).any()
+    grads = []
+    outs = []
+    for only in (False, True):
+        model = tiny_qwen2()
+        logp, ent = compute_logprobs(model, mb, only_model_tokens=only)
+        ((logp * mb.loss_mask).sum() + (ent * mb.loss_mask).sum()).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        outs.append((logp.detach(), ent.detach()))
+    (full_lp, full_ent), (sel_lp, sel_ent) = outs
+    torch.testing.assert_close(sel_lp[mask], full_lp[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sel_ent[mask], full_ent[mask], atol=1e-5, rtol=1e-5)
+    assert (sel_lp[~mask] == 0).all() and (sel_ent[~mask] == 0).all()
+    for a, b in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])

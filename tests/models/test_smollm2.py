@@ -234,3 +234,76 @@ async def test_trajectories_are_token_exact_where_retokenizing_drifts(smollm2_ro
     assert rendered.rstrip("\n") == tok.decode(t.token_ids, skip_special_tokens=False)
     retemplated = tok(rendered.rstrip("\n"), add_special_tokens=False).input_ids
     assert retemplated != t.token_ids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+async def test_rl_steps_change_the_weights_the_backend_serves(smollm2_root, monkeypatch,
+                                                              tmp_path):
+    """Two GRPO steps of SmolLM2 on mazes: the learner's weights move, the backend then
+    serves them (its logprobs of a fixed greedy reply change and equal the learner's own),
+    and every trained reply is exactly a backend completion of the stored context."""
+    import torch
+
+    from agentgym.backends import SamplingParams, make_backend
+    from agentgym.learner.microbatch import collate
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+    from agentgym.learner.update import compute_logprobs
+
+    monkeypatch.setenv("AGENTGYM_CACHE", str(smollm2_root.parent))
+    backend = _Recorder(make_backend("transformers", "smollm2-135m", seed=0))
+    cfg = TrainerConfig(
+        model="smollm2-135m", env="maze", method="GRPO", max_turns=2, max_steps=2,
+        tasks_per_step=2, n_samples=4, max_new_tokens=3, temperature=1.0,
+        env_kwargs={"size": 4, "loops": 60, "goal_hint": True, "show_position": False,
+                    "shaping": 0.1},
+        system_prompt="Maze. Reply with one action: move north, move south, move east or "
+                      "move west.",
+        rollout={"reply_prefix": "Action: move"}, eval_every=0, save_every=0, warmup=None,
+        output_dir=str(tmp_path / "run"), progress=False, tensorboard=False, plot=False,
+        learner={"lr": 1e-4, "use_kl_loss": False, "max_tokens_per_microbatch": 4096})
+    trainer = Trainer(cfg, backend=backend)
+    await trainer.setup()
+    tok = trainer.tokenizer
+    prompt = trainer.engine.formatter.initial_prompt(
+        cfg.system_prompt, "Goal: 1 north, 2 east.", "Action: move")
+    greedy = SamplingParams(max_new_tokens=3, temperature=0.0, logprobs=True)
+    try:
+        before = await backend.generate(prompt, greedy)
+        weights0 = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        batches = []
+        for step in range(2):
+            batch = await trainer.rollout(step)
+            batches.append(batch)
+            trainer.update(batch, step)
+            await trainer.sync_weights()
+        after = await backend.generate(prompt, greedy)
+    finally:
+        await trainer.aclose()
+        await backend.close()
+
+    moved = [k for k, v in trainer.model.state_dict().items() if not torch.equal(v, weights0[k])]
+    assert len(moved) > 100  # a full fine-tuning step touches every layer
+    assert backend.policy_version == 2
+    assert (before.token_ids, before.logprobs) != (after.token_ids, after.logprobs)
+    # the backend's logprobs of its reply are the learner's, under the new weights
+    from agentgym.data import pack
+    from tests.helpers import make_trajectory
+
+    ids = list(prompt) + list(after.token_ids)
+    mask = [0] * len(prompt) + [1] * len(after.token_ids)
+    pb = pack([make_trajectory(ids, mask, reward=0.0, turn_rewards=[0.0])])
+    with torch.no_grad():
+        lp, _ = compute_logprobs(trainer.model, collate(pb, np.array([0])), with_entropy=False)
+    learner_lp = lp[0, len(prompt) - 1:len(ids) - 1].numpy()
+    np.testing.assert_allclose(learner_lp, np.float32(after.logprobs), atol=2e-4)
+    # token-exact with the real BPE: every trained span is one recorded completion
+    calls = {(p, g) for p, g, _ in backend.calls}
+    spans = 0
+    for batch in batches:
+        for t in batch.trajectories:
+            for s, e in _spans(t.loss_mask):
+                assert (tuple(t.token_ids[:s]), tuple(t.token_ids[s:e])) in calls
+                spans += 1
+    assert spans >= 2 * 2 * 4
+    assert tok.decode(prompt).endswith("<|im_start|>assistant\nAction: move")

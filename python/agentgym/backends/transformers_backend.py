@@ -16,6 +16,7 @@ sampled from (temperature-scaled and truncated; 0 for greedy choices).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -83,6 +84,11 @@ class TransformersBackend:
         self.vocab_size = cfg.vocab_size
         self.max_model_len = getattr(cfg, "max_position_embeddings", None) or 1 << 30
         self.logprobs_mode = logprobs_mode
+        # Only the last position's logits are sampled from: models that take
+        # ``logits_to_keep`` skip the LM head over the rest of the prompt.
+        self._last_logits_only = (
+            {"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {})
         self.policy_version = 0
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self._batcher: RequestBatcher[_Request] = RequestBatcher(
@@ -190,6 +196,7 @@ class TransformersBackend:
                     position_ids=pos,
                     past_key_values=cache,
                     use_cache=True,
+                    **self._last_logits_only,
                 )
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float().cpu()

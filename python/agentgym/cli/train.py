@@ -44,6 +44,9 @@ MAIN_JOB: dict[str, Any] = {
     "max_new_tokens": 12,
     "max_total_tokens": 1024,
     "format_penalty": 0.5,
+    # a reply cut at max_new_tokens ends the episode (stop reason "length", which the format
+    # penalty scores): the recipe the measured curves and the ablation were made with
+    "rollout": {"truncated_turn": "end"},
     "learner": {"lr": 5e-4, "use_kl_loss": True, "kl_coef": 0.2,
                 "loss_agg_mode": "seq-mean-token-mean", "max_tokens_per_microbatch": 32768},
     # 400 steps: after the 73-77 steps a 600k-token budget allowed, seeds 0 and 1 put only

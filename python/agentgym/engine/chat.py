@@ -49,19 +49,23 @@ class ChatFormatter:
         self._head_cache: dict[str, list[int] | None] = {}
         self._codecs: dict[str, _core.TurnCodec] = {}
 
-    def codec(self, action_format: str = "auto") -> _core.TurnCodec:
+    def codec(self, action_format: str = "auto", reply_prefix: str = "") -> _core.TurnCodec:
         """The Rust :class:`agentgym._core.TurnCodec` of this tokenizer and template (one per
-        action format).
+        action format and reply prefix).
 
         It decodes replies, parses actions, and tokenizes templated observations with the
         same ``tokenizer.json`` (so its ids equal :meth:`encode`'s), in parallel and
         without the GIL; the engine does a whole turn's token bookkeeping in it.
+        ``reply_prefix`` is text that opens every assistant turn after its header, as
+        prompt tokens (mask 0): the model's reply continues it, and only the reply is
+        parsed.
         """
-        codec = self._codecs.get(action_format)
+        codec = self._codecs.get((action_format, reply_prefix))
         if codec is None:
-            codec = _core.TurnCodec(self.fast.to_str(), self.obs_prefix, self.obs_suffix,
-                                    self.end_of_turn_id, action_format)
-            self._codecs[action_format] = codec
+            codec = _core.TurnCodec(self.fast.to_str(), self.obs_prefix,
+                                    self.obs_suffix + reply_prefix, self.end_of_turn_id,
+                                    action_format)
+            self._codecs[(action_format, reply_prefix)] = codec
         return codec
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
@@ -118,8 +122,9 @@ class ChatFormatter:
         self._head_cache[system] = ids
         return ids
 
-    def initial_prompt(self, system: str, observation: str) -> list[int]:
-        """Token ids of the system prompt and first observation, ready for generation.
+    def initial_prompt(self, system: str, observation: str, reply_prefix: str = "") -> list[int]:
+        """Token ids of the system prompt and first observation, ready for generation
+        (followed by ``reply_prefix``, see :meth:`codec`).
 
         Equal to tokenizing the template applied to ``[system, user]``: the head ends with
         the end-of-turn special token, a hard token boundary, so it is tokenized once per
@@ -130,10 +135,13 @@ class ChatFormatter:
             messages = [{"role": "user", "content": observation}]
             if system:
                 messages.insert(0, {"role": "system", "content": system})
-            return self.encode(self._render(messages, add_generation_prompt=True))
-        return head + self.observation_ids([observation])[0]
+            return self.encode(self._render(messages, add_generation_prompt=True)
+                               + reply_prefix)
+        return head + self.observation_ids([observation], reply_prefix)[0]
 
-    def observation_ids(self, observations: Sequence[str]) -> list[list[int]]:
-        """Each observation as a user turn plus the next assistant header, tokenized once
-        (memoised in the codec: observations repeat a lot across episodes)."""
-        return self.codec().observation_ids(list(observations))
+    def observation_ids(self, observations: Sequence[str], reply_prefix: str = ""
+                        ) -> list[list[int]]:
+        """Each observation as a user turn plus the next assistant header (and
+        ``reply_prefix``), tokenized once (memoised in the codec: observations repeat a lot
+        across episodes)."""
+        return self.codec(reply_prefix=reply_prefix).observation_ids(list(observations))

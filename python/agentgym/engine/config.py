@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import msgspec
 
+#: What a reply cut at ``max_new_tokens`` does (``RolloutConfig.truncated_turn``).
+TRUNCATED_TURN_RULES = ("step", "end")
+
 
 class RolloutConfig(msgspec.Struct, kw_only=True):
     """Knobs of :class:`~agentgym.engine.RolloutEngine` (all overridable per ``collect``).
 
     ``max_turns`` is the horizon (ScalingInter-RL moves it); ``max_new_tokens`` caps one
-    turn (an episode whose turn hits it ends with ``length``); ``max_total_tokens`` caps the
-    whole context (``length`` as well). ``max_concurrency`` episodes are live at once; a
-    finished one is replaced immediately.
+    turn; ``max_total_tokens`` caps the whole context (an episode that reaches it ends with
+    ``length``). ``truncated_turn`` decides what a reply cut at ``max_new_tokens`` does:
+    ``"step"`` (default, as AgentGym-RL and verl's agent loop do) closes the reply with an
+    end-of-turn token (mask 0) and steps the env with what was written, so a malformed
+    action gets the env's own "invalid action" feedback and the episode goes on;
+    ``"end"`` ends the episode there with ``length``. A reply cut by the context cap
+    always ends with ``length``. ``reply_prefix`` opens every assistant turn (after the
+    chat template's header) as prompt tokens, e.g. ``"Action: move"``: the model's reply
+    continues it, only the reply is trained on and parsed. ``max_concurrency`` episodes
+    are live at once; a finished one is replaced immediately.
     """
 
     max_turns: int | None = 10
     max_new_tokens: int = 128
+    truncated_turn: str = "step"
     max_total_tokens: int = 2048
     temperature: float = 1.0
     top_p: float = 1.0
@@ -24,6 +35,7 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     max_concurrency: int = 256
     action_format: str = "auto"
     system_prompt: str | None = None
+    reply_prefix: str = ""
     backend_retries: int = 2
     retry_backoff_s: float = 0.05
     turn_timeout_s: float | None = None
@@ -39,3 +51,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     inline_env_budget_s: float = 0.002
     #: Generation-0 threshold of Python's cyclic GC while rollouts run (0 = leave it alone).
     gc_threshold: int = 20000
+
+    def __post_init__(self) -> None:
+        if self.truncated_turn not in TRUNCATED_TURN_RULES:
+            raise ValueError(f"truncated_turn must be one of {TRUNCATED_TURN_RULES}, "
+                             f"got {self.truncated_turn!r}")

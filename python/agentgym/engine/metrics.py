@@ -24,6 +24,8 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         "num_turns/mean": float(turns.mean()),
         "num_turns/max": float(turns.max()),
         "response_length/mean": float(resp.mean()),
+        # replies cut at max_new_tokens that still stepped the env, per episode
+        "cut_turns/mean": float(np.mean([t.timings.get("cut_turns", 0.0) for t in trajs])),
         "timing_s/gen": wall_s,
         "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
         "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

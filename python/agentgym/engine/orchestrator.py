@@ -63,6 +63,18 @@ class _Episode:
     policy_version: int = 0
     t0: float = 0.0
     gen_s: float = 0.0
+    #: Replies cut at ``max_new_tokens`` that stepped the env (``truncated_turn="step"``).
+    cut_turns: int = 0
+
+
+def _timings(e: _Episode, now: float) -> dict[str, float]:
+    """A finished episode's ``Trajectory.timings``: wall and backend time, and the count of
+    its replies cut at ``max_new_tokens`` that stepped the env (``cut_turns``, only when
+    there were any)."""
+    t = {"total_s": now - e.t0, "gen_s": e.gen_s}
+    if e.cut_turns:
+        t["cut_turns"] = float(e.cut_turns)
+    return t
 
 
 @dataclass(slots=True)
@@ -167,7 +179,7 @@ class _Run:
         self.system = cfg.system_prompt if cfg.system_prompt is not None else driver.instructions
         self.needs_context = engine.backend.needs_context
         #: Rust decode, parse, tokenize and store appends: the turn's one bookkeeping path.
-        self.codec = self.fmt.codec(cfg.action_format)
+        self.codec = self.fmt.codec(cfg.action_format, cfg.reply_prefix)
         #: The conversation head before the first user turn (None: the template does not
         #: split there, and each first prompt is rendered whole).
         self.head = self.fmt.system_ids(self.system)
@@ -209,7 +221,8 @@ class _Run:
             prompts = self.codec.prompts(self.store, [live[k].key for k in ok], self.head,
                                          [obs[k] for k in ok])
         else:
-            prompts = [self.fmt.initial_prompt(self.system, obs[k]) for k in ok]
+            prompts = [self.fmt.initial_prompt(self.system, obs[k], self.cfg.reply_prefix)
+                       for k in ok]
             for k, ids in zip(ok, prompts):
                 self.store.append(live[k].key, np.array(ids, np.uint32), False)
         for k, ids in zip(ok, prompts):
@@ -287,7 +300,7 @@ class _Run:
                     num_turns=num_turns,
                     stop_reason=STOP_REASONS[stop],
                     policy_version=e.policy_version,
-                    timings={"total_s": now - e.t0, "gen_s": e.gen_s},
+                    timings=_timings(e, now),
                     seed=e.seed,
                     error=e.error,
                 ))
@@ -346,6 +359,7 @@ class _Run:
         direct = self.engine.backend.generate if cfg.turn_timeout_s is None else None
         context = self._context(ep) if self.needs_context else None
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
+        step_cut = cfg.truncated_turn == "step"
         while ep.stop_reason is None:
             budget = cap - len(ids)
             if budget <= 0:
@@ -372,12 +386,16 @@ class _Run:
             toks = res.token_ids  # never mutated: stored and appended to the context as is
             ended = bool(toks) and toks[-1] == eot
             if res.finish_reason == "length" and not ended:
-                # The turn hit max_new_tokens (or the context cap): keep the tokens, end.
-                store.append(key, np.array(toks, np.uint32), True,
-                             np.array(res.logprobs, np.float32) if res.logprobs else None)
-                ids.extend(toks)
-                ep.stop_reason = "length"
-                break
+                if step_cut and sampling is sampling0 and toks:
+                    # Cut at max_new_tokens: the codec closes the reply (end-of-turn, mask 0)
+                    # and the env steps with what was written.
+                    ep.cut_turns += 1
+                else:  # the context cap (or truncated_turn="end"): keep the tokens, end
+                    store.append(key, np.array(toks, np.uint32), True,
+                                 np.array(res.logprobs, np.float32) if res.logprobs else None)
+                    ids.extend(toks)
+                    ep.stop_reason = "length"
+                    break
             if not await submit(new_turn(Turn, (key, slot, toks, res.logprobs, ended, ids, ep))):
                 break  # closed meanwhile (timeout/abort)
             ep.turns += 1

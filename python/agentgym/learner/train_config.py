@@ -85,6 +85,10 @@ class TrainerConfig:
     # abort_failure_rate of the episodes failed (env/backend error, timeout); 0: never
     abort_after_failed_steps: int = 3
     abort_failure_rate: float = 1.0
+    # DAPO's dynamic sampling (verl: algorithm.filter_groups): drop groups whose samples
+    # all scored alike (zero GRPO advantage) and draw fresh ones, at most max_draws draws
+    # of tasks_per_step tasks a step; true means {max_draws: 3}
+    filter_groups: bool | dict[str, Any] = False
     async_rollouts: bool = False  # overlap rollout k+1 with update k
     max_staleness: int = 1
     staleness_mode: str = "drop"
@@ -129,6 +133,11 @@ class TrainerConfig:
             raise ValueError("eval_every and eval_tasks must be >= 0")
         if self.num_rollout_workers < 0:
             raise ValueError("num_rollout_workers must be >= 0")
+        fg = self.filter_groups
+        if not isinstance(fg, bool) and not (
+                isinstance(fg, dict) and set(fg) <= {"max_draws"}
+                and int(fg.get("max_draws", 3)) >= 1):
+            raise ValueError(f"filter_groups takes true/false or {{max_draws: N >= 1}}, got {fg!r}")
         if self.backend not in ("transformers", "vllm", "openai"):
             raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
 

@@ -78,6 +78,21 @@ def make_schedule(cfg: TrainerConfig):
     return HorizonSchedule(stages, steps)
 
 
+def _informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
+    """The GRPO groups of ``trajs`` (by ``group_id``, in first-seen order) whose scores are
+    not all equal: the score is the episode reward, less ``format_penalty`` for an episode
+    cut mid-turn (``length``); a failed episode scores as its reward."""
+    groups: dict[int, list] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t)
+    out = []
+    for g in groups.values():
+        scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
+        if len(scores) > 1:
+            out.append(g)
+    return out
+
+
 class Trainer:
     """Runs a :class:`TrainerConfig` (``Trainer(cfg).train()``); keyword arguments override
     the config. ``backend`` injects a ready backend (e.g. a ``ScriptedBackend`` in tests)
@@ -287,24 +302,70 @@ class Trainer:
     def policy_version(self) -> int:
         return self.version_offset + self.backend.policy_version
 
-    def _seed_rollout(self, step: int, group_base: int) -> None:
+    def _seed_rollout(self, step: int, group_base: int, draw: int = 0) -> None:
         """Deterministic group ids (hence episode seeds), request ids and backend sampling
-        per step, so a resumed run replays the rollouts of an uninterrupted one."""
+        per step (and per top-up ``draw`` of dynamic sampling), so a resumed run replays
+        the rollouts of an uninterrupted one."""
         self.engine.reseed(group_base, group_base * 1024, run_id=f"s{self.cfg.seed}")
         gen = getattr(self.backend, "_generator", None)
         if isinstance(gen, torch.Generator):
-            gen.manual_seed(self.cfg.seed * 1_000_003 + step)
+            gen.manual_seed(self.cfg.seed * 1_000_003 + step + draw * 7_919_000_003)
 
     async def rollout(self, step: int):
-        """Collect the training batch of ``step`` at the schedule's horizon."""
+        """Collect the training batch of ``step`` at the schedule's horizon.
+
+        With ``filter_groups`` (DAPO's dynamic sampling) the groups whose samples all
+        scored alike (zero GRPO advantage) are dropped and fresh groups are drawn, at most
+        ``max_draws`` draws of ``tasks_per_step`` tasks in all, until ``tasks_per_step``
+        informative groups are kept; the batch then holds the kept groups (all of the last
+        draw's groups when none was informative) and its metrics describe every episode
+        played. The failure guard sees every episode played too."""
+        from agentgym.engine.metrics import batch_metrics
+        from agentgym.engine.orchestrator import RolloutBatch
+
         cfg = self.cfg
-        tasks = self.task_rng.integers(0, self.train_task_hi, cfg.tasks_per_step).tolist()
-        self._seed_rollout(step, step * cfg.tasks_per_step)
         horizon = self.schedule.max_turns(step)
-        batch = await self.engine.collect(tasks, cfg.env, env_kwargs=self.train_env_kwargs,
-                                          max_turns=horizon, n_samples=cfg.n_samples)
+        fg = self.filter_groups
+        draws = fg["max_draws"] if fg else 1
+        played: list = []
+        kept: list = []
+        n_groups = n_dropped = 0
+        t0 = time.perf_counter()
+        for draw in range(draws):
+            tasks = self.task_rng.integers(0, self.train_task_hi, cfg.tasks_per_step).tolist()
+            # draw 0 keeps the ids of a run without dynamic sampling
+            self._seed_rollout(step, draw * 10**7 + step * cfg.tasks_per_step, draw)
+            batch = await self.engine.collect(tasks, cfg.env, env_kwargs=self.train_env_kwargs,
+                                              max_turns=horizon, n_samples=cfg.n_samples)
+            played.extend(batch.trajectories)
+            if not fg:
+                break
+            informative = _informative_groups(batch.trajectories, cfg.format_penalty)
+            n_groups += len(tasks)
+            n_dropped += len(tasks) - len(informative)
+            kept.extend(t for g in informative for t in g)
+            if len(kept) >= cfg.tasks_per_step * cfg.n_samples:
+                break
+        self.failures.check_step(played, step + 1)
+        if fg:
+            train = kept[:cfg.tasks_per_step * cfg.n_samples] or batch.trajectories
+            batch = RolloutBatch(train, batch_metrics(played, time.perf_counter() - t0))
+            batch.metrics.update({
+                "filter_groups/dropped_share": n_dropped / max(n_groups, 1),
+                "filter_groups/draws": float(draw + 1),
+                "filter_groups/kept_groups": float(len(kept) // cfg.n_samples),
+                "batch/trained": float(len(train)),
+            })
         batch.metrics["horizon/max_turns"] = float(horizon)
         return batch
+
+    @property
+    def filter_groups(self) -> dict[str, Any] | None:
+        """Dynamic sampling's settings (``TrainerConfig.filter_groups``), or None."""
+        fg = self.cfg.filter_groups
+        if not fg:
+            return None
+        return {"max_draws": int((fg if isinstance(fg, dict) else {}).get("max_draws", 3))}
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
@@ -408,7 +469,6 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = await (pending if pending is not None else self.rollout(step))
                 pending = None
-                self.failures.check_step(batch.trajectories, step + 1)
                 t_gen = time.perf_counter() - t0
                 if cfg.async_rollouts and step + 1 < end:
                     pending = asyncio.ensure_future(self.rollout(step + 1))

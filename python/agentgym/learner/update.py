@@ -172,6 +172,26 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
+def _decoder_and_head(model: torch.nn.Module):
+    """``(decoder, lm_head)`` of a Hugging Face causal LM whose logits are
+    ``lm_head(decoder(...).last_hidden_state)`` (no logit soft-capping or scaling), else
+    None. A wrapper whose forward does more than its modules (DDP) gets None."""
+    get_dec = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    cfg = getattr(model, "config", None)
+    if get_dec is None or get_head is None or cfg is None:
+        return None
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return None
+    try:
+        dec, head = get_dec(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if not isinstance(dec, torch.nn.Module) or not isinstance(head, torch.nn.Linear):
+        return None
+    return dec, head
+
+
 def compute_logprobs(
     model: torch.nn.Module,
     mb: MicroBatch,
@@ -179,23 +199,49 @@ def compute_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = True,
     bf16: bool = False,
+    only_model_tokens: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs of the next tokens ``[n, L - 1]`` (float32) and, optionally, the entropy of
-    each next-token distribution, from ``model(input_ids, attention_mask).logits``."""
+    each next-token distribution, from ``model(input_ids, attention_mask).logits``.
+
+    With ``only_model_tokens`` (and a plain Hugging Face causal LM) the LM head and the
+    log-softmax run only where ``mb.loss_mask`` is 1 (the model's own tokens) and the
+    other columns are 0: the full-vocabulary float32 logits of prompt and observation
+    tokens, which nothing reads, are never made."""
     device = _model_device(model)
-    with _autocast(device, bf16):
-        out = model(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device))
-    logits = _logits(out)[:, :-1].float()
+    ids, att = mb.input_ids.to(device), mb.attention_mask.to(device)
+    parts = _decoder_and_head(model) if only_model_tokens else None
+    if parts is None:
+        with _autocast(device, bf16):
+            out = model(input_ids=ids, attention_mask=att)
+        logits = _logits(out)[:, :-1].float()
+        targets = ids[:, 1:]
+    else:
+        decoder, head = parts
+        select = mb.loss_mask.to(device) > 0
+        with _autocast(device, bf16):
+            hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state
+            logits = head(hidden[:, :-1][select]).float()
+        targets = ids[:, 1:][select]
     if temperature != 1.0:
         logits = logits / temperature
-    targets = mb.input_ids[:, 1:].to(device)
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
     entropy = None
     if with_entropy:
         probs = torch.softmax(logits, dim=-1)
         entropy = lse - (probs * logits).sum(dim=-1)
+    if parts is not None:
+        logp = _scatter_rows(logp, select)
+        entropy = _scatter_rows(entropy, select) if entropy is not None else None
     return logp, entropy
+
+
+def _scatter_rows(values: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    """``values`` (one per True of ``select``) placed into zeros of ``select``'s shape."""
+    out = values.new_zeros(select.shape)
+    out[select] = values
+    return out
 
 
 def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool = False
