@@ -244,3 +244,18 @@ def test_success_rate_counts_only_solved_episodes(tmp_path, warm_model_dir):
     assert res.success_rate == pytest.approx(
         sum(t.success for t in res.trajectories) / len(res.trajectories))
     assert {t.task_id for t in reached if t.success} == {t.task_id for t in reached} & {0, 2}
+
+
+def test_infer_plays_with_the_configs_rollout_settings(tmp_path, tiny_model_dir):
+    """``infer`` opens each assistant turn with the config's reply prefix, as training did."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prefix = "Action: move"
+    agent = LLMAgent(base_model=tiny_model_dir, backend="transformers", max_new_tokens=3,
+                     rollout={"reply_prefix": prefix}, output_dir=str(tmp_path / "run"))
+    res = agent.infer("maze", tasks=2, max_turns=2)
+    assert len(res.trajectories) == 2
+    for t in res.trajectories:
+        first = t.loss_mask.index(1)
+        assert tok.decode(t.token_ids[:first]).endswith("assistant\n" + prefix)

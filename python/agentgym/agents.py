@@ -167,9 +167,11 @@ class LLMAgent:
         tok = AutoTokenizer.from_pretrained(model_dir)
         backend = await asyncio.to_thread(make_backend, self.backend, model_dir,
                                           **cfg.backend_kwargs)
+        # the config's rollout settings (a reply prefix, the truncated-turn rule) as trained
         engine = RolloutEngine(backend, tok, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                                max_total_tokens=cfg.max_total_tokens, progress=False,
-                               system_prompt=cfg.system_prompt, seed=cfg.seed)
+                               system_prompt=cfg.system_prompt, seed=cfg.seed,
+                               **{**cfg.rollout, **rollout})
         horizon = max_turns or cfg.eval_max_turns
         if horizon is None and self.trainer is not None:
             horizon = self.trainer.schedule.stages[-1].max_turns
@@ -184,8 +186,7 @@ class LLMAgent:
             kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
         try:
             batch = await engine.collect(tasks, env_id, env_kwargs=kwargs, max_turns=horizon,
-                                         n_samples=n_samples, temperature=temperature,
-                                         **rollout)
+                                         n_samples=n_samples, temperature=temperature)
         finally:
             engine.close()
             await backend.close()
