@@ -420,3 +420,17 @@ def test_drain_rows_share_one_positive_zero_and_keep_negative_zero():
     # Every +0.0 (prompt tokens, a model token, a turn reward) is one object; -0.0 is not.
     assert logprobs[0] is logprobs[1] is logprobs[2] is turn_rewards[0]
     assert str(logprobs[4]) == "-0.0" and logprobs[4] is not logprobs[0]
+
+
+def test_one_success_rule_for_scalars_arrays_and_trajectories():
+    from agentgym.data.trajectories import SUCCESS_REWARD, solved
+
+    rewards = np.array([1.0, 1.0 - 1e-7, 0.99, 2.0, 1.0], np.float32)
+    done = np.array([True, True, True, True, False])
+    want = [True, True, False, True, False]
+    assert solved(done, rewards).tolist() == want
+    for d, r, w in zip(done.tolist(), rewards.tolist(), want, strict=True):
+        assert bool(solved(d, r)) is w
+        t = make_trajectory([1, 2], [0, 1], reward=r, stop_reason="done" if d else "horizon")
+        assert t.success is w
+    assert SUCCESS_REWARD == 1.0

@@ -19,6 +19,7 @@ from agentgym.data.trajectories import (
     STOP_REASONS,
     PackedBatch,
     Trajectory,
+    solved,
 )
 
 _DONE = STOP_CODES["done"]
@@ -56,7 +57,7 @@ class Progress:
         codes = packed.stop_reason
         by_code = np.bincount(codes, minlength=len(STOP_REASONS))
         failures = {STOP_REASONS[c]: int(by_code[c]) for c in FAILED_STOP_CODES if by_code[c]}
-        successes = int(((codes == _DONE) & (packed.rewards >= 1.0 - 1e-6)).sum())
+        successes = int(solved(codes == _DONE, packed.rewards).sum())
         self._count(len(packed), int(packed.loss_mask.sum(dtype=np.int64)), successes,
                     failures)
 
@@ -112,7 +113,7 @@ def shard_stats(t: pa.Table) -> dict[str, Any]:
     counts = pc.value_counts(stop).to_pylist()
     return {
         "rows": int(t.num_rows),
-        "successes": int((done & (reward >= 1.0 - 1e-6)).sum()),
+        "successes": int(solved(done, reward).sum()),
         "reward_sum": float(reward.sum()),
         "turns_sum": int(t.column("num_turns").to_numpy().sum()),
         "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),

@@ -40,6 +40,7 @@ __all__ = [
     "RowInfo",
     "Trajectory",
     "pack",
+    "solved",
     "unpack",
 ]
 
@@ -57,6 +58,18 @@ FAILED_STOP_REASONS: frozenset[str] = frozenset(
 
 #: The codes of ``FAILED_STOP_REASONS``, ascending.
 FAILED_STOP_CODES: tuple[int, ...] = tuple(sorted(STOP_CODES[r] for r in FAILED_STOP_REASONS))
+
+
+#: The reward of a solved episode: the env ended it (``done``) with at least this reward
+#: (less float rounding). The one success rule of training, evaluation, collection and
+#: progress.
+SUCCESS_REWARD = 1.0
+
+
+def solved(done: Any, reward: Any) -> Any:
+    """The success rule over scalars or numpy arrays: ended by the env (``done``, a bool or
+    bool array) with at least :data:`SUCCESS_REWARD` reward."""
+    return done & (reward >= SUCCESS_REWARD - 1e-6)
 
 
 class BatchFormatError(ValueError):
@@ -100,7 +113,7 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     @property
     def success(self) -> bool:
         """Solved: ended by the env (``done``) with full reward."""
-        return self.stop_reason == "done" and self.reward >= 1.0 - 1e-6
+        return bool(solved(self.stop_reason == "done", self.reward))
 
     @property
     def response_length(self) -> int:

@@ -42,7 +42,6 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     episode_timeout_s: float | None = None
     seed: int = 0
     progress: bool | None = None
-    success_threshold: float = 1.0
     #: Python envs and simulators: 0 = a thread pool in this process, N > 0 = N worker
     #: processes (``ProcessEnvPool``). Native envs always step in the Rust pool.
     env_workers: int = 0
