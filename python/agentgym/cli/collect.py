@@ -15,8 +15,18 @@ __all__ = ["HELP", "add_args", "parse_tasks", "run"]
 
 HELP = "collect rollouts into a resumable folder of Parquet/JSONL shards"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl collect --env maze --tasks 0:100000 --backend scripted --out data/maze-oracle
+  agentgym-rl collect --env textcraft --tasks 0:544 --n-samples 8 --backend vllm -o data/tc-run1
+"""
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("--env", required=True, help="environment id")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[],
                    help="environment keyword argument (JSON value), repeatable")

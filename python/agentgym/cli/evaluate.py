@@ -15,8 +15,18 @@ __all__ = ["HELP", "add_args", "run"]
 
 HELP = "success rate and mean reward of a model on envs"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl eval --model runs/main-job --tasks 64 --json  # a run: its env and horizon
+  agentgym-rl eval --model smollm2-135m --env wordle,search --tasks 5 --max-new-tokens 48
+"""
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("--model", required=True,
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
                         "the run's env, env kwargs, system prompt and eval horizon are "

@@ -9,8 +9,18 @@ __all__ = ["HELP", "add_args", "run"]
 
 HELP = "convert a collected run folder for verl, SkyRL or TRL"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl export data/maze-oracle --to verl --out data/maze-verl
+  agentgym-rl export data/tc-run1 --to trl -o data/tc-trl
+"""
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("run_dir", help="a folder written by agentgym-rl collect")
     p.add_argument("--to", required=True, choices=["verl", "skyrl", "trl"])
     p.add_argument("--out", "-o", required=True, help="output folder (Parquet shards)")

@@ -6,9 +6,19 @@ import argparse
 
 HELP = "list registered environments"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl list
+  python -m agentgym.cli list
+"""
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
     """``list`` takes no arguments."""
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,14 @@ import argparse
 
 HELP = "play an environment in the terminal"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl play maze --task 3 --max-turns 20
+  agentgym-rl play wordle --seed 7
+"""
+
 
 def play(env_id: str, *, task=None, seed: int = 0, max_turns: int | None = None,
          input_fn=input, print_fn=print) -> float:
@@ -49,6 +57,8 @@ def play(env_id: str, *, task=None, seed: int = 0, max_turns: int | None = None,
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("env")
     p.add_argument("--task", default=None, help="task index or task text")
     p.add_argument("--seed", type=int, default=0)

@@ -7,8 +7,18 @@ import os
 
 HELP = "serve an env over AgentGym's HTTP protocol"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl serve-env textcraft --port 36001  # AgentGym's TextCraft client works as is
+  agentgym-rl serve-env search --protocol generic --port 8001 --max-envs 1024 --idle-timeout 600
+"""
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("env")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)

@@ -22,6 +22,14 @@ __all__ = ["HELP", "MAIN_JOB", "add_args", "run"]
 
 HELP = "train a policy with RL (default: tiny model on maze)"
 
+#: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
+#: parses each with the real parser).
+EXAMPLES = """\
+examples:
+  agentgym-rl train --output runs/main-job  # the main job: tiny model, 4x4 mazes, CPU
+  agentgym-rl train --config configs/smollm2_maze_cpu.yaml --seed 1
+"""
+
 #: The default run of ``agentgym-rl train``: sized to learn on two CPU cores.
 MAIN_JOB: dict[str, Any] = {
     "model": "tiny",
@@ -63,6 +71,8 @@ MAIN_JOB: dict[str, Any] = {
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLES
     p.add_argument("--config", help="YAML or TOML file of TrainerConfig fields")
     p.add_argument("--env", help="environment id (default: maze)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[],
