@@ -484,6 +484,9 @@ class Trainer:
                        "horizon/stage": float(self.schedule.stage_index(step)),
                        "timing_s/gen": t_gen, "timing_s/update": t2 - t1,
                        "timing_s/sync": t3 - t2, "timing_s/step": t3 - t0,
+                       # tokens through the learner's forward and backward passes per second
+                       "perf/update_tokens_per_s": upd.get("learner/num_tokens", 0.0)
+                       / max(t2 - t1, 1e-9),
                        "policy_version": self.policy_version}
                 self.history.append(row)
                 self.logger.log(row)

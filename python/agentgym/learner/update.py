@@ -433,6 +433,7 @@ def policy_update(
         "learner/num_stale_dropped": float((stale_w == 0).sum()),
         "learner/num_model_tokens": float(pb.loss_mask[np.isin(pb.trajectory_index(), rows)]
                                           .sum()),
+        "learner/num_tokens": float(pb.lengths[rows].sum() * config.ppo_epochs),
         "learner/num_micro_batches": float(n_micro),
         "learner/policy_version": float(version),
         "response_length/mean": float(pb.loss_mask.sum() / max(len(pb), 1)),
