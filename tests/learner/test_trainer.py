@@ -412,17 +412,27 @@ class ConstantEnv(EndlessEnv):
 agentgym.register("_trainer_constant", ConstantEnv, override=True)
 
 
-def _played_batches(monkeypatch, trainer):
-    """Record every batch the engine collects (dynamic sampling's draws)."""
+def _rollout_with_draws(cfg, tiny_model_dir, monkeypatch):
+    """One ``Trainer.rollout`` of ``cfg`` on the scripted random policy, and every batch
+    the engine collected for it (dynamic sampling's draws)."""
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
     played = []
-    real = trainer.engine.collect
 
-    async def spy(*args, **kwargs):
-        played.append(await real(*args, **kwargs))
-        return played[-1]
+    async def go():
+        await trainer.setup()
+        real = trainer.engine.collect
 
-    monkeypatch.setattr(trainer.engine, "collect", spy)
-    return played
+        async def spy(*args, **kwargs):
+            played.append(await real(*args, **kwargs))
+            return played[-1]
+
+        monkeypatch.setattr(trainer.engine, "collect", spy)
+        try:
+            return await trainer.rollout(0)
+        finally:
+            await trainer.aclose()
+
+    return asyncio.run(go()), played
 
 
 def test_dynamic_sampling_keeps_only_groups_whose_scores_differ(tmp_path, tiny_model_dir,
@@ -432,17 +442,7 @@ def test_dynamic_sampling_keeps_only_groups_whose_scores_differ(tmp_path, tiny_m
     batch holds the first informative groups in draw order, its metrics count the drops."""
     cfg = _cfg(tmp_path, tiny_model_dir, tasks_per_step=4, n_samples=2, max_turns=1,
                filter_groups={"max_draws": 6})
-    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
-
-    async def go():
-        await trainer.setup()
-        played = _played_batches(monkeypatch, trainer)
-        try:
-            return await trainer.rollout(0), played
-        finally:
-            await trainer.aclose()
-
-    batch, played = asyncio.run(go())
+    batch, played = _rollout_with_draws(cfg, tiny_model_dir, monkeypatch)
 
     def groups(trajs):
         out = {}
@@ -468,17 +468,7 @@ def test_dynamic_sampling_gives_up_after_max_draws(tmp_path, tiny_model_dir, mon
     the batch is the last draw (zero advantages), with every group counted as dropped."""
     cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_constant", tasks_per_step=2,
                n_samples=2, max_turns=1, filter_groups={"max_draws": 3})
-    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
-
-    async def go():
-        await trainer.setup()
-        played = _played_batches(monkeypatch, trainer)
-        try:
-            return await trainer.rollout(0), played
-        finally:
-            await trainer.aclose()
-
-    batch, played = asyncio.run(go())
+    batch, played = _rollout_with_draws(cfg, tiny_model_dir, monkeypatch)
     assert len(played) == 3 and batch.trajectories == played[-1].trajectories
     assert batch.metrics["filter_groups/dropped_share"] == 1.0
     with pytest.raises(ValueError, match="filter_groups"):
