@@ -28,3 +28,38 @@ def test_eval_max_total_tokens_caps_the_context(tmp_path, tiny_model_dir):
                  "-o", str(out)]) == 0
     (row,) = json.loads((out / "eval.json").read_text())["results"]
     assert row["metrics"]["stop_reason/length"] == 1.0  # the first observation fills 200
+
+
+def test_eval_of_a_run_folder_plays_its_checkpoint_with_the_runs_settings(
+        tmp_path, tiny_model_dir, monkeypatch):
+    """``eval --model RUN``: the run's latest checkpoint, played with the run's rollout
+    settings (reply prefix), token budgets and system prompt."""
+    import json
+
+    import agentgym.agents as agents
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+
+    run = tmp_path / "run"
+    Trainer(TrainerConfig(
+        model=tiny_model_dir, env="maze", env_kwargs={"size": 3}, method="GRPO", max_turns=2,
+        max_steps=1, tasks_per_step=2, n_samples=2, max_new_tokens=6, max_total_tokens=900,
+        system_prompt="Maze.", rollout={"reply_prefix": "Action:"}, eval_every=0,
+        save_every=1, warmup=None, output_dir=str(run), progress=False, tensorboard=False,
+        plot=False, learner={"lr": 1e-4, "use_kl_loss": False})).train()
+    made = []
+    real = agents.LLMAgent.__init__
+
+    def spy(self, base_model="tiny", backend="transformers", **config):
+        made.append((base_model, config))
+        real(self, base_model, backend, **config)
+
+    monkeypatch.setattr(agents.LLMAgent, "__init__", spy)
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(run), "--tasks", "2", "-o", str(out)]) == 0
+    ((model, config),) = made
+    assert model.endswith("step_1/model")
+    assert config["rollout"] == {"reply_prefix": "Action:"}
+    assert (config["max_new_tokens"], config["max_total_tokens"]) == (6, 900)
+    assert config["system_prompt"] == "Maze."
+    (row,) = json.loads((out / "eval.json").read_text())["results"]
+    assert row["episodes"] == 2 and row["max_turns"] == 2

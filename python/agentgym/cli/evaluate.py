@@ -29,8 +29,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES
     p.add_argument("--model", required=True,
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
-                        "the run's env, env kwargs, system prompt and eval horizon are "
-                        "reused), or a named model: 'smollm2-135m' (extra smollm2)")
+                        "the run's env, env kwargs, system prompt, eval horizon, token budgets "
+                        "and rollout settings are reused), or a named model: 'smollm2-135m' "
+                        "(extra smollm2)")
     p.add_argument("--env", default=None,
                    help="environment id, or several separated by commas (default: the run's, "
                         "or maze)")
@@ -49,8 +50,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="tokens per turn (default: the training run's, else the rollout "
                         "default)")
     p.add_argument("--max-total-tokens", type=int, default=None,
-                   help="context cap of an episode (default: the rollout default); a longer "
-                        "episode ends with stop reason 'length'")
+                   help="context cap of an episode (default: the training run's, else the "
+                        "rollout default); a longer episode ends with stop reason 'length'")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON only")
 
 
@@ -69,6 +70,15 @@ def _model_folder(path: str) -> tuple[str, dict[str, Any]]:
 
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     return str(ckpt / "model"), dict(state.get("config") or {})
+
+
+def _run_horizon(run: dict[str, Any]) -> int:
+    """The horizon a training run evaluated at: its ``eval_max_turns``, else its schedule's
+    last stage (a fixed horizon's ``max_turns``)."""
+    from agentgym.learner.trainer import TrainerConfig, make_schedule
+
+    cfg = TrainerConfig.from_dict(run)
+    return cfg.eval_max_turns or make_schedule(cfg).stages[-1].max_turns
 
 
 def _eval_table(rows: list[dict[str, Any]]) -> str:
@@ -99,14 +109,15 @@ def run(args: argparse.Namespace) -> int:
         chosen = {} if "split" in given else (run.get("eval_env_kwargs") if own else None)
         plan = plan_tasks(env, base, args.task_offset + args.tasks, chosen)
         env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
-        horizon = args.max_turns or (run.get("eval_max_turns") if own else None) \
-            or (max(run["horizon"]) if run.get("horizon") else None) or 8
+        horizon = args.max_turns or (_run_horizon(run) if own else None) or 8
         max_new = args.max_new_tokens or run.get("max_new_tokens") \
             or RolloutConfig().max_new_tokens
-        cap = {} if args.max_total_tokens is None else {"max_total_tokens": args.max_total_tokens}
+        cap_tokens = args.max_total_tokens or (run.get("max_total_tokens") if own else None)
+        cap = {} if cap_tokens is None else {"max_total_tokens": cap_tokens}
+        # the run's rollout settings (a reply prefix, the truncated-turn rule) as it trained
         agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
-                         max_new_tokens=max_new,
-                         system_prompt=run.get("system_prompt"), **cap)
+                         max_new_tokens=max_new, rollout=dict(run.get("rollout") or {}) if own
+                         else {}, system_prompt=run.get("system_prompt"), **cap)
         res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
                           temperature=args.temperature)
         m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
