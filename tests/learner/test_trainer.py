@@ -464,12 +464,20 @@ def test_dynamic_sampling_keeps_only_groups_whose_scores_differ(tmp_path, tiny_m
 
 
 def test_dynamic_sampling_gives_up_after_max_draws(tmp_path, tiny_model_dir, monkeypatch):
-    """When no group carries a signal, dynamic sampling stops after max_draws draws and
-    the batch is the last draw (zero advantages), with every group counted as dropped."""
+    """When no group carries a signal, dynamic sampling stops after max_draws draws with
+    every group counted as dropped, and the step makes no update (the weights stay)."""
     cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_constant", tasks_per_step=2,
-               n_samples=2, max_turns=1, filter_groups={"max_draws": 3})
+               n_samples=2, max_turns=1, filter_groups={"max_draws": 3}, max_steps=1)
     batch, played = _rollout_with_draws(cfg, tiny_model_dir, monkeypatch)
-    assert len(played) == 3 and batch.trajectories == played[-1].trajectories
+    assert len(played) == 3 and len(batch) == 0 and batch.metrics["batch/size"] == 12
     assert batch.metrics["filter_groups/dropped_share"] == 1.0
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+    trainer.train()
+    from transformers import AutoModelForCausalLM
+
+    before = _params(AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    assert all(torch.equal(before[k], v) for k, v in _params(trainer.model).items())
+    (row,) = [r for r in read_jsonl(trainer.logger.jsonl_path) if r["type"] == "train"]
+    assert row["learner/num_trajectories"] == 0.0
     with pytest.raises(ValueError, match="filter_groups"):
         TrainerConfig(filter_groups={"max_draws": 0})

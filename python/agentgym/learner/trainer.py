@@ -317,9 +317,9 @@ class Trainer:
         With ``filter_groups`` (DAPO's dynamic sampling) the groups whose samples all
         scored alike (zero GRPO advantage) are dropped and fresh groups are drawn, at most
         ``max_draws`` draws of ``tasks_per_step`` tasks in all, until ``tasks_per_step``
-        informative groups are kept; the batch then holds the kept groups (all of the last
-        draw's groups when none was informative) and its metrics describe every episode
-        played. The failure guard sees every episode played too."""
+        informative groups are kept; the batch then holds the kept groups (none when no
+        group was informative: the step makes no update) and its metrics describe every
+        episode played. The failure guard sees every episode played too."""
         from agentgym.engine.metrics import batch_metrics
         from agentgym.engine.orchestrator import RolloutBatch
 
@@ -348,7 +348,7 @@ class Trainer:
                 break
         self.failures.check_step(played, step + 1)
         if fg:
-            train = kept[:cfg.tasks_per_step * cfg.n_samples] or batch.trajectories
+            train = kept[:cfg.tasks_per_step * cfg.n_samples]
             batch = RolloutBatch(train, batch_metrics(played, time.perf_counter() - t0))
             batch.metrics.update({
                 "filter_groups/dropped_share": n_dropped / max(n_groups, 1),
@@ -368,7 +368,10 @@ class Trainer:
         return {"max_draws": int((fg if isinstance(fg, dict) else {}).get("max_draws", 3))}
 
     def update(self, batch, step: int) -> dict[str, float]:
-        """Reward shaping of the stage, then one :func:`policy_update` (blocking)."""
+        """Reward shaping of the stage, then one :func:`policy_update` (blocking); a batch
+        without trajectories (dynamic sampling kept no group) changes nothing."""
+        if not len(batch):
+            return {"learner/num_trajectories": 0.0, "learner/num_tokens": 0.0}
         pb = batch.packed()
         stage = self.schedule.stage(step)
         if stage.shapes_rewards:
