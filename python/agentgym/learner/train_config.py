@@ -142,6 +142,14 @@ class TrainerConfig:
             raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
 
     @property
+    def max_draws(self) -> int:
+        """Dynamic sampling's most draws per step (``filter_groups``), 0 when it is off."""
+        fg = self.filter_groups
+        if not fg:
+            return 0
+        return int(fg.get("max_draws", 3)) if isinstance(fg, dict) else 3
+
+    @property
     def adv_estimator(self) -> str:
         return self.learner.get("adv_estimator", METHODS[self.method_key])
 

@@ -325,8 +325,8 @@ class Trainer:
 
         cfg = self.cfg
         horizon = self.schedule.max_turns(step)
-        fg = self.filter_groups
-        draws = fg["max_draws"] if fg else 1
+        fg = cfg.max_draws
+        draws = fg or 1
         played: list = []
         kept: list = []
         n_groups = n_dropped = 0
@@ -358,14 +358,6 @@ class Trainer:
             })
         batch.metrics["horizon/max_turns"] = float(horizon)
         return batch
-
-    @property
-    def filter_groups(self) -> dict[str, Any] | None:
-        """Dynamic sampling's settings (``TrainerConfig.filter_groups``), or None."""
-        fg = self.cfg.filter_groups
-        if not fg:
-            return None
-        return {"max_draws": int((fg if isinstance(fg, dict) else {}).get("max_draws", 3))}
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking); a batch
