@@ -11,8 +11,10 @@ released). Formats (``PARSE_FORMATS``):
 - ``auto``: tags, then ReAct, then the last non-empty line.
 
 Results are trimmed; end-of-turn markers (``<|im_end|>``, ``</s>``, ``<|eot_id|>``, ...),
-surrounding quotes/backticks and code fences are stripped; the length is capped at
-``max_chars`` characters. None means no action was found. An unknown format raises
+surrounding quotes/backticks, markdown emphasis (``**move north**``) and code fences are
+stripped, as is the full stop of a one-line action with no other ``.`` (``move north.``;
+``U.S.`` keeps its dots); ``**Action:**`` in bold counts as ``Action:``. The length is capped
+at ``max_chars`` characters. None means no action was found. An unknown format raises
 ``ValueError``; a non-str text raises ``TypeError``.
 """
 

@@ -167,6 +167,11 @@ class EnvPool(NativeEnvInfo):
         """Turns taken by each slot's current episode (uint32[num_envs])."""
         return self._pool.turns()
 
+    def invalid_turns(self, ids: Sequence[int]) -> list[int]:
+        """Steps of each episode in ``ids`` whose action the env refused as unreadable (not
+        one of its commands, or one whose arguments do not parse)."""
+        return self._pool.invalid_turns(_as_id_list(ids))
+
     def stop_reasons(self, ids: Sequence[int] | None = None) -> list[str | None]:
         """Stop reason of every slot, or of slots ``ids`` (None while running)."""
         return self._pool.stop_reasons(None if ids is None else _as_id_list(ids))

@@ -241,6 +241,24 @@ def test_horizon_and_length_limits(tokenizer):
     assert all(t.stop_reason == "length" and t.num_turns == 0 for t in cut)
 
 
+@pytest.mark.parametrize("env_id", ["maze", "office"])
+def test_refused_actions_are_counted_per_episode(tokenizer, env_id):
+    """A turn whose action the env refuses as unreadable is counted in the trajectory's
+    ``invalid_turns`` and the batch's ``invalid_turns/*`` metrics: a native env (its pool
+    counts) and a Python env (``info["invalid"]``) alike; an oracle's turns are never
+    counted."""
+    talk = ScriptedBackend(tokenizer, template="I am not sure what {action} would do")
+    batch = engine(tokenizer, backend=talk, max_turns=3).collect_sync(4, env_id)
+    for t in batch:
+        assert t.num_turns >= 1 and t.timings["invalid_turns"] == t.num_turns
+    assert batch.metrics["invalid_turns/share"] == 1.0
+    assert batch.metrics["invalid_turns/mean"] == pytest.approx(
+        sum(t.num_turns for t in batch) / len(batch))
+    oracle = engine(tokenizer).collect_sync(4, env_id)
+    assert all("invalid_turns" not in t.timings for t in oracle)
+    assert oracle.metrics["invalid_turns/share"] == 0.0
+
+
 def test_a_reply_cut_at_max_new_tokens_steps_the_env(tokenizer):
     """truncated_turn="step" (the default): a reply cut at max_new_tokens is closed with an
     end-of-turn token (mask 0), the env steps with what was written, and the episode goes

@@ -24,7 +24,7 @@ def test_board_text():
     assert len(rows) == 4 and all(len(r.split(" ")) == 4 for r in rows)
     cells = " ".join(rows).split(" ")
     assert sorted(c for c in cells if c != ".") in (["2", "2"], ["2", "4"], ["4", "4"])
-    assert "up, down, left or right" in pool.instructions
+    assert "up, down, left and right" in pool.instructions
 
 
 def test_oracle_reaches_target_and_random_rarely_does():

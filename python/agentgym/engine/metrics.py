@@ -15,6 +15,7 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
     rewards = np.array([t.reward for t in trajs], np.float64)
     turns = np.array([t.num_turns for t in trajs], np.float64)
     resp = np.array([t.response_length for t in trajs], np.float64)
+    invalid = np.array([t.timings.get("invalid_turns", 0.0) for t in trajs], np.float64)
     gen_tokens = float(sum(len(t.token_ids) - t.prompt_len for t in trajs))
     m = {
         "reward/mean": float(rewards.mean()),
@@ -26,6 +27,9 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         "response_length/mean": float(resp.mean()),
         # replies cut at max_new_tokens that still stepped the env, per episode
         "cut_turns/mean": float(np.mean([t.timings.get("cut_turns", 0.0) for t in trajs])),
+        # turns whose action the env refused as unreadable, per episode and per turn played
+        "invalid_turns/mean": float(invalid.mean()),
+        "invalid_turns/share": float(invalid.sum() / turns.sum()) if turns.sum() else 0.0,
         "timing_s/gen": wall_s,
         "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
         "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

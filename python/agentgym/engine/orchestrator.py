@@ -65,15 +65,21 @@ class _Episode:
     gen_s: float = 0.0
     #: Replies cut at ``max_new_tokens`` that stepped the env (``truncated_turn="step"``).
     cut_turns: int = 0
+    #: Turns whose action the env refused as unreadable (driven envs; a native env's pool
+    #: counts them itself and they are read when the episode closes).
+    invalid_turns: int = 0
 
 
 def _timings(e: _Episode, now: float) -> dict[str, float]:
     """A finished episode's ``Trajectory.timings``: wall and backend time, and the count of
-    its replies cut at ``max_new_tokens`` that stepped the env (``cut_turns``, only when
-    there were any)."""
+    its replies cut at ``max_new_tokens`` that stepped the env (``cut_turns``) and of its
+    turns whose action the env refused as unreadable (``invalid_turns``), each only when
+    there were any."""
     t = {"total_s": now - e.t0, "gen_s": e.gen_s}
     if e.cut_turns:
         t["cut_turns"] = float(e.cut_turns)
+    if e.invalid_turns:
+        t["invalid_turns"] = float(e.invalid_turns)
     return t
 
 
@@ -262,6 +268,8 @@ class _Run:
                 pairs = [(t, o) for t, o in zip(live, outs) if not t.episode.closed]
                 live, outs = [t for t, _ in pairs], [o for _, o in pairs]
             if live:
+                for t, o in zip(live, outs):
+                    t.episode.invalid_turns += o.invalid
                 self._apply(live, *self.codec.record_turn_batch(
                     self.store, live, outs, self.cfg.max_total_tokens))
         return [not t.episode.closed for t in turns]
@@ -270,6 +278,12 @@ class _Run:
         """End the tick's finished episodes in the driver and the store, and drain their
         rows: as trajectories (returned, one per episode), or handed to ``batch_sink`` as
         one :class:`EpisodeBatch` (then each episode gets None here)."""
+        if self.pool is not None:  # a native env's pool counted its refused actions
+            played = [e for e in eps if e.turns]
+            if played:
+                counts = self.pool.invalid_turns([e.slot for e in played])
+                for e, n in zip(played, counts):
+                    e.invalid_turns = n
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])

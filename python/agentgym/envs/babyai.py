@@ -18,7 +18,7 @@ import re
 from collections import deque
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
+from agentgym.envs.base import BaseEnv, action_line
 from agentgym.envs.tasks import parse_task
 from agentgym.errors import EnvError, InvalidTaskError
 
@@ -51,12 +51,13 @@ _PRIMITIVES = {"pick up": [PICKUP], "pickup": [PICKUP], "toggle": [TOGGLE], "dro
 INSTRUCTIONS = """You are an agent in a BabyAI grid world (rooms, doors, keys, balls, boxes).
 Each turn you see what is in front of you: objects with their position relative to you
 ("2 steps in front of you and 1 steps to your left"), the nearest wall ahead and what you
-carry. Reply with exactly one action from the list of available actions, e.g.:
+carry. The actions (the observation lists the ones available) look like
 "turn left", "turn right", "move forward", "pick up", "drop", "toggle",
 "go to <color> <object> <k>", "pickup <color> <object> <k>", "go through <door> <k>",
 "toggle and go through <door> <k>", "go to goal", "check available actions".
 Objects are numbered by distance (1 = nearest of that kind). Complete the goal in few steps:
-the reward on success is 1 - 0.9 * (steps used / step limit)."""
+the reward on success is 1 - 0.9 * (steps used / step limit).""" + action_line(
+    "move forward")
 
 
 def level_id(name: str) -> str:
@@ -168,6 +169,7 @@ class BabyAIEnv(BaseEnv):
             low = _PRIMITIVES[act]  # unlisted, for minigrid's bot (oracle_action)
         else:
             info["action_is_valid"] = False
+            info["invalid"] = act not in self._errors  # not an action of this env at all
             msg = ("No change in state." if not act else self._errors.get(
                 act, "The action is not recognized. Please check valid actions."))
             return self._with_actions(msg), 0.0, False, info

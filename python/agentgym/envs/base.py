@@ -24,6 +24,13 @@ import gymnasium as gym
 from agentgym.envs.spaces import TextSpace
 
 
+def action_line(example: str) -> str:
+    """The closing lines of every env's instructions: the reply format, said once, with one
+    example (the native envs' ``action_line`` in ``rust/core/src/env.rs`` writes the same)."""
+    return ("\nReply with Action: followed by one action, and nothing else. For example:\n"
+            f"Action: {example}")
+
+
 class BaseEnv:
     """A text environment written in Python. Override ``reset`` and ``step``.
 

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym.envs.base import action_line
 from agentgym.envs.commands import CommandEnv
 
 CATEGORIES = ("refund", "exchange", "damaged", "shipping", "warranty", "cancellation")
@@ -63,7 +64,7 @@ FIRST = ["Dana", "Luis", "Priya", "Tom", "Mei", "Omar", "Sara", "Jonas", "Aisha"
 LAST = ["Lee", "Garcia", "Patel", "Novak", "Chen", "Haddad", "Berg", "Okafor", "Sato", "Rossi"]
 
 INSTRUCTIONS = """You are a customer-service agent for an online shop. Resolve the customer's \
-inquiry according to the policy book. Actions (one per turn):
+inquiry according to the policy book. Actions:
   classify[CATEGORY]        refund | exchange | damaged | shipping | warranty | cancellation
   list_orders               the customer's orders (ids, dates, items)
   lookup_order[ORDER_ID]    details of one order (items, prices, dates, status)
@@ -78,7 +79,7 @@ inquiry according to the policy book. Actions (one per turn):
   reply[TEXT]               final answer to the customer; ends the conversation
 Score: right category, the one resolution the policy prescribes with the right parameters (or \
 no resolution when none is due), and a reply that names the order id. Wrong resolutions \
-(e.g. refunding an ineligible order) are penalised."""
+(e.g. refunding an ineligible order) are penalised.""" + action_line("list_orders")
 
 
 @dataclass

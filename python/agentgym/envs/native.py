@@ -41,8 +41,12 @@ class NativeEnv(NativeEnvInfo, gym.Env):
     def step(self, action):
         if not isinstance(action, str):
             raise TypeError(f"action must be a str, got {type(action).__name__}")
+        (before,) = self._pool.invalid_turns([0])
         (obs,), rewards, terminated, truncated = self._pool.step([0], [action])
         info = {"turns": int(self._pool.turns()[0])}
+        (after,) = self._pool.invalid_turns([0])
+        if after > before:  # the env refused the action as unreadable, as a BaseEnv says it
+            info["invalid"] = True
         (reason,) = self._pool.stop_reasons([0])
         if reason is not None:
             info["stop_reason"] = reason

@@ -17,13 +17,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.envs.base import action_line
 from agentgym.envs.commands import CommandEnv
 
 MAX_ITEMS = 20
 MATCH_THRESHOLD = 0.5
 
 INSTRUCTIONS = """You are an office assistant. Read the meeting notes and record every \
-committed action item as a to-do with its owner and deadline. Actions (one per turn):
+committed action item as a to-do with its owner and deadline. Actions:
   add_todo[TASK | OWNER | YYYY-MM-DD]   add a to-do (OWNER: first name as in the notes)
   list                                  show the to-dos so far, numbered
   remove[N]                             remove to-do number N
@@ -35,7 +36,7 @@ Only commitments with an owner count: skip chatter, ideas that were turned down,
 "within N days" = +N days, "by the end of next week" = Friday of the following week, "by the \
 end of the month" = the month's last day, "by the 20th" = the next 20th after the meeting.
 Score: F1 over to-dos matched to the true ones (by the words of the task), where each match \
-counts (1 + right owner + right deadline) / 3."""
+counts (1 + right owner + right deadline) / 3.""" + action_line("notes")
 
 TASKS = [
     "send the updated budget to finance", "review the vendor contract",

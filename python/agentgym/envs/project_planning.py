@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.envs.base import action_line
 from agentgym.envs.commands import CommandEnv
 
 PLAN_STEPS = [
@@ -27,12 +28,12 @@ PLAN_STEPS = [
 PLAN_INSTRUCTIONS = """You are planning a project. Each task has a duration in calendar days \
 and may depend on other tasks or have an earliest start date. A task that starts on day D and \
 takes N days occupies days D .. D+N-1; a task that depends on it may start on day D+N at the \
-earliest. Nobody works on a task before the project start. Actions (one per turn):
+earliest. Nobody works on a task before the project start. Actions:
   schedule[TASK_ID | YYYY-MM-DD]   set (or change) a task's start date
   list                             show the plan so far and its finish date
   submit                           finish and be scored
 Score: 0.5 * fraction of tasks scheduled without breaking a constraint + 0.5 * (shortest \
-possible finish / your finish) when every task is scheduled validly."""
+possible finish / your finish) when every task is scheduled validly.""" + action_line("list")
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
+from agentgym.envs.base import BaseEnv, action_line
 from agentgym.envs.tasks import parse_task
 from agentgym.errors import EnvError, InvalidTaskError
 
@@ -69,11 +69,15 @@ _TEMPLATE_ORDER = (
 
 INSTRUCTIONS = """You are an agent in ScienceWorld, a text-based simulated world of rooms,
 objects, substances, plants, animals and electrical parts. Complete the science task you are
-given. Reply with exactly one command per turn, for example: "look around", "inventory",
+given. Commands look like "look around", "inventory",
 "go to kitchen", "open door to kitchen", "pick up thermometer", "move metal pot to stove",
 "activate stove", "use thermometer on substance in metal pot", "focus on <object>",
 "connect battery anode to red wire", "wait1", "task". Focusing on the wrong object ends the
-task. The reward is the simulator's score progress (the whole episode sums to score/100)."""
+task. The reward is the simulator's score progress (the whole episode sums to score/100).""" \
+    + action_line("look around")
+
+#: ScienceWorld's answer to a command its parser does not read (the step changes nothing).
+UNKNOWN_ACTION = "No known action matches that input."
 
 
 def _variations(split: str, n: int, n_train: int, n_dev: int) -> range:
@@ -210,6 +214,8 @@ class SciWorldEnv(BaseEnv):
         }
         if truncated:
             info["truncated"] = True
+        if obs.startswith(UNKNOWN_ACTION):
+            info["invalid"] = True
         self._live = not done
         return obs, float(reward), done, info
 

@@ -47,6 +47,12 @@ pub trait Env: Send {
     /// Apply one action (already extracted from model text). Invalid actions are not
     /// errors: they return a message as observation and reward 0.
     fn step(&mut self, action: &str) -> Step;
+    /// Whether the last step refused its action as unreadable: not one of the env's commands,
+    /// or one whose arguments do not parse. Such a step changes nothing but the turn count;
+    /// the pool counts them per episode (`Episode::invalid_turns`). Default: never.
+    fn refused(&self) -> bool {
+        false
+    }
     /// [`step`](Env::step) that appends the observation to `obs` instead of returning a new
     /// `String`; returns `(reward, terminated)`. The pool calls this one, with `obs` pointing
     /// into a batch-wide buffer, so an env that overrides it steps without allocating. The
@@ -70,6 +76,12 @@ pub trait Env: Send {
     fn num_tasks(&self) -> u64;
     /// Instructions for the agent (what it sees, the action format); used as system prompt.
     fn instructions(&self) -> String;
+}
+
+/// The closing lines of every env's instructions: the reply format, said once, with one
+/// example (`agentgym.envs.base.action_line` in Python writes the same text).
+pub fn action_line(example: &str) -> String {
+    format!("\nReply with Action: followed by one action, and nothing else. For example:\nAction: {example}")
 }
 
 /// Appends the decimal form of `v` (for observations built in [`Env::step_into`], without

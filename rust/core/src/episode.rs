@@ -61,6 +61,8 @@ pub struct Episode {
     pub max_turns: Option<u32>,
     pub status: EpisodeStatus,
     pub total_reward: f32,
+    /// Steps whose action the env refused as unreadable ([`crate::env::Env::refused`]).
+    pub invalid_turns: u32,
 }
 
 impl Default for Episode {
@@ -72,6 +74,7 @@ impl Default for Episode {
             max_turns: None,
             status: EpisodeStatus::Empty,
             total_reward: 0.0,
+            invalid_turns: 0,
         }
     }
 }
@@ -85,6 +88,7 @@ impl Episode {
             max_turns,
             status: EpisodeStatus::Running,
             total_reward: 0.0,
+            invalid_turns: 0,
         };
     }
 

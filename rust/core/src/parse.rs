@@ -11,9 +11,12 @@
 //! - `auto`: tags, then ReAct, then the last non-empty line.
 //!
 //! Every result is normalised: end-of-turn junk (`<|im_end|>`, `</s>`, `<|eot_id|>`, ...) and
-//! surrounding whitespace, quotes and backticks (also a fenced code block) are stripped, and
-//! the length is capped at `max_chars` characters. An empty result is `None`. No input makes
-//! these functions panic; the work is linear in the input length.
+//! surrounding whitespace, quotes, backticks (also a fenced code block) and markdown emphasis
+//! (`**move north**`) are stripped, as is the sentence's full stop of a one-line action with
+//! no other `.` (`move north.`; `U.S.` keeps its dots), and the length is capped at
+//! `max_chars` characters. ReAct's marker may be set in bold (`**Action:** move north`). An
+//! empty result is `None`. No input makes these functions panic; the work is linear in the
+//! input length.
 
 use rayon::prelude::*;
 use std::fmt;
@@ -238,7 +241,8 @@ fn extract_tag(text: &str) -> Option<&str> {
 /// Text after the last `Action:`, cut at a following `Observation:` line.
 fn extract_react(text: &str) -> Option<&str> {
     let at = rfind_ci(text, "action:", text.len())?;
-    let rest = &text[at + "action:".len()..];
+    // `**Action:** x`: the bold's closing stars belong to the marker
+    let rest = text[at + "action:".len()..].trim_start_matches('*');
     let end = find_ci(rest, "\nobservation:", 0).unwrap_or(rest.len());
     Some(&rest[..end])
 }
@@ -256,11 +260,12 @@ fn normalize(raw: &str, max_chars: usize) -> Option<String> {
     loop {
         let before = s.len();
         s = strip_fence(s);
-        for q in ['"', '\'', '`'] {
+        for q in ['"', '\'', '`', '*'] {
             if s.len() >= 2 && s.starts_with(q) && s.ends_with(q) {
                 s = s[1..s.len() - 1].trim_matches(is_blank);
             }
         }
+        s = strip_full_stop(s);
         s = strip_end_markers(s).trim_matches(is_blank);
         if s.len() == before {
             break;
@@ -272,6 +277,24 @@ fn normalize(raw: &str, max_chars: usize) -> Option<String> {
     let cut = s.char_indices().nth(max_chars).map_or(s.len(), |(i, _)| i);
     let capped = s[..cut].trim_end_matches(is_blank);
     (!capped.is_empty()).then(|| capped.to_string())
+}
+
+/// A one-line action without its sentence's full stop: `move north.` reads `move north`. Only
+/// a single `.` after a letter, a digit, a closing quote or bracket goes, and only where the action has
+/// no other `.` (`U.S.`, `3.5.` and code over several lines stay as they are).
+fn strip_full_stop(s: &str) -> &str {
+    let Some(body) = s.strip_suffix('.') else {
+        return s;
+    };
+    let ends_in_word = body
+        .chars()
+        .last()
+        .is_some_and(|c| c.is_alphanumeric() || matches!(c, '"' | '\'' | '`' | '*' | ']' | ')'));
+    if ends_in_word && !body.contains(['.', '\n']) {
+        body.trim_end_matches(is_blank)
+    } else {
+        s
+    }
 }
 
 /// A fenced code block ```lang\n...\n``` reduced to its body.
@@ -300,6 +323,41 @@ mod tests {
 
     fn p(text: &str, fmt: &str) -> Option<String> {
         parse_action(text, fmt.parse().unwrap())
+    }
+
+    /// What a small instruct model writes around an action, read as the action; and what
+    /// still is no action, or keeps its dots.
+    #[test]
+    fn tolerated_forms() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("move north", Some("move north")),
+            ("Action: move north", Some("move north")),
+            ("action: move north.", Some("move north")),
+            ("**Action:** move north", Some("move north")),
+            ("Action: **move north**", Some("move north")),
+            ("Action: \"move north\".", Some("move north")),
+            ("I will go.\nAction: `guess crane`", Some("guess crane")),
+            ("guess crane.", Some("guess crane")),
+            ("Action: search[red shoes].", Some("search[red shoes]")),
+            (
+                "Action: replace 4 for i in x:.",
+                Some("replace 4 for i in x:."),
+            ),
+            ("answer[U.S.]", Some("answer[U.S.]")),
+            ("answer: the U.S.", Some("answer: the U.S.")),
+            ("set x to 3.5.", Some("set x to 3.5.")),
+            ("move north..", Some("move north..")),
+            ("...", Some("...")),
+            (
+                "Action: replace 2-2\nreturn y.",
+                Some("replace 2-2\nreturn y."),
+            ),
+            ("Action: ****", None),
+            ("  .  ", Some(".")),
+        ];
+        for &(text, want) in cases {
+            assert_eq!(p(text, "auto").as_deref(), want, "auto parse of {text:?}");
+        }
     }
 
     #[test]

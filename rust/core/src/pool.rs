@@ -158,6 +158,7 @@ fn step_slot(s: &mut Slot, action: &str, text: &mut TextChunk) -> (f32, bool, bo
     let out = &mut text.text;
     match catch_unwind(AssertUnwindSafe(|| env.step_into(action, out))) {
         Ok((reward, terminated)) => {
+            s.episode.invalid_turns += u32::from(env.refused());
             let truncated = s.episode.record_step(reward, terminated);
             (reward, terminated, truncated)
         }
@@ -571,6 +572,14 @@ impl EpisodePool {
     pub fn stop_reasons_of(&mut self, ids: &[usize]) -> Result<Vec<Option<StopReason>>> {
         ids.iter()
             .map(|&slot| self.with_slot(slot, |s| s.episode.stop_reason()))
+            .collect()
+    }
+
+    /// Refused steps ([`Episode::invalid_turns`]) of the episode each of `ids` holds or last
+    /// held.
+    pub fn invalid_turns_of(&mut self, ids: &[usize]) -> Result<Vec<u32>> {
+        ids.iter()
+            .map(|&slot| self.with_slot(slot, |s| s.episode.invalid_turns))
             .collect()
     }
 

@@ -206,6 +206,12 @@ impl PyEnvPool {
             .collect())
     }
 
+    /// Steps of each of slots `ids` whose action the env refused as unreadable (the
+    /// episode the slot holds or last held).
+    fn invalid_turns(&mut self, ids: Vec<usize>) -> PyResult<Vec<u32>> {
+        self.inner.invalid_turns_of(&ids).map_err(to_py)
+    }
+
     /// Whether each of slots `ids` holds a running episode (ids in range, each once).
     fn running(&mut self, ids: Vec<usize>) -> PyResult<Vec<bool>> {
         self.inner.running_of(ids.iter().copied()).map_err(to_py)

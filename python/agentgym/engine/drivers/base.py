@@ -13,7 +13,9 @@ Every driver has the same methods, each either sync or async for all of them:
 - ``close()``.
 
 ``core_pool`` is the Rust pool of a native env, which the engine steps in the same call as
-the turn's token bookkeeping (``TurnCodec.step_turn_batch``); None for every other driver.
+the turn's token bookkeeping (``TurnCodec.step_turn_batch``) and asks for the turns whose
+action the env refused (``EnvPool.invalid_turns``); None for every other driver, whose
+``StepOutcome.invalid`` says it per step.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class StepOutcome:
     #: ``done``/``horizon``/``env_error``/``aborted`` once the episode ended, else None.
     stop_reason: str | None = None
     error: str | None = None
+    #: The env refused the action as unreadable (Gymnasium ``info["invalid"]``): not one of
+    #: its commands, or one whose arguments do not parse.
+    invalid: bool = False
 
 
 #: The outcome of a step on a slot whose episode is no longer running.

@@ -44,7 +44,7 @@ class ProcessDriver:
         obs, rew, term, trunc, info = await self.pool.step(slot, action)
         reason = info.get("stop_reason") or ("done" if term else ("horizon" if trunc else None))
         return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
-                           info.get("error"))
+                           info.get("error"), bool(info.get("invalid")))
 
     def finish(self, items: list[tuple[int, str]]) -> None:
         pass  # the worker's episode is simply reset when the slot is reused

@@ -154,7 +154,7 @@ class PythonDriver:
             self._drop(slot)
             msg = f"{type(result).__name__}: {result}"
             return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
-        obs, rew, term, trunc, _ = result
+        obs, rew, term, trunc, info = result
         self._turns[slot] += 1
         cap = self._horizon[slot]
         if not term and cap is not None and self._turns[slot] >= cap:
@@ -162,7 +162,8 @@ class PythonDriver:
         reason = "done" if term else ("horizon" if trunc else None)
         if reason:
             self._running.discard(slot)
-        return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason)
+        return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
+                           invalid=bool(info and info.get("invalid")))
 
     def _drop(self, slot: int) -> None:
         """Forget the env of ``slot`` after it raised (the next reset builds a new one) and

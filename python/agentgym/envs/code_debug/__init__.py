@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.envs.base import BaseEnv
+from agentgym.envs.base import BaseEnv, action_line
 from agentgym.envs.code_debug.templates import TEMPLATES, Template
 from agentgym.errors import InvalidTaskError
 from agentgym.runtime.sandbox import SandboxLimits, run_python
@@ -36,15 +36,15 @@ PER_TEST_S = 0.5
 SANDBOX_LIMITS = SandboxLimits(cpu_s=8, wall_s=12.0, memory_mb=512)
 
 INSTRUCTIONS = """You are debugging a Python function. It has one bug; its docstring says what \
-it should do. Actions (one per turn):
+it should do. Actions:
   view                      show the current code with line numbers
   run_tests                 run the visible tests on the current code
   replace <n> <code>        replace line n with <code>; if <code> has no leading spaces,
                             line n's indentation is kept
   replace <a>-<b> <code>    replace lines a..b (inclusive) with <code>, which may span several
                             lines (put the code on the following lines; empty code deletes)
-  submit                    finish; reward = fraction of all tests passed, hidden tests included
-"""
+  submit                    finish; reward = fraction of all tests passed, hidden tests \
+included""" + action_line("view")
 
 _SITES: list[tuple[int, int]] = [(t, b) for t, tpl in enumerate(TEMPLATES) for b in
                                  range(len(tpl.bugs))]

@@ -1047,3 +1047,47 @@ fn every_shipped_env_has_a_profile() {
         );
     }
 }
+
+/// Every shipped env refuses text that is none of its commands (`Env::refused`), never a
+/// valid or oracle action, and a refusal lasts one step; the pool counts the refusals per
+/// episode (`Episode::invalid_turns`) and a new episode starts from zero.
+#[test]
+fn refusals_are_flagged_and_counted() {
+    for p in PROFILES.iter() {
+        let mut env = p.make();
+        env.reset(&Task::Index(0), 0).expect("task 0 resets");
+        assert!(!env.refused(), "{}: refused before any step", p.id);
+        env.step("xyzzy plugh 42");
+        assert!(env.refused(), "{}: gibberish was not refused", p.id);
+        env.reset(&Task::Index(0), 0).expect("task 0 resets");
+        for _ in 0..3 {
+            let action = env
+                .oracle_action()
+                .or_else(|| env.valid_actions().into_iter().next());
+            let Some(action) = action else { break };
+            let step = env.step(&action);
+            assert!(
+                !env.refused(),
+                "{}: refused its own action {action:?}",
+                p.id
+            );
+            if step.terminated {
+                break;
+            }
+        }
+
+        let mut pool = EpisodePool::new(p.id, 1, p.kwargs()).expect("profile kwargs are valid");
+        let spec = |seed| ResetSpec {
+            slot: 0,
+            task: Task::Index(0),
+            seed,
+            max_turns: None,
+        };
+        pool_reset_one(&mut pool, spec(0)).expect("task 0 resets");
+        pool.step(&[0], &["xyzzy plugh 42"]).unwrap();
+        pool.step(&[0], &["xyzzy plugh 42"]).unwrap();
+        assert_eq!(pool.invalid_turns_of(&[0]).unwrap(), vec![2], "{}", p.id);
+        pool_reset_one(&mut pool, spec(1)).expect("task 0 resets");
+        assert_eq!(pool.invalid_turns_of(&[0]).unwrap(), vec![0], "{}", p.id);
+    }
+}

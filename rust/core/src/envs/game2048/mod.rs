@@ -264,6 +264,8 @@ pub struct Game2048 {
     rng: SplitMix64,
     started: bool,
     done: bool,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 /// `game2048` kwargs: `difficulty` (easy: 64, medium: 256, hard: 2048) or `target` (a power of
@@ -289,6 +291,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         rng: SplitMix64::new(0),
         started: false,
         done: false,
+        refused: false,
     }))
 }
 
@@ -342,11 +345,13 @@ impl Env for Game2048 {
     }
 
     fn step(&mut self, action: &str) -> Step {
+        self.refused = false;
         if self.done || !self.started {
             return Step::new("The episode is over.", 0.0, true);
         }
         let mut out = String::with_capacity(96);
         let Some(m) = parse_move(action) else {
+            self.refused = true;
             out.push_str("Invalid action. Use up, down, left or right.");
             self.render(&mut out);
             return Step::new(out, 0.0, false);
@@ -375,6 +380,10 @@ impl Env for Game2048 {
         Step::new(out, 0.0, false)
     }
 
+    fn refused(&self) -> bool {
+        self.refused
+    }
+
     fn valid_actions(&self) -> Vec<String> {
         if self.done || !self.started {
             return Vec::new();
@@ -398,12 +407,13 @@ impl Env for Game2048 {
 
     fn instructions(&self) -> String {
         format!(
-            "Play 2048 on a 4x4 board (. is an empty cell). Reply with one action: up, down, \
-             left or right. All tiles slide that way; two equal tiles that meet merge into \
+            "Play 2048 on a 4x4 board (. is an empty cell). The actions are up, down, left \
+             and right. All tiles slide that way; two equal tiles that meet merge into \
              their sum, which adds to your score; then a 2 (sometimes a 4) appears on a random \
              empty cell. A move that changes nothing does not count. Making a {} tile gives \
-             reward 1 and ends the episode; the game is lost when no move is left.",
-            1u32 << self.target_exp
+             reward 1 and ends the episode; the game is lost when no move is left.{}",
+            1u32 << self.target_exp,
+            crate::env::action_line("left")
         )
     }
 }

@@ -25,6 +25,7 @@ fn started(board: u64) -> Game2048 {
         rng: SplitMix64::new(1),
         started: true,
         done: false,
+        refused: false,
     }
 }
 

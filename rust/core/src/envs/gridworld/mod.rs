@@ -119,6 +119,8 @@ pub struct GridEnv {
     mission: Mission,
     started: bool,
     done: bool,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 /// `gridworld` kwargs: `difficulty` (easy | medium | hard), `size` (room side 3..=12),
@@ -223,6 +225,7 @@ impl GridEnv {
             }),
             started: false,
             done: false,
+            refused: false,
         }
     }
 
@@ -522,13 +525,17 @@ impl Env for GridEnv {
     }
 
     fn step(&mut self, action: &str) -> Step {
+        self.refused = false;
         if self.done || !self.started {
             return Step::new("The episode is over.", 0.0, true);
         }
         let mut out = String::with_capacity(200);
         match parse_action(action) {
             Some(a) => self.apply(a, &mut out),
-            None => out.push_str(HELP),
+            None => {
+                self.refused = true;
+                out.push_str(HELP)
+            }
         }
         if self.success() {
             self.done = true;
@@ -537,6 +544,10 @@ impl Env for GridEnv {
         }
         self.describe(&mut out);
         Step::new(out, 0.0, false)
+    }
+
+    fn refused(&self) -> bool {
+        self.refused
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -570,12 +581,13 @@ impl Env for GridEnv {
     fn instructions(&self) -> String {
         "You are in a room of a grid world and must complete the mission (go to, pick up or \
          open an object). Each turn you see which way you face, what you carry, and the walls, \
-         doors and objects in view, counted in steps forward, left and right of you. Reply \
-         with one action: turn left, turn right, move forward, pick up, drop or toggle. You go \
+         doors and objects in view, counted in steps forward, left and right of you. The \
+         actions are turn left, turn right, move forward, pick up, drop and toggle. You go \
          to an object by facing it from the next cell; pick up and toggle act on the cell in \
          front of you; you carry one object at a time; a locked door opens with the key of its \
          colour. Completing the mission gives reward 1 and ends the episode."
-            .into()
+            .to_string()
+            + &crate::env::action_line("move forward")
     }
 }
 

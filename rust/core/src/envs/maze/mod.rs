@@ -277,6 +277,8 @@ pub struct MazeEnv {
     pos: usize,
     started: bool,
     done: bool,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 /// `maze` kwargs: `difficulty` (easy 4x4 | medium 6x6 | hard 9x9, default medium), `size`
@@ -356,6 +358,7 @@ impl MazeEnv {
             pos: 0,
             started: false,
             done: false,
+            refused: false,
         }
     }
 
@@ -457,11 +460,13 @@ impl Env for MazeEnv {
     }
 
     fn step_into(&mut self, action: &str, out: &mut String) -> (f32, bool) {
+        self.refused = false;
         if self.done || !self.started {
             out.push_str("The episode is over.");
             return (0.0, true);
         }
         let Some(d) = parse_direction(action) else {
+            self.refused = true;
             out.push_str("Invalid action. Use move north, move south, move east or move west.");
             self.describe(out);
             return (0.0, false);
@@ -496,6 +501,10 @@ impl Env for MazeEnv {
         crate::util::prefetch(self.layout.open.as_ptr().wrapping_add(self.pos));
         crate::util::prefetch(self.layout.inside.as_ptr().wrapping_add(self.pos));
         crate::util::prefetch(self.to_goal.as_ptr().wrapping_add(self.pos));
+    }
+
+    fn refused(&self) -> bool {
+        self.refused
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -543,9 +552,10 @@ impl Env for MazeEnv {
             s.push_str(" You also see how far the goal is in each direction.");
         }
         s.push_str(
-            " Reply with one action: move north, move south, move east or move west. \
-             Reaching the goal gives reward 1 and ends the episode.",
+            " The actions are move north, move south, move east and move west. Reaching the \
+             goal gives reward 1 and ends the episode.",
         );
+        s.push_str(&crate::env::action_line("move north"));
         s
     }
 }

@@ -21,8 +21,7 @@ use questions::{answer_score, bank, Question, QuestionBank, Split};
 /// Search results shown per query.
 pub const TOP_K: usize = 5;
 
-const INSTRUCTIONS: &str = "Answer the question using a local knowledge base. Actions (one \
-per turn):\n- search[query]: list the 5 best matching documents (id, title, snippet)\n\
+const INSTRUCTIONS: &str = "Answer the question using a local knowledge base. Actions:\n- search[query]: list the 5 best matching documents (id, title, snippet)\n\
 - open[title or id]: read a document in full, e.g. open[Zentrix Labs] or open[D0042]\n\
 - answer[text]: give your final answer (ends the episode)\n\
 Questions may need several hops: find the first entity, read its document, then search \
@@ -40,6 +39,8 @@ pub struct SearchEnv {
     opened: Vec<u32>,
     current: Option<u32>,
     done: bool,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
@@ -107,6 +108,7 @@ impl SearchEnv {
             opened: Vec::new(),
             current: None,
             done: false,
+            refused: false,
         }
     }
 
@@ -139,6 +141,7 @@ impl SearchEnv {
 
     fn search(&mut self, query: &str) -> Step {
         if query.is_empty() {
+            self.refused = true;
             return self.invalid("the search query is empty.");
         }
         self.last_query = query.to_string();
@@ -219,6 +222,7 @@ impl Env for SearchEnv {
     }
 
     fn step(&mut self, action: &str) -> Step {
+        self.refused = false;
         if self.question.is_none() {
             return Step::new(
                 "Invalid action: the episode has not been reset.",
@@ -233,10 +237,17 @@ impl Env for SearchEnv {
             Some(Action::Search(q)) => self.search(&q),
             Some(Action::Open(t)) => self.open(&t),
             Some(Action::Answer(a)) => self.answer(&a),
-            None => self.invalid(&format!(
-                "{action:?} is not an action; use search[query], open[title] or answer[text]."
-            )),
+            None => {
+                self.refused = true;
+                self.invalid(&format!(
+                    "{action:?} is not an action; use search[query], open[title] or answer[text]."
+                ))
+            }
         }
+    }
+
+    fn refused(&self) -> bool {
+        self.refused
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -302,7 +313,7 @@ impl Env for SearchEnv {
     }
 
     fn instructions(&self) -> String {
-        INSTRUCTIONS.into()
+        INSTRUCTIONS.to_string() + &crate::env::action_line("search[Zentrix Labs founder]")
     }
 }
 

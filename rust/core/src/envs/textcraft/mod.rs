@@ -26,7 +26,7 @@ use std::sync::Arc;
 const USES_PER_INPUT: usize = 10;
 
 const INSTRUCTIONS: &str = "You are crafting items in Minecraft from a few given crafting \
-recipes. Each observation is the result of your last action; answer with exactly one action.\n\
+recipes. Each observation is the result of your last action.\n\
 Actions:\n\
 - get N ITEM: fetch N of a base item (one that no recipe makes), e.g. `get 1 lapis lazuli`.\n\
 - craft N ITEM using A X, B Y: craft with one of the given recipes, e.g. \
@@ -52,6 +52,8 @@ pub struct TextCraft {
     sanitize: bool,
     /// Scratch for the cleaned action.
     clean: String,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 /// A parsed craft input: the name (None when unknown), its count, and whether it is a tag.
@@ -162,6 +164,7 @@ impl TextCraft {
             key: String::new(),
             sanitize,
             clean: String::new(),
+            refused: false,
         }
     }
 
@@ -326,6 +329,7 @@ impl TextCraft {
             self.inventory_text(obs);
             return (0.0, false);
         }
+        self.refused = true;
         fail(obs, &["Could not execute ", action])
     }
 }
@@ -576,6 +580,7 @@ impl Env for TextCraft {
     }
 
     fn step_into(&mut self, action: &str, obs: &mut String) -> (f32, bool) {
+        self.refused = false;
         // A listed command as it is: one line that the cleanup keeps as it is (the book's
         // table holds only such lines), so both paths below would parse it so.
         if let Some(out) = self.listed_command(action, obs) {
@@ -601,6 +606,10 @@ impl Env for TextCraft {
         crate::util::prefetch(self.listed.as_ptr());
     }
 
+    fn refused(&self) -> bool {
+        self.refused
+    }
+
     fn valid_actions(&self) -> Vec<String> {
         solver::valid_actions(&self.book, &self.listed, &self.inventory)
     }
@@ -614,7 +623,7 @@ impl Env for TextCraft {
     }
 
     fn instructions(&self) -> String {
-        INSTRUCTIONS.to_string()
+        INSTRUCTIONS.to_string() + &crate::env::action_line("get 1 lapis lazuli")
     }
 }
 

@@ -45,6 +45,8 @@ pub struct WebShopEnv {
     results_page: usize,
     product: u32,
     chosen: Vec<Option<u8>>,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
@@ -94,6 +96,7 @@ impl WebShopEnv {
             results_page: 0,
             product: 0,
             chosen: Vec::new(),
+            refused: false,
         }
     }
 
@@ -274,6 +277,7 @@ impl Env for WebShopEnv {
     }
 
     fn step(&mut self, action: &str) -> Step {
+        self.refused = false;
         if self.goal.is_none() {
             return Step::new(
                 "Invalid action: the episode has not been reset.",
@@ -289,10 +293,17 @@ impl Env for WebShopEnv {
             Some(Action::Click(t)) => self.click(&t),
             Some(Action::Back) => self.back(),
             Some(Action::Buy) => self.buy(),
-            None => self.invalid(&format!(
-                "{action:?} is not an action; use search[query], click[target], back or buy."
-            )),
+            None => {
+                self.refused = true;
+                self.invalid(&format!(
+                    "{action:?} is not an action; use search[query], click[target], back or buy."
+                ))
+            }
         }
+    }
+
+    fn refused(&self) -> bool {
+        self.refused
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -382,7 +393,7 @@ impl Env for WebShopEnv {
     }
 
     fn instructions(&self) -> String {
-        pages::INSTRUCTIONS.into()
+        pages::INSTRUCTIONS.to_string() + &crate::env::action_line("search[red running shoes]")
     }
 }
 

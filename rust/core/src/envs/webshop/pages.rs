@@ -6,7 +6,7 @@ use super::PER_PAGE;
 
 pub const INSTRUCTIONS: &str = "You are shopping on a web store to satisfy an instruction. \
 Each observation is the current web page; clickable elements are shown in square brackets. \
-Actions (one per turn):\n\
+Actions:\n\
 - search[query]: search the store (only on the search page)\n\
 - click[element]: click a product id, an option value (e.g. click[black]), click[next >], \
 click[< prev], click[back to search] or click[buy now]\n\

@@ -193,6 +193,8 @@ pub struct WordleEnv {
     history: Vec<(Word, Code)>,
     started: bool,
     done: bool,
+    /// The last step refused its action as unreadable ([`Env::refused`]).
+    refused: bool,
 }
 
 /// `wordle` kwargs: `max_guesses` (1..=20, default 6), `split` (all | train | test),
@@ -239,6 +241,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         history: Vec::with_capacity(max_guesses as usize),
         started: false,
         done: false,
+        refused: false,
     }))
 }
 
@@ -282,6 +285,7 @@ impl Env for WordleEnv {
     }
 
     fn step_into(&mut self, action: &str, out: &mut String) -> (f32, bool) {
+        self.refused = false;
         if self.done || !self.started {
             out.push_str("The episode is over.");
             return (0.0, true);
@@ -300,6 +304,7 @@ impl Env for WordleEnv {
                 return (0.0, false);
             }
             Parsed::Invalid => {
+                self.refused = true;
                 out.push_str("Invalid action. Reply: guess <five-letter word>");
                 left(out, self.left());
                 return (0.0, false);
@@ -333,6 +338,10 @@ impl Env for WordleEnv {
 
     fn prefetch(&self) {
         crate::util::prefetch(self.history.as_ptr());
+    }
+
+    fn refused(&self) -> bool {
+        self.refused
     }
 
     fn valid_actions(&self) -> Vec<String> {
@@ -378,13 +387,14 @@ impl Env for WordleEnv {
 
     fn instructions(&self) -> String {
         format!(
-            "Play Wordle: find the secret five-letter English word in {} guesses. Reply with \
-             one action: guess <word>, e.g. guess crane. After each guess you get feedback \
+            "Play Wordle: find the secret five-letter English word in {} guesses. The action \
+             is guess <word>. After each guess you get feedback \
              for every letter: G = right letter in the right spot, Y = in the word but in \
              another spot, B = not in the word (a letter guessed more often than it occurs is \
              B for the extra copies). Words outside the word list do not use up a guess. \
-             Solving gives reward 1 and ends the episode.",
-            self.max_guesses
+             Solving gives reward 1 and ends the episode.{}",
+            self.max_guesses,
+            crate::env::action_line("guess crane")
         )
     }
 }
