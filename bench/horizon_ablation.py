@@ -4,6 +4,8 @@ horizons, on the main job's task, model and step budget.
     python bench/horizon_ablation.py [--seeds 0,1,2] [--arms staged,short,long,adaptive]
     python bench/horizon_ablation.py --plot-only     # table and plot of the JSON so far
     python bench/horizon_ablation.py --config FILE   # fields of FILE over the main job
+    python bench/horizon_ablation.py --config configs/horizon_effect_maze.yaml \
+        --name horizon_effect                          # another task's ablation, own files
 
 Every arm is ``agentgym-rl train``'s main job (:data:`agentgym.cli.train.MAIN_JOB`) with one
 change, so task, model, warm-up, step budget, batch, learning rate and evaluation are the
@@ -17,11 +19,11 @@ same:
 
 Held-out success is always measured at the last stage's horizon (``eval_max_turns``). Runs
 already in the JSON are kept and skipped, so the ablation can be run a piece at a time (one
-arm or seed per call). Writes ``bench/results/horizon_ablation.json`` (per run: the eval
-curve; per arm: final and best success, mean and spread over seeds, the first step at
-which success reached 0.5, collapses: success falling by more than 0.2 below the run's
-best) and ``bench/results/horizon_ablation.png`` (mean and min-max band per arm); prints
-the README's markdown table.
+arm or seed per call). Writes ``bench/results/<name>.json`` (``--name``, default
+``horizon_ablation``; per run: the eval curve; per arm: final and best success, mean and
+spread over seeds, the first step at which success reached 0.5, collapses: success falling
+by more than 0.2 below the run's best) and ``bench/results/<name>.png`` (mean and min-max
+band per arm); prints the README's markdown table.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, png: Path) -> Path:
-    """Mean held-out success per arm against step, with the min-max band over seeds."""
+    """Mean held-out success per arm against step, with the min-max band over seeds; the
+    title names the config file when there is one, else the main job."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,7 +165,8 @@ def plot(report: dict, png: Path) -> Path:
     ax.set_ylabel(f"held-out success at horizon {report['eval_max_turns']}")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title("Horizon schedules on the main job (mean, min-max over seeds)")
+    task = Path(report["config"]).stem if report.get("config") else "the main job"
+    ax.set_title(f"Horizon schedules on {task} (mean, min-max over seeds)")
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
@@ -183,20 +187,23 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--out", default=str(RESULTS / "horizon_ablation.json"))
+    ap.add_argument("--name", default="horizon_ablation",
+                    help="results name: bench/results/NAME.json and NAME.png")
+    ap.add_argument("--out", help="the JSON's path (default bench/results/NAME.json); the "
+                                  "plot goes beside it as .png")
     ap.add_argument("--config", help="YAML/TOML fields over the main job (default: the main "
                                       "job as it is)")
     ap.add_argument("--plot-only", action="store_true", help="no training: table and plot")
     args = ap.parse_args(argv)
     base = base_config(args.config)
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else RESULTS / f"{args.name}.json"
     report = json.loads(out.read_text()) if out.exists() else {"runs": []}
     if report["runs"] and report.get("base") != base:
         raise SystemExit(f"{out} holds runs of another recipe; pass another --out")
     stages = list(base["horizon"])
     report.update({
-        "bench": "horizon_ablation", "config": args.config, "base": base,
+        "bench": args.name, "config": args.config, "base": base,
         "env": base["env"], "env_kwargs": base["env_kwargs"], "model": base["model"],
         "max_steps": base["max_steps"], "eval_max_turns": stages[-1],
         "eval_tasks": base["eval_tasks"],
@@ -210,7 +217,7 @@ def main(argv=None) -> dict:
             for arm in args.arms.split(","):
                 if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
                     continue
-                print(f"horizon_ablation: {arm} seed {seed}", file=sys.stderr)
+                print(f"{args.name}: {arm} seed {seed}", file=sys.stderr)
                 report["runs"].append(run_one(arm, seed, base))
                 report["summary"] = summarize(report["runs"])
                 save(report, out)
