@@ -145,8 +145,11 @@ class LLMAgent:
 
     async def ainfer(self, env: Any, tasks: int | list | None = None, *, n_samples: int = 1,
                      max_turns: int | None = None, temperature: float = 0.0,
-                     max_new_tokens: int | None = None, **rollout: Any) -> InferenceResult:
-        """Async :meth:`infer`."""
+                     max_new_tokens: int | None = None, backend: Any = None,
+                     **rollout: Any) -> InferenceResult:
+        """Async :meth:`infer`. ``backend``: an open :class:`~agentgym.backends.Backend` of
+        this agent's model to play with, left open (one engine serves several envs); default:
+        one made for this call and closed after it."""
         import asyncio
 
         from transformers import AutoTokenizer
@@ -165,8 +168,10 @@ class LLMAgent:
             out = Path(cfg.output_dir or "runs/tiny_untrained") / "base_model"
             model_dir = str(build_tiny_model(out, seed=cfg.seed))
         tok = AutoTokenizer.from_pretrained(model_dir)
-        backend = await asyncio.to_thread(make_backend, self.backend, model_dir,
-                                          **cfg.backend_kwargs)
+        own = backend is None
+        if own:
+            backend = await asyncio.to_thread(make_backend, self.backend, model_dir,
+                                              **cfg.backend_kwargs)
         # the config's rollout settings (a reply prefix, the truncated-turn rule) as trained
         engine = RolloutEngine(backend, tok, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                                max_total_tokens=cfg.max_total_tokens, progress=False,
@@ -189,7 +194,8 @@ class LLMAgent:
                                          n_samples=n_samples, temperature=temperature)
         finally:
             engine.close()
-            await backend.close()
+            if own:
+                await backend.close()
         return InferenceResult(batch.trajectories, float(batch.metrics.get("success_rate", 0.0)),
                                dict(batch.metrics))
 

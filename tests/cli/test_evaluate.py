@@ -19,6 +19,32 @@ def test_eval_writes_json_and_markdown_per_env(tmp_path, tiny_model_dir, capsys)
     assert "eval.md" in capsys.readouterr().out
 
 
+def test_eval_plays_every_env_on_one_backend(tmp_path, tiny_model_dir, monkeypatch):
+    """One backend serves all the envs of ``--env`` and is closed once at the end (a
+    vLLM-CPU engine takes a minute or two to start)."""
+    import agentgym.backends as backends
+
+    made = []
+    real = backends.make_backend
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        closed = made[-1].close
+
+        async def close():
+            made.append("closed")
+            await closed()
+
+        made[-1].close = close
+        return made[-1]
+
+    monkeypatch.setattr(backends, "make_backend", spy)
+    assert main(["eval", "--model", tiny_model_dir, "--env", "maze,wordle,gridworld",
+                 "--tasks", "2", "--max-turns", "2", "--max-new-tokens", "8",
+                 "-o", str(tmp_path / "ev")]) == 0
+    assert len(made) == 2 and made[1] == "closed"
+
+
 def test_eval_max_total_tokens_caps_the_context(tmp_path, tiny_model_dir):
     import json
 

@@ -93,39 +93,9 @@ def _eval_table(rows: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run ``agentgym-rl eval``: success rate and mean reward of a model per env (task
     family), printed and written as ``eval.json`` and ``eval.md`` into ``--output``."""
-    from agentgym.agents import LLMAgent
-    from agentgym.engine.config import RolloutConfig
+    from agentgym.engine.loop import run as run_loop
 
-    model, run = _model_folder(args.model)
-    envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
-    rows = []
-    from agentgym.envs.tasks import plan_tasks
-
-    given = parse_key_values(args.env_kwarg)
-    for env in envs:
-        own = env == run.get("env")
-        base = {**(run.get("env_kwargs", {}) if own else {}), **given}
-        # held-out tasks: the run's eval split, the env's test split, or what --env-kwarg says
-        chosen = {} if "split" in given else (run.get("eval_env_kwargs") if own else None)
-        plan = plan_tasks(env, base, args.task_offset + args.tasks, chosen)
-        env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
-        horizon = args.max_turns or (_run_horizon(run) if own else None) or 8
-        max_new = args.max_new_tokens or run.get("max_new_tokens") \
-            or RolloutConfig().max_new_tokens
-        cap_tokens = args.max_total_tokens or (run.get("max_total_tokens") if own else None)
-        cap = {} if cap_tokens is None else {"max_total_tokens": cap_tokens}
-        # the run's rollout settings (a reply prefix, the truncated-turn rule) as it trained
-        agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
-                         max_new_tokens=max_new, rollout=dict(run.get("rollout") or {}) if own
-                         else {}, system_prompt=run.get("system_prompt"), **cap)
-        res = agent.infer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
-                          temperature=args.temperature)
-        m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
-        rows.append({"env": env, "env_kwargs": env_kwargs, "tasks": [tasks[0], tasks[-1]],
-                     "episodes": len(res.trajectories), "max_turns": horizon,
-                     "success_rate": res.success_rate,
-                     "reward/mean": m.get("reward/mean", 0.0),
-                     "num_turns/mean": m.get("num_turns/mean", 0.0), "metrics": m})
+    rows = run_loop(_evaluate(args))
     out = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": str(args.model), "backend": args.backend, "results": rows}
@@ -137,3 +107,52 @@ def run(args: argparse.Namespace) -> int:
         print(_eval_table(rows), end="")
         print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
+
+
+async def _evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The eval rows of every env of ``--env``, all played on one backend (a vLLM engine
+    takes a minute or two to start on a CPU)."""
+    import asyncio
+
+    from agentgym.agents import LLMAgent
+    from agentgym.backends import make_backend
+    from agentgym.engine.config import RolloutConfig
+    from agentgym.envs.tasks import plan_tasks
+    from agentgym.models import resolve_model
+
+    model, run = _model_folder(args.model)
+    envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
+    given = parse_key_values(args.env_kwarg)
+    model_dir = await asyncio.to_thread(resolve_model, None if model == "tiny" else model)
+    backend = None if model_dir is None else \
+        await asyncio.to_thread(make_backend, args.backend, model_dir)
+    rows = []
+    try:
+        for env in envs:
+            own = env == run.get("env")
+            base = {**(run.get("env_kwargs", {}) if own else {}), **given}
+            # held-out tasks: the run's eval split, the env's test split, or --env-kwarg's
+            chosen = {} if "split" in given else (run.get("eval_env_kwargs") if own else None)
+            plan = plan_tasks(env, base, args.task_offset + args.tasks, chosen)
+            env_kwargs, tasks = plan.eval_kwargs, plan.eval_ids[args.task_offset:]
+            horizon = args.max_turns or (_run_horizon(run) if own else None) or 8
+            max_new = args.max_new_tokens or run.get("max_new_tokens") \
+                or RolloutConfig().max_new_tokens
+            cap_tokens = args.max_total_tokens or (run.get("max_total_tokens") if own else None)
+            cap = {} if cap_tokens is None else {"max_total_tokens": cap_tokens}
+            # the run's rollout settings (a reply prefix, the truncated-turn rule) as trained
+            agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
+                             max_new_tokens=max_new, rollout=dict(run.get("rollout") or {})
+                             if own else {}, system_prompt=run.get("system_prompt"), **cap)
+            res = await agent.ainfer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
+                                     temperature=args.temperature, backend=backend)
+            m = {k: v for k, v in res.metrics.items() if k != "success_rate"}
+            rows.append({"env": env, "env_kwargs": env_kwargs, "tasks": [tasks[0], tasks[-1]],
+                         "episodes": len(res.trajectories), "max_turns": horizon,
+                         "success_rate": res.success_rate,
+                         "reward/mean": m.get("reward/mean", 0.0),
+                         "num_turns/mean": m.get("num_turns/mean", 0.0), "metrics": m})
+    finally:
+        if backend is not None:
+            await backend.close()
+    return rows
