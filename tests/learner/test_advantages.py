@@ -6,6 +6,7 @@ import pytest
 from agentgym.data import pack
 from agentgym.learner.advantages import (
     compute_advantages,
+    discounted_returns,
     gae,
     grpo_advantages,
     place_token_rewards,
@@ -164,3 +165,38 @@ def test_reinforce_pp_baseline_and_metrics():
     assert model[0] > 0 > model[2] and model[4] == pytest.approx(0.0, abs=1e-6)
     assert res.metrics["critic/score/mean"] == pytest.approx(0.5)
     assert res.metrics["learner/num_valid"] == 4
+
+
+def _gae_per_token(r, v, mask, offsets, gamma, lam, bootstrap):
+    """The recursion token by token, trajectory by trajectory (the reference)."""
+    adv, ret = np.zeros(len(r), np.float32), np.zeros(len(r), np.float32)
+    for b in range(len(offsets) - 1):
+        idx = [i for i in range(offsets[b], offsets[b + 1]) if mask[i]]
+        if not idx:
+            continue
+        nxt = float(v[idx[-1]]) if bootstrap is not None and bootstrap[b] else 0.0
+        acc = 0.0
+        for i in reversed(idx):
+            acc = float(r[i]) + gamma * nxt - float(v[i]) + gamma * lam * acc
+            adv[i], ret[i], nxt = acc, acc + float(v[i]), float(v[i])
+    return adv, ret
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_gae_and_returns_equal_the_per_token_recursion(seed):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, 40, 9)
+    offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    mask = (rng.random(int(offsets[-1])) < 0.6).astype(np.int8)
+    r = rng.normal(size=mask.size).astype(np.float32)
+    v = rng.normal(size=mask.size).astype(np.float32)
+    boot = rng.random(9) < 0.5
+    for gamma, lam in ((1.0, 1.0), (0.99, 0.95), (0.9, 1.0)):
+        for bs in (None, boot):
+            want_adv, want_ret = _gae_per_token(r, v, mask, offsets, gamma, lam, bs)
+            adv, ret = gae(r, v, mask, offsets, gamma=gamma, lam=lam, bootstrap=bs)
+            np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ret, want_ret, rtol=1e-5, atol=1e-5)
+        g, _ = gae(r, np.zeros_like(v), mask, offsets, gamma=gamma, lam=1.0)
+        np.testing.assert_allclose(discounted_returns(r, mask, offsets, gamma), g,
+                                   rtol=1e-5, atol=1e-5)

@@ -198,27 +198,41 @@ def place_token_rewards(
     return out.astype(np.float32)
 
 
+def _model_token_grid(loss_mask: np.ndarray, offsets: np.ndarray):
+    """Each trajectory's model tokens as one row of a right-padded ``[B, L]`` grid: the flat
+    indices of the model tokens, their row and column, and ``L``."""
+    m = np.asarray(loss_mask, bool)
+    idx = np.flatnonzero(m)
+    row = np.searchsorted(offsets, idx, side="right") - 1
+    counts = np.bincount(row, minlength=offsets.shape[0] - 1)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    col = np.arange(idx.size) - starts[row]
+    width = int(counts.max()) if counts.size else 0
+    return idx, row, col, width
+
+
+def _reverse_scan(x: np.ndarray, c: float) -> np.ndarray:
+    """``y[:, k] = x[:, k] + c * y[:, k + 1]`` along each row (float64; zero padding on the
+    right keeps every row's own recursion): one vectorised step per column."""
+    y = np.zeros_like(x)
+    acc = np.zeros(x.shape[0], dtype=x.dtype)
+    for k in range(x.shape[1] - 1, -1, -1):
+        acc = x[:, k] + c * acc
+        y[:, k] = acc
+    return y
+
+
 def discounted_returns(
     token_rewards: np.ndarray, loss_mask: np.ndarray, offsets: np.ndarray, gamma: float = 1.0
 ) -> np.ndarray:
     """float32[T]: ``G_t = r_t + gamma * G_next`` over each trajectory's model tokens."""
     out = np.zeros(token_rewards.shape[0], dtype=np.float32)
-    m = np.asarray(loss_mask, bool)
-    for b in range(offsets.shape[0] - 1):
-        s, e = int(offsets[b]), int(offsets[b + 1])
-        idx = s + np.flatnonzero(m[s:e])
-        if idx.size == 0:
-            continue
-        r = token_rewards[idx].astype(np.float64)
-        if gamma == 1.0:
-            g = np.cumsum(r[::-1])[::-1]
-        else:
-            g = np.empty_like(r)
-            acc = 0.0
-            for k in range(r.size - 1, -1, -1):
-                acc = r[k] + gamma * acc
-                g[k] = acc
-        out[idx] = g
+    idx, row, col, width = _model_token_grid(loss_mask, offsets)
+    if idx.size == 0:
+        return out
+    r = np.zeros((offsets.shape[0] - 1, width))
+    r[row, col] = token_rewards[idx]
+    out[idx] = _reverse_scan(r, gamma)[row, col]
     return out
 
 
@@ -236,29 +250,31 @@ def gae(
 
     ``delta_k = r_k + gamma * V_{k+1} - V_k`` and ``A_k = delta_k + gamma * lam * A_{k+1}``
     with ``k`` running over model tokens only; after the last model token ``V = 0``, or
-    that token's own value where ``bootstrap[b]`` is True.
+    that token's own value where ``bootstrap[b]`` is True. Vectorised over the batch: one
+    numpy step per token position, not per token.
     """
     adv = np.zeros(token_rewards.shape[0], dtype=np.float32)
     ret = np.zeros_like(adv)
-    m = np.asarray(loss_mask, bool)
-    gl = gamma * lam
-    for b in range(offsets.shape[0] - 1):
-        s, e = int(offsets[b]), int(offsets[b + 1])
-        idx = s + np.flatnonzero(m[s:e])
-        if idx.size == 0:
-            continue
-        r = token_rewards[idx].astype(np.float64).tolist()
-        v = values[idx].astype(np.float64).tolist()
-        nxt = v[-1] if (bootstrap is not None and bootstrap[b]) else 0.0
-        a = np.empty(len(r))
-        acc = 0.0
-        for k in range(len(r) - 1, -1, -1):
-            delta = r[k] + gamma * nxt - v[k]
-            acc = delta + gl * acc
-            a[k] = acc
-            nxt = v[k]
-        adv[idx] = a
-        ret[idx] = a + np.asarray(v)
+    idx, row, col, width = _model_token_grid(loss_mask, offsets)
+    if idx.size == 0:
+        return adv, ret
+    n = offsets.shape[0] - 1
+    r = np.zeros((n, width))
+    v = np.zeros((n, width))
+    r[row, col] = token_rewards[idx]
+    v[row, col] = values[idx]
+    v_next = np.zeros((n, width))
+    v_next[:, :-1] = v[:, 1:]
+    counts = np.bincount(row, minlength=n)
+    last = counts > 0
+    tail = np.zeros(n)
+    if bootstrap is not None:  # V after the last model token: that token's own value
+        boot = last & np.asarray(bootstrap, bool)
+        tail[boot] = v[boot, counts[boot] - 1]
+    v_next[last, counts[last] - 1] = tail[last]
+    a = _reverse_scan(r + gamma * v_next - v, gamma * lam)
+    adv[idx] = a[row, col]
+    ret[idx] = (a + v)[row, col]
     return adv, ret
 
 
