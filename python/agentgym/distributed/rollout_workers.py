@@ -36,6 +36,7 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import logging
@@ -376,7 +377,7 @@ class RayRolloutPool:
                 await slot.actor.update_weights.remote(ref, version)
         except (ray.exceptions.RayError, asyncio.TimeoutError) as e:
             slot.alive = False
-            with _suppress():
+            with contextlib.suppress(Exception):  # best-effort teardown
                 ray.kill(slot.actor)
             raise RolloutWorkerError(f"rollout worker {slot.index} failed to start: "
                                      f"{_cause(e)}") from e
@@ -532,7 +533,7 @@ class RayRolloutPool:
 
         for s in self._slots:
             if s.actor is not None:
-                with _suppress():
+                with contextlib.suppress(Exception):  # best-effort teardown
                     ray.kill(s.actor)
             s.actor, s.alive = None, False
         self._started = False
@@ -635,7 +636,7 @@ class _PoolRun:
             return
         slot.restarts += 1
         pool.stats["worker_restarts"] += 1
-        with _suppress():
+        with contextlib.suppress(Exception):  # best-effort teardown
             import ray
 
             ray.kill(slot.actor)
@@ -703,22 +704,12 @@ class _PoolRun:
             for slot in pool._slots:
                 slot.outstanding.clear()
                 if slot.alive and slot.index in self.opened:
-                    with _suppress():
+                    with contextlib.suppress(Exception):  # best-effort teardown
                         slot.actor.end.remote(self.session)
             tasks = list(self.tasks.values())
             done, running = await asyncio.wait(tasks, timeout=30) if tasks else ((), ())
             for t in running:
                 t.cancel()
-
-
-class _suppress:
-    """Ignore any error (best-effort teardown of actors)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        return True
 
 
 def _cause(e: BaseException) -> str:

@@ -26,7 +26,7 @@ use std::str::FromStr;
 pub const DEFAULT_MAX_CHARS: usize = 4096;
 
 /// Batches at least this long are parsed on rayon's pool.
-const PAR_MIN_LEN: usize = 256;
+const PAR_MIN_TEXTS: usize = 256;
 
 /// End-of-turn markers of common chat templates, stripped from the end of model text.
 const END_MARKERS: [&str; 9] = [
@@ -159,10 +159,10 @@ impl ActionParser {
 
     /// Parse many texts; large batches run in parallel. Output order matches input order.
     pub fn parse_many<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Vec<Option<String>> {
-        if texts.len() >= PAR_MIN_LEN {
+        if texts.len() >= PAR_MIN_TEXTS {
             texts
                 .par_iter()
-                .with_min_len(PAR_MIN_LEN / 4)
+                .with_min_len(PAR_MIN_TEXTS / 4)
                 .map(|t| self.parse(t.as_ref()))
                 .collect()
         } else {

@@ -27,7 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Batches smaller than this run on the calling thread: waking rayon's workers (futex
 /// wake-ups and context switches, 10-20 us on a busy 2-core machine) costs more than
 /// stepping a few hundred episodes of a fast env.
-const PAR_MIN_LEN: usize = 256;
+const PAR_MIN_ROWS: usize = 256;
 /// Most rows in one chunk of a parallel batch (keeps each text buffer small).
 const MAX_CHUNK_ROWS: usize = 256;
 
@@ -76,15 +76,15 @@ pub struct RowError {
     pub panicked: bool,
 }
 
-/// Rows per chunk for a batch of `n`: all of it below [`PAR_MIN_LEN`], else about four
-/// chunks per worker thread (load balance), within `PAR_MIN_LEN / 4 ..= MAX_CHUNK_ROWS`.
+/// Rows per chunk for a batch of `n`: all of it below [`PAR_MIN_ROWS`], else about four
+/// chunks per worker thread (load balance), within `PAR_MIN_ROWS / 4 ..= MAX_CHUNK_ROWS`.
 fn chunk_rows(n: usize) -> usize {
-    if n < PAR_MIN_LEN {
+    if n < PAR_MIN_ROWS {
         return n.max(1);
     }
     let threads = rayon::current_num_threads().max(1);
     n.div_ceil(threads * 4)
-        .clamp(PAR_MIN_LEN / 4, MAX_CHUNK_ROWS)
+        .clamp(PAR_MIN_ROWS / 4, MAX_CHUNK_ROWS)
 }
 
 /// Text bytes per row to reserve for the next batch, from this one's `text_len` over `rows`:
@@ -117,7 +117,7 @@ fn observations(rows: usize, chunks: Vec<Option<TextChunk>>) -> Observations {
 /// and [`EpisodePool::reset_with`] call their sink once, after the whole batch, and a
 /// caller gains nothing by giving up a lock for the duration of the sink).
 pub fn runs_in_parallel(n: usize) -> bool {
-    n >= PAR_MIN_LEN && rayon::current_num_threads() > 1
+    n >= PAR_MIN_ROWS && rayon::current_num_threads() > 1
 }
 
 /// One chunk of a step batch: its rows' inputs and output slices.
@@ -545,7 +545,7 @@ impl EpisodePool {
                 _ => None,
             }
         };
-        Ok(if ids.len() < PAR_MIN_LEN {
+        Ok(if ids.len() < PAR_MIN_ROWS {
             ids.iter().map(f).collect()
         } else {
             ids.par_iter().map(f).collect()
@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn panic_in_reset_ends_only_that_episode() {
-        // Over PAR_MIN_LEN rows: several chunks, possibly on several threads.
+        // Over PAR_MIN_ROWS rows: several chunks, possibly on several threads.
         let n = 600;
         let bad = [3, 450];
         let mut pool = EpisodePool::new("_test_panic", n, Kwargs::new()).unwrap();

@@ -30,8 +30,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokenizers::Tokenizer;
 
-/// Below this many items the batch runs on the calling thread.
-const PAR_MIN_LEN: usize = 64;
+/// Turn batches of fewer replies are decoded and parsed on the calling thread (a reply's
+/// decode costs more than a pool step, so rayon pays off at fewer rows than in `pool.rs`);
+/// a quarter of it is the least number of observation-cache misses tokenized in parallel.
+const PAR_MIN_REPLIES: usize = 64;
 
 /// Default bound of the observation-token cache, in bytes (see [`TurnCodec::cache_bytes`]).
 /// Observations that repeat (a maze's wall and move texts) stay cached; one that never
@@ -209,7 +211,7 @@ impl TurnCodec {
             let text = self.decode(ids)?;
             Ok(self.parser.parse(&text).unwrap_or_default())
         };
-        if replies.len() >= PAR_MIN_LEN {
+        if replies.len() >= PAR_MIN_REPLIES {
             replies.par_iter().with_min_len(16).map(one).collect()
         } else {
             replies.iter().map(one).collect()
@@ -232,7 +234,7 @@ impl TurnCodec {
             let text = format!("{}{}{}", self.obs_prefix, observations[i], self.obs_suffix);
             Ok(Arc::from(self.encode(&text)?))
         };
-        let encoded: Vec<Arc<[u32]>> = if misses.len() >= PAR_MIN_LEN / 4 {
+        let encoded: Vec<Arc<[u32]>> = if misses.len() >= PAR_MIN_REPLIES / 4 {
             misses.par_iter().map(encode).collect::<Result<_>>()?
         } else {
             misses.iter().map(encode).collect::<Result<_>>()?
