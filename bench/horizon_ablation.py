@@ -75,12 +75,50 @@ def arm_config(arm: str, seed: int, output_dir: str, base: dict | None = None) -
     return cfg
 
 
-def run_one(arm: str, seed: int, base: dict | None = None) -> dict:
-    """Train one arm with one seed; its eval curve and the horizon per step."""
+def warm_model(seed: int, base: dict, cache: Path) -> str:
+    """The seed's warm model (the tiny model after the recipe's warm-up) in ``cache``, built
+    there once by the trainer's own setup and then shared by every arm of the seed: the
+    warm-up is the same in every arm (same seed, task, transcripts, steps and horizon)."""
+    import shutil
+
+    from agentgym.engine.loop import run
     from agentgym.learner.trainer import Trainer
 
+    path = cache / f"seed-{seed}"
+    if (path / "config.json").exists():
+        return str(path)
+    with tempfile.TemporaryDirectory(prefix=f"ablation-warm-{seed}-") as out:
+        trainer = Trainer(arm_config("staged", seed, out, base))
+
+        async def build():
+            try:
+                await trainer.setup()
+            finally:
+                await trainer.aclose()
+
+        run(build())
+        tmp = cache / f"seed-{seed}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(Path(out) / "warm_model", tmp)
+        tmp.rename(path)
+    return str(path)
+
+
+def run_one(arm: str, seed: int, base: dict | None = None,
+            warm_cache: Path | None = None) -> dict:
+    """Train one arm with one seed; its eval curve and the horizon per step. With
+    ``warm_cache`` the arm starts from the seed's cached warm model (:func:`warm_model`)
+    instead of repeating the warm-up."""
+    from agentgym.learner.trainer import Trainer
+
+    base = base if base is not None else base_config()
+    warm = None
+    if warm_cache is not None and base.get("model") == "tiny" and base.get("warmup"):
+        warm = warm_model(seed, base, warm_cache)
     with tempfile.TemporaryDirectory(prefix=f"ablation-{arm}-{seed}-") as out:
         cfg = arm_config(arm, seed, out, base)
+        if warm:
+            cfg.update(model=warm, warmup=None)
         t0 = time.time()
         summary = Trainer(cfg).train()
         rows = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()
@@ -91,6 +129,7 @@ def run_one(arm: str, seed: int, base: dict | None = None) -> dict:
             "train_success": [[r["step"], r.get("success_rate", 0.0)] for r in rows
                               if r.get("type") == "train"],
             "steps": summary["steps"], "wall_s": round(time.time() - t0, 1),
+            "warm_model": "cached" if warm else "built in the run",
             "load_avg": round(os.getloadavg()[0], 2)}
 
 
@@ -193,6 +232,9 @@ def main(argv=None) -> dict:
                                   "plot goes beside it as .png")
     ap.add_argument("--config", help="YAML/TOML fields over the main job (default: the main "
                                       "job as it is)")
+    ap.add_argument("--warm-cache", metavar="DIR",
+                    help="build each seed's warm model once in DIR and start every arm of "
+                         "the seed from it (default: every run repeats the warm-up)")
     ap.add_argument("--plot-only", action="store_true", help="no training: table and plot")
     args = ap.parse_args(argv)
     base = base_config(args.config)
@@ -212,13 +254,16 @@ def main(argv=None) -> dict:
                  "short": f"fixed {stages[0]}", "long": f"fixed {stages[-1]}",
                  "adaptive": f"{'->'.join(map(str, stages))} on plateaus"},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores"})
+    warm_cache = Path(args.warm_cache) if args.warm_cache else None
+    if warm_cache is not None:
+        warm_cache.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for arm in args.arms.split(","):
                 if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
                     continue
                 print(f"{args.name}: {arm} seed {seed}", file=sys.stderr)
-                report["runs"].append(run_one(arm, seed, base))
+                report["runs"].append(run_one(arm, seed, base, warm_cache))
                 report["summary"] = summarize(report["runs"])
                 save(report, out)
     report["summary"] = summarize(report["runs"])
