@@ -269,19 +269,38 @@ def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig, dp=None) -> n
     return out if dp is None else dp.sum_array_(out)
 
 
+def _to_floats(values: dict[str, Any]) -> dict[str, float]:
+    """Scalar tensors (and numbers) as floats, read back from the device in one transfer."""
+    if not values:
+        return {}
+    device = next((v.device for v in values.values() if torch.is_tensor(v)), "cpu")
+    stacked = torch.stack([
+        v.detach().reshape(()).to(device, torch.float64) if torch.is_tensor(v)
+        else torch.tensor(float(v), dtype=torch.float64, device=device)
+        for v in values.values()])
+    return dict(zip(values, stacked.tolist()))
+
+
 class _Stats:
-    """Weighted running means of metric tensors (weights: model tokens per micro-batch)."""
+    """Weighted running means of metric tensors (weights: model tokens per micro-batch),
+    summed on the metrics' device and read back once (``floats``)."""
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = defaultdict(float)
+        self.sums: dict[str, Any] = {}
         self.weights: dict[str, float] = defaultdict(float)
 
     def add(self, metrics: dict[str, Any], weight: float) -> None:
         for k, v in metrics.items():
-            self.sums[k] += float(v) * weight
+            v = v.detach().to(torch.float64) if torch.is_tensor(v) else float(v)
+            self.sums[k] = self.sums[k] + v * weight if k in self.sums else v * weight
             self.weights[k] += weight
 
+    def floats(self) -> None:
+        """Read the sums back from the device (one transfer)."""
+        self.sums = _to_floats(self.sums)
+
     def means(self) -> dict[str, float]:
+        self.floats()
         return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
 
 
@@ -393,15 +412,16 @@ def policy_update(
                 max((int(mb.lengths.max()) for mb in mbs), default=0))
             if dp is not None:
                 n_tok, n_seq, norm_c = dp.global_counts(n_tok, n_seq, norm_c)
-            loss_sums: dict[str, float] = defaultdict(float)
+            loss_sums: dict[str, Any] = {}
             for i, mb in enumerate(mbs):
                 with _accumulating(dp, i < len(mbs) - 1):
                     m, losses = _micro_step(fwd, mb, config, vfwd, n_tok, n_seq, norm_c,
                                             use_kl, scale)
                 stats.add(m, float(mb.num_model_tokens))
                 for k, v in losses.items():
-                    loss_sums[k] += v
+                    loss_sums[k] = loss_sums[k] + v if k in loss_sums else v
                 n_micro += 1
+            loss_sums = _to_floats(loss_sums)  # with the grad norm: one read-back a step
             if dp is not None:
                 if not mbs:  # no rows here: still take part in the gradient reduction
                     dp.join_backward(config.pad_token_id)
@@ -414,6 +434,7 @@ def policy_update(
     if not was_training:
         model.eval()
     if dp is not None:  # every rank's micro-batches
+        stats.floats()
         stats.sums = defaultdict(float, dp.sum_dict(stats.sums))
         stats.weights = defaultdict(float, dp.sum_dict(stats.weights))
         n_micro = int(dp.sum_dict({"n": n_micro})["n"])
@@ -504,7 +525,8 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
         metrics.update(vm)
         loss = loss + config.vf_coef * vf
     (loss if loss_scale == 1.0 else loss * loss_scale).backward()
-    return ({k: float(v) for k, v in metrics.items()}, {k: float(v) for k, v in losses.items()})
+    return ({k: v.detach() if torch.is_tensor(v) else v for k, v in metrics.items()},
+            {k: v.detach() if torch.is_tensor(v) else v for k, v in losses.items()})
 
 
 def _clip_and_step(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> float:
