@@ -37,3 +37,41 @@ def test_cli_ray_flags_set_the_rollout_workers():
     cfg = _train_config(p.parse_args(["--ray", "10.0.0.5:6379"]))
     assert cfg["num_rollout_workers"] == 2 and cfg["ray_address"] == "10.0.0.5:6379"
     assert "num_rollout_workers" not in _train_config(p.parse_args([]))
+
+
+#: A short ``agentgym-rl train``: the main job on the tiny model, two steps, a small warm-up.
+SHORT_TRAIN = ["train", "--max-steps", "2", "--steps-per-stage", "1", "--tasks-per-step", "2",
+               "--n-samples", "2", "--eval-tasks", "4", "--eval-every", "2", "--set",
+               'warmup={"episodes": 8, "steps": 12, "batch_size": 8, "max_turns": 8}']
+
+
+def _train_cli(tmp_path, *extra, env=None):
+    """Run a short ``agentgym-rl train`` with stdout and stderr into a log file (not a
+    terminal); returns the run folder, the exit code and the log's raw text."""
+    import os
+    import subprocess
+    import sys
+
+    out, log_path = tmp_path / "run", tmp_path / "train.log"
+    with open(log_path, "wb") as log:
+        rc = subprocess.run([sys.executable, "-m", "agentgym.cli", *SHORT_TRAIN, "-o", str(out),
+                             *extra], stdout=log, stderr=subprocess.STDOUT, timeout=280,
+                            cwd=tmp_path, env={**os.environ, **(env or {})}).returncode
+    return out, rc, log_path.read_bytes().decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_train_log_in_a_file_has_plain_progress_lines(tmp_path):
+    pytest.importorskip("torch")
+    import time
+
+    t0 = time.perf_counter()
+    out, rc, log = _train_cli(tmp_path)
+    wall = time.perf_counter() - t0
+    assert rc == 0, log
+    assert "\r" not in log and "\x1b" not in log, log  # no redrawn frames, no cursor moves
+    bar_lines = [ln for ln in log.splitlines() if " step (" in ln]
+    # two bars (warm-up, training), each a first and a last line plus one per 30 s at most
+    assert bar_lines and len(bar_lines) <= 2 * (2 + wall / 30), log
+    assert "Loading weights" not in log  # the libraries' own bars are off in a log
+    assert "done: 2 steps" in log and f"summary:    {out / 'summary.json'}" in log

@@ -17,7 +17,8 @@ subcommand          module                                 does
 Each module has ``HELP`` (its one-line help), ``add_args(parser)`` and ``run(args) -> int``.
 :func:`main` is the ``agentgym-rl`` console script and ``python -m agentgym.cli``; with no
 arguments it runs ``train``. The modules import their heavy dependencies inside ``run``, so
-building the parser stays cheap.
+building the parser stays cheap. Progress bars go through :mod:`agentgym.progress`: on a
+terminal tqdm's redrawn bar, in a log file one plain line at a bounded rate.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agentgym.cli import (
     serve_env,
     train,
 )
+from agentgym.progress import quiet_library_bars
 
 #: subcommand name -> the module that implements it, in ``--help`` order.
 SUBCOMMANDS = {
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         argv = ["train"]  # the main job on built-in defaults
     args = parser.parse_args(argv)
+    # a log file, not a terminal: no redrawn library bars (ours write plain lines)
+    quiet_library_bars()
     return int(args.func(args) or 0)
 
 

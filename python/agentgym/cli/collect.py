@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 shard_size=args.shard_size, retry_failed=args.retry_failed, tokenizer=tok,
                 messages=args.messages, identity=ident,
                 metadata={"command": sys.argv, "backend_kwargs": backend_kwargs},
-                progress=False if args.no_progress else None)
+                progress=not args.no_progress)
             return await collector.run()
         finally:
             if hasattr(engine, "backend"):  # a rollout pool closes its workers' backends

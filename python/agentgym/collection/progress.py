@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -21,6 +20,7 @@ from agentgym.data.trajectories import (
     Trajectory,
     solved,
 )
+from agentgym.progress import progress_bar
 
 _DONE = STOP_CODES["done"]
 
@@ -38,13 +38,7 @@ class Progress:
         self.failures: Counter[str] = Counter()
         self.t0 = time.perf_counter()
         self._last = 0.0
-        show = sys.stderr.isatty() if show is None else show
-        self.bar = None
-        if show:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, initial=already, desc="collect", unit="ep",
-                            dynamic_ncols=True)
+        self.bar = progress_bar(total, "collect", "ep", show=show, initial=already)
 
     def update(self, trajs: Sequence[Trajectory]) -> None:
         """Count finished ``trajs``."""

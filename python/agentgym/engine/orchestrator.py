@@ -24,7 +24,6 @@ import contextlib
 import gc
 import itertools
 import logging
-import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
 from agentgym.pool import episode_seed, episode_seeds
+from agentgym.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -692,9 +692,4 @@ async def _gc_tuned(gen0: int):
 
 
 def _progress(cfg: RolloutConfig, total: int):
-    show = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="rollout", unit="ep", leave=False)
+    return progress_bar(total, "rollout", "ep", show=cfg.progress, leave=False)

@@ -48,6 +48,7 @@ from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
 from agentgym.learner.train_config import TrainerConfig
+from agentgym.progress import progress_bar
 
 __all__ = ["Trainer", "TrainerConfig", "make_schedule"]
 
@@ -452,10 +453,8 @@ class Trainer:
             await self.evaluate(0)
         bar = None
         if self._show_progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=end, initial=self.step, desc=f"{cfg.method} on {cfg.env}",
-                       unit="step", dynamic_ncols=True)
+            bar = progress_bar(end, f"{cfg.method} on {cfg.env}", "step", show=True,
+                               initial=self.step)
         pending: asyncio.Task | None = None
         try:
             while self.step < end:

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.progress import progress_bar
+
 __all__ = ["WarmupConfig", "random_policy_transcripts", "warmup_model"]
 
 
@@ -216,9 +218,7 @@ def warmup_model(
     losses: list[float] = []
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc="warm-up (random-policy LM)", unit="step")
+        bar = progress_bar(steps, "warm-up (random-policy LM)", "step", show=True)
     for _ in range(steps):
         rows = rng.choice(len(seqs), size=rows_per_step, replace=False)
         batch = [seqs[i] for i in rows]
