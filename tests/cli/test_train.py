@@ -47,7 +47,8 @@ SHORT_TRAIN = ["train", "--max-steps", "2", "--steps-per-stage", "1", "--tasks-p
 
 def _train_cli(tmp_path, *extra, env=None):
     """Run a short ``agentgym-rl train`` with stdout and stderr into a log file (not a
-    terminal); returns the run folder, the exit code and the log's raw text."""
+    terminal), in ``env`` (default: this process's environment); returns the run folder, the
+    exit code and the log's raw text."""
     import os
     import subprocess
     import sys
@@ -56,7 +57,7 @@ def _train_cli(tmp_path, *extra, env=None):
     with open(log_path, "wb") as log:
         rc = subprocess.run([sys.executable, "-m", "agentgym.cli", *SHORT_TRAIN, "-o", str(out),
                              *extra], stdout=log, stderr=subprocess.STDOUT, timeout=280,
-                            cwd=tmp_path, env={**os.environ, **(env or {})}).returncode
+                            cwd=tmp_path, env=os.environ if env is None else env).returncode
     return out, rc, log_path.read_bytes().decode("utf-8", "replace")
 
 
@@ -75,3 +76,37 @@ def test_train_log_in_a_file_has_plain_progress_lines(tmp_path):
     assert bar_lines and len(bar_lines) <= 2 * (2 + wall / 30), log
     assert "Loading weights" not in log  # the libraries' own bars are off in a log
     assert "done: 2 steps" in log and f"summary:    {out / 'summary.json'}" in log
+
+
+def test_report_to_sets_the_trackers():
+    from agentgym.cli.train import _report_to
+
+    assert _report_to("wandb", None) == {"tensorboard": False, "wandb": True}
+    assert _report_to("tensorboard, wandb", {"project": "p"}) == {
+        "tensorboard": True, "wandb": {"project": "p"}}
+    assert _report_to("none", True) == {"tensorboard": False, "wandb": False}
+    for bad in ("", "mlflow", "none,wandb"):
+        with pytest.raises(SystemExit):
+            _report_to(bad, None)
+
+
+@pytest.mark.slow
+def test_train_reports_to_wandb_offline_under_the_run_folder(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("wandb")
+    import os
+
+    from tests.helpers import read_wandb_history
+
+    # no WANDB_* settings: offline is the default
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out, rc, log = _train_cli(tmp_path, "--report-to", "tensorboard,wandb", env=env)
+    assert rc == 0, log
+    assert "\r" not in log, log
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    assert (out / "tensorboard").is_dir()
+    rows = read_wandb_history(run_dir)
+    train = [r for r in rows if "reward/mean" in r]
+    assert [r["_step"] for r in train] == [1, 2]
+    assert {"success_rate", "horizon/max_turns", "timing_s/step"} <= set(train[-1])
+    assert any("eval/success_rate" in r for r in rows)

@@ -96,6 +96,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="skip the tiny model's warm-up")
     p.add_argument("--resume", help="checkpoint (or run folder) to resume from")
     p.add_argument("--output", "-o", help="run folder (default runs/<timestamp>)")
+    p.add_argument("--report-to", metavar="TRACKERS",
+                   help="comma-separated trackers beside metrics.jsonl: tensorboard (the "
+                        "default), wandb (extra wandb; offline unless WANDB_MODE is set, "
+                        "under OUTPUT/wandb), or none")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="any TrainerConfig field (JSON value), repeatable")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
@@ -103,6 +107,20 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "127.0.0.1:6379 or auto); alone, a local cluster")
     p.add_argument("--num-rollout-workers", type=int, metavar="N",
                    help="Ray rollout workers (default 2 with --ray)")
+
+
+TRACKERS = ("tensorboard", "wandb", "none")
+
+
+def _report_to(spec: str, wandb: Any) -> dict[str, Any]:
+    """``--report-to tensorboard,wandb`` as the config's ``tensorboard`` and ``wandb`` fields
+    (a config's wandb options are kept when wandb is asked for)."""
+    names = {s.strip().lower() for s in spec.split(",") if s.strip()}
+    if not names or names - set(TRACKERS) or ("none" in names and len(names) > 1):
+        raise SystemExit(f"--report-to {spec!r}: expected a comma-separated list of "
+                         "tensorboard, wandb, or none")
+    return {"tensorboard": "tensorboard" in names,
+            "wandb": (wandb or True) if "wandb" in names else False}
 
 
 def _train_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -134,6 +152,8 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["learner"] = {**cfg.get("learner", {}), "lr": args.lr}
     if args.no_warmup:
         cfg["warmup"] = None
+    if args.report_to is not None:
+        cfg.update(_report_to(args.report_to, cfg.get("wandb")))
     if args.ray is not None or args.num_rollout_workers:
         cfg["num_rollout_workers"] = args.num_rollout_workers or 2
         cfg["ray_address"] = None if args.ray in (None, "local") else args.ray

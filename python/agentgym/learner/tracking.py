@@ -1,11 +1,15 @@
-"""Training metrics sinks: a JSONL log, a CSV log, TensorBoard (when installed) and a PNG plot.
+"""Training metrics sinks: a JSONL log, a CSV log, TensorBoard (when installed), Weights &
+Biases (optional) and a PNG plot.
 
 :class:`MetricsLogger` writes one JSON object per row to ``metrics.jsonl``: training rows
 ``{"type": "train", "step": ..., "reward/mean": ..., ...}`` and evaluation rows
 ``{"type": "eval", "step": ..., "success_rate": ..., "horizon/max_turns": ...}``. The same
 scalars go to ``metrics.csv`` (train rows; the header is fixed by the first row) and to a
 ``torch.utils.tensorboard.SummaryWriter`` when TensorBoard is installed (eval scalars under
-``eval/``). :func:`plot_learning_curve` draws eval success rate and the training horizon
+``eval/``), and, with ``wandb``, to a Weights & Biases run (the ``wandb`` extra): offline
+unless ``WANDB_MODE`` or the options say otherwise, its folder under the run folder
+(``<out_dir>/wandb/offline-run-*``; ``wandb sync`` uploads it later).
+:func:`plot_learning_curve` draws eval success rate and the training horizon
 against step into a PNG, with matplotlib (Agg) when installed and with Pillow otherwise.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,9 +36,13 @@ def _scalar(v: Any) -> float | None:
 
 class MetricsLogger:
     """Append-only metrics sink rooted at ``out_dir`` (``metrics.jsonl``, ``metrics.csv``,
-    ``tensorboard/``). ``resume=True`` appends to existing files instead of truncating."""
+    ``tensorboard/``, ``wandb/``). ``resume=True`` appends to existing files instead of
+    truncating. ``wandb``: False, True, or keyword arguments of ``wandb.init`` (``project``,
+    ``name``, ``tags``, ``mode``, ``settings``, ...); ``run_config`` is the run's config."""
 
-    def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume: bool = False):
+    def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume: bool = False,
+                 wandb: bool | dict[str, Any] = False,
+                 run_config: dict[str, Any] | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.out_dir / "metrics.jsonl"
@@ -58,10 +67,16 @@ class MetricsLogger:
                 self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
             except Exception:  # tensorboard not installed: JSONL/CSV only
                 self._tb = None
+        self._wandb = _wandb_run(self.out_dir, wandb, run_config) if wandb else None
 
     @property
     def has_tensorboard(self) -> bool:
         return self._tb is not None
+
+    @property
+    def wandb_dir(self) -> Path | None:
+        """The Weights & Biases run's folder (``<out_dir>/wandb/<mode>-run-<time>-<id>``)."""
+        return None if self._wandb is None else Path(self._wandb.dir).parent
 
     def log(self, row: dict[str, Any]) -> None:
         """Write one row (``type`` defaults to ``"train"``; ``step`` is required)."""
@@ -84,18 +99,50 @@ class MetricsLogger:
             for k, v in scalars.items():
                 self._tb.add_scalar(prefix + k, v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            prefix = "" if row["type"] == "train" else f"{row['type']}/"
+            self._wandb.log({prefix + k: v for k, v in scalars.items()}, step=step)
 
     def close(self) -> None:
         self._jsonl.close()
         self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
 
     def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _wandb_run(out_dir: Path, options: bool | dict[str, Any],
+               run_config: dict[str, Any] | None):
+    """A started ``wandb`` run writing under ``out_dir``: offline unless ``WANDB_MODE`` or
+    ``options["mode"]`` says otherwise; project ``agentgym-rl`` and the run folder's name
+    unless given; console capture off (the scheduler's log has the output) unless
+    ``options["settings"]`` turns it on."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import wandb
+    except ImportError as e:
+        raise ImportError("report_to wandb needs the wandb package: "
+                          "pip install 'agentgym-rl[wandb]'") from e
+    opts = dict(options) if isinstance(options, dict) else {}
+    opts.setdefault("mode", os.environ.get("WANDB_MODE", "offline"))
+    opts.setdefault("project", os.environ.get("WANDB_PROJECT", "agentgym-rl"))
+    opts.setdefault("name", out_dir.name)
+    opts.setdefault("dir", str(out_dir))
+    opts["settings"] = {"console": "off", **dict(opts.get("settings") or {})}
+    if run_config is not None:
+        opts.setdefault("config", run_config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return wandb.init(**opts)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

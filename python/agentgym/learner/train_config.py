@@ -119,7 +119,11 @@ class TrainerConfig:
     output_dir: str | None = None
     save_every: int = 50
     keep_checkpoints: int = 2
+    # trackers beside metrics.jsonl/.csv: TensorBoard events (tensorboard/), and Weights &
+    # Biases (the wandb extra): true, or wandb.init keyword arguments (project, name, tags,
+    # mode, settings, ...); offline unless WANDB_MODE or mode says otherwise, under wandb/
     tensorboard: bool = True
+    wandb: bool | dict[str, Any] = False
     plot: bool = True
     progress: bool | None = None
     seed: int = 0
@@ -133,6 +137,8 @@ class TrainerConfig:
             raise ValueError("eval_every and eval_tasks must be >= 0")
         if self.num_rollout_workers < 0:
             raise ValueError("num_rollout_workers must be >= 0")
+        if not isinstance(self.wandb, bool | dict):
+            raise ValueError(f"wandb takes true/false or wandb.init options, got {self.wandb!r}")
         fg = self.filter_groups
         if not isinstance(fg, bool) and not (
                 isinstance(fg, dict) and set(fg) <= {"max_draws"}

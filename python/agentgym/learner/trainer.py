@@ -263,7 +263,8 @@ class Trainer:
         else:
             self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
         self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
-                                    resume=ckpt is not None)
+                                    resume=ckpt is not None, wandb=cfg.wandb,
+                                    run_config=cfg.to_dict() if cfg.wandb else None)
         self._ready = True
 
     def _rollout_pool(self, rollout: dict[str, Any]):
