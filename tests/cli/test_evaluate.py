@@ -89,3 +89,22 @@ def test_eval_of_a_run_folder_plays_its_checkpoint_with_the_runs_settings(
     assert config["system_prompt"] == "Maze."
     (row,) = json.loads((out / "eval.json").read_text())["results"]
     assert row["episodes"] == 2 and row["max_turns"] == 2
+
+
+def test_eval_with_the_scripted_oracle_needs_no_model(tmp_path, capsys):
+    """``--backend scripted``: the env's oracle plays (no model; the tiny model's tokenizer),
+    several envs in one call, and eval.json carries the stop reasons."""
+    import json
+
+    import pytest
+
+    out = tmp_path / "eval"
+    assert main(["eval", "--backend", "scripted", "--env", "maze,ecommerce_service",
+                 "--tasks", "3", "--max-turns", "40", "-o", str(out)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    assert report["backend"] == "scripted" and report["policy"] == "oracle"
+    for row in report["results"]:
+        assert row["episodes"] == 3 and row["success_rate"] == 1.0, row
+        assert row["metrics"]["stop_reason/done"] == 1.0
+    with pytest.raises(SystemExit, match="--model is required"):
+        main(["eval", "--env", "maze", "--tasks", "1", "-o", str(out)])

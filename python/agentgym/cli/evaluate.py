@@ -27,11 +27,12 @@ examples:
 def add_args(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", default=None,
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
                         "the run's env, env kwargs, system prompt, eval horizon, token budgets "
                         "and rollout settings are reused), or a named model: 'smollm2-135m' "
-                        "(extra smollm2)")
+                        "(extra smollm2); required except with --backend scripted (default: "
+                        "the tiny model's tokenizer)")
     p.add_argument("--env", default=None,
                    help="environment id, or several separated by commas (default: the run's, "
                         "or maze)")
@@ -39,7 +40,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="folder for eval.json and eval.md (default: runs/eval-<time>)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[])
     p.add_argument("--backend", default="transformers",
-                   choices=["transformers", "vllm", "openai"])
+                   choices=["transformers", "vllm", "openai", "scripted"],
+                   help="scripted: no model, the env's oracle (or --policy random) plays")
+    p.add_argument("--policy", default="oracle", choices=["oracle", "random"],
+                   help="the scripted backend's policy")
     p.add_argument("--tasks", type=int, default=100,
                    help="number of held-out tasks (the env's test split where it has one)")
     p.add_argument("--task-offset", type=int, default=0, help="skip this many of them")
@@ -99,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": str(args.model), "backend": args.backend, "results": rows}
+    if args.backend == "scripted":
+        report["policy"] = args.policy
     (out / "eval.json").write_text(json.dumps(report, indent=2))
     (out / "eval.md").write_text(_eval_table(rows))
     if args.json:
@@ -120,12 +126,21 @@ async def _evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
     from agentgym.envs.tasks import plan_tasks
     from agentgym.models import resolve_model
 
+    scripted = args.backend == "scripted"
+    if args.model is None and not scripted:
+        raise SystemExit("agentgym-rl eval: --model is required (except with --backend "
+                         "scripted)")
+    if scripted and args.model in (None, "tiny"):  # the scripted policy needs a tokenizer only
+        from agentgym.models.names import cached_tiny_model
+
+        args.model = str(await asyncio.to_thread(cached_tiny_model))
     model, run = _model_folder(args.model)
     envs = [e for e in (args.env or run.get("env", "maze")).split(",") if e]
     given = parse_key_values(args.env_kwarg)
     model_dir = await asyncio.to_thread(resolve_model, None if model == "tiny" else model)
+    backend_kw = {"policy": args.policy} if scripted else {}
     backend = None if model_dir is None else \
-        await asyncio.to_thread(make_backend, args.backend, model_dir)
+        await asyncio.to_thread(make_backend, args.backend, model_dir, **backend_kw)
     rows = []
     try:
         for env in envs:
@@ -141,7 +156,9 @@ async def _evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
             cap_tokens = args.max_total_tokens or (run.get("max_total_tokens") if own else None)
             cap = {} if cap_tokens is None else {"max_total_tokens": cap_tokens}
             # the run's rollout settings (a reply prefix, the truncated-turn rule) as trained
-            agent = LLMAgent(base_model=model, backend=args.backend, env_kwargs=env_kwargs,
+            # (a scripted backend is open already: the agent's own backend name goes unused)
+            agent = LLMAgent(base_model=model, backend="transformers" if scripted
+                             else args.backend, env_kwargs=env_kwargs,
                              max_new_tokens=max_new, rollout=dict(run.get("rollout") or {})
                              if own else {}, system_prompt=run.get("system_prompt"), **cap)
             res = await agent.ainfer(env, tasks, n_samples=args.n_samples, max_turns=horizon,
