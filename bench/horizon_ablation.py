@@ -6,6 +6,7 @@ horizons, on the main job's task, model and step budget.
     python bench/horizon_ablation.py --config FILE   # fields of FILE over the main job
     python bench/horizon_ablation.py --config configs/horizon_effect_maze.yaml \
         --name horizon_effect                          # another task's ablation, own files
+    python bench/horizon_ablation.py --warm-cache DIR  # each seed's warm-up once, shared
 
 Every arm is ``agentgym-rl train``'s main job (:data:`agentgym.cli.train.MAIN_JOB`) with one
 change, so task, model, warm-up, step budget, batch, learning rate and evaluation are the
