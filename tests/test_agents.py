@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 pytest.importorskip("torch")
@@ -182,8 +184,10 @@ def _forward_logprobs(model_dir: str, traj) -> list[float]:
 
 
 class ParityEnv(BaseEnv):
-    """One turn; reward 1 when the reply has an even number of characters, so samples of
-    one task differ in reward and GRPO has advantages to learn from."""
+    """One turn; reward 1 when the action's CRC-32 is even, so samples of one task whose
+    actions differ in any way differ in reward half the time and GRPO has advantages to
+    learn from (a reward on the length alone gave a warmed model's short replies all one
+    parity)."""
 
     instructions = "Reply with Action: <anything>."
     num_tasks = 50
@@ -192,7 +196,7 @@ class ParityEnv(BaseEnv):
         return "Say something."
 
     def step(self, action):
-        return "ok", float(len(action) % 2 == 0), True, {}
+        return "ok", float(zlib.crc32(action.encode()) % 2 == 0), True, {}
 
 
 @pytest.mark.slow
