@@ -38,6 +38,7 @@ from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.envs import table
 from agentgym.envs.tasks import plan_tasks
+from agentgym.learner.advantages import model_token_runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "zero_shot.json"
 TRANSCRIPTS = RESULTS.with_name("zero_shot_transcripts.md")
@@ -74,11 +75,7 @@ def horizon(env: str, args) -> int:
 
 def _replies(t) -> list[int]:
     """Model tokens of each reply of a trajectory (its loss-mask runs)."""
-    mask = np.asarray(t.loss_mask, np.int8)
-    if not mask.any():
-        return []
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask, [0]))))
-    return (edges[1::2] - edges[::2]).tolist()
+    return [e - s for s, e in model_token_runs(np.asarray(t.loss_mask), 0, len(t.loss_mask))]
 
 
 def _model_column(batch, max_new_tokens: int) -> dict:
