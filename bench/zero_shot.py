@@ -175,6 +175,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--transcripts", default=str(TRANSCRIPTS),
                     help="file for the first greedy episode of every env")
     ap.add_argument("--table", metavar="JSON", help="print the markdown table of a report")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the rows and transcripts of envs in --out that this run does "
+                         "not play (a table measured in parts)")
     args = ap.parse_args(argv)
     if args.table:
         report = json.loads(Path(args.table).read_text())
@@ -216,6 +219,15 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
         "envs_planned": envs, "results": [],
     }
     transcripts = []
+    kept_rows: list[dict] = []
+    kept_transcripts: dict[str, str] = {}
+    if args.keep and Path(args.out).exists():
+        kept_rows = [r for r in json.loads(Path(args.out).read_text())["results"]
+                     if r["env"] not in envs]
+        if Path(args.transcripts).exists():
+            kept_transcripts = _transcript_blocks(Path(args.transcripts).read_text())
+    order = [*[r["env"] for r in kept_rows], *envs]
+    played: list[dict] = []
     try:
         for env in envs:
             settings = table.row(env)
@@ -230,15 +242,19 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
             for policy in ("random", "oracle"):
                 row[policy] = await scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
                                              row["max_turns"], tok, settings)
-            report["results"].append(row)
+            played.append(row)
+            report["results"] = sorted([*kept_rows, *played], key=lambda r: order.index(r["env"]))
             report["total_s"] = round(time.time() - t0, 1)
             report["load_avg"] = os.getloadavg()[0]
             _write(Path(args.out), json.dumps(report, indent=2) + "\n")
             if transcripts:
+                blocks = {**kept_transcripts, **_transcript_blocks(
+                    "".join(f"```text\n{t}```\n" for t in transcripts))}
                 _write(Path(args.transcripts),
                        "# SmolLM2-135M-Instruct zero-shot: the first greedy episode of every "
                        "env\n\nWritten by `bench/zero_shot.py`; `>>>` opens each model reply."
-                       "\n\n" + "\n".join(f"```text\n{t}```\n" for t in transcripts))
+                       "\n\n" + "\n".join(f"```text\n{blocks[e]}```\n" for e in order
+                                            if e in blocks))
             print(f"{env}: " + ", ".join(
                 f"{k} {v['success_rate']:.2f}" for k, v in
                 [*row.get("smollm2-135m", {}).items(), ("random", row["random"]),
@@ -249,6 +265,15 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
     print(markdown(report), end="", file=sys.stderr)
     print(json.dumps(report))
     return report
+
+
+def _transcript_blocks(text: str) -> dict[str, str]:
+    """The transcripts file's episodes by env id (each block opens with `# <env> task`)."""
+    blocks = {}
+    for part in text.split("```text\n")[1:]:
+        body = part.rsplit("```", 1)[0]
+        blocks[body.split(" ", 2)[1]] = body
+    return blocks
 
 
 def _write(path: Path, text: str) -> None:
