@@ -146,15 +146,11 @@ class TrajectoryStore:
     def discard(self, key: int) -> None: ...
     def finish_all(self, stop_reason: str) -> int: ...
     def drain(self, max: int | None = None) -> dict[str, np.ndarray]: ...
-    def drain_rows(
-        self, max: int | None = None
-    ) -> list[tuple[int, list[int], list[float], list[float], float, int, int, int]]:
-        """``(key, loss_mask, logprobs, turn_rewards, reward, num_turns, stop_reason,
-        prompt_len)`` per finished trajectory (no token ids); the lists are GC-untracked."""
+    def drain_rows(self, max: int | None = None) -> list[TrajectoryRow]:
+        """One ``TrajectoryRow`` per finished trajectory (no token ids)."""
     def drain_rows_packed(
         self, max: int | None = None
-    ) -> tuple[list[tuple[int, list[int], list[float], list[float], float, int, int, int]],
-               dict[str, np.ndarray]]:
+    ) -> tuple[list[TrajectoryRow], dict[str, np.ndarray]]:
         """``(drain_rows(), drain())`` of the same trajectories, in the same order."""
     def is_live(self, key: int) -> bool: ...
     def __contains__(self, key: int) -> bool: ...
@@ -240,3 +236,37 @@ class TurnCodec:
     ) -> list[list[int]]:
         """``head`` + each observation as a templated user turn: appended to the store as
         episode ``keys[i]``'s prompt and returned as GC-untracked lists."""
+
+
+class TrajectoryRow:
+    """One finished trajectory without its token ids: ``loss_mask`` a list of 0/1,
+    ``logprobs`` and ``turn_rewards`` lists of floats (every +0.0 one shared object),
+    ``stop_reason`` an index into ``STOP_REASONS``; the lists are GC-untracked."""
+
+    @property
+    def key(self) -> int: ...
+    @property
+    def group_id(self) -> int: ...
+    @property
+    def sample_index(self) -> int: ...
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def prompt_len(self) -> int: ...
+    @property
+    def loss_mask(self) -> list[int]: ...
+    @property
+    def logprobs(self) -> list[float]: ...
+    @property
+    def turn_rewards(self) -> list[float]: ...
+    @property
+    def reward(self) -> float: ...
+    @property
+    def num_turns(self) -> int: ...
+    @property
+    def stop_reason(self) -> int: ...
+
+
+def packed_rows(batch: object) -> list[TrajectoryRow]:
+    """The rows of a ``PackedBatch`` as ``TrajectoryRow`` s (row ``i``'s key is ``i``); a
+    ``ValueError`` names the first inconsistent column."""

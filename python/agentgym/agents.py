@@ -152,10 +152,7 @@ class LLMAgent:
         one made for this call and closed after it."""
         import asyncio
 
-        from transformers import AutoTokenizer
-
-        from agentgym.backends import make_backend
-        from agentgym.engine import RolloutEngine
+        from agentgym.engine.runner import open_runner
 
         env_id, env_kwargs = resolve_env(env)
         cfg = self._config(env_id, env_kwargs, {})
@@ -167,16 +164,6 @@ class LLMAgent:
 
             out = Path(cfg.output_dir or "runs/tiny_untrained") / "base_model"
             model_dir = str(build_tiny_model(out, seed=cfg.seed))
-        tok = AutoTokenizer.from_pretrained(model_dir)
-        own = backend is None
-        if own:
-            backend = await asyncio.to_thread(make_backend, self.backend, model_dir,
-                                              **cfg.backend_kwargs)
-        # the config's rollout settings (a reply prefix, the truncated-turn rule) as trained
-        engine = RolloutEngine(backend, tok, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-                               max_total_tokens=cfg.max_total_tokens, progress=False,
-                               system_prompt=cfg.system_prompt, seed=cfg.seed,
-                               **{**cfg.rollout, **rollout})
         horizon = max_turns or cfg.eval_max_turns
         if horizon is None and self.trainer is not None:
             horizon = self.trainer.schedule.stages[-1].max_turns
@@ -189,13 +176,20 @@ class LLMAgent:
             kwargs, tasks = plan.eval_kwargs, plan.eval_ids
         else:
             kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
+        # the config's rollout settings (a reply prefix, the truncated-turn rule) as trained;
+        # a backend passed in stays open, one made here closes with the engine
+        engine = (await asyncio.to_thread(
+            open_runner, self.backend if backend is None else backend, model_dir,
+            backend_kwargs=cfg.backend_kwargs,
+            max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+            max_total_tokens=cfg.max_total_tokens, progress=False,
+            system_prompt=cfg.system_prompt, seed=cfg.seed,
+            **{**cfg.rollout, **rollout})).runner
         try:
             batch = await engine.collect(tasks, env_id, env_kwargs=kwargs, max_turns=horizon,
                                          n_samples=n_samples, temperature=temperature)
         finally:
-            engine.close()
-            if own:
-                await backend.close()
+            await engine.aclose()
         return InferenceResult(batch.trajectories, float(batch.metrics.get("success_rate", 0.0)),
                                dict(batch.metrics))
 

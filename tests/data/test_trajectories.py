@@ -414,12 +414,35 @@ def test_drain_rows_share_one_positive_zero_and_keep_negative_zero():
     s.append(1, np.array([3, 4, 5, 6], np.uint32), True, lps)
     s.add_turn(1, 0.0)
     s.finish(1, "done")
-    ((_, mask, logprobs, turn_rewards, *_),) = s.drain_rows()
+    (row,) = s.drain_rows()
+    mask, logprobs, turn_rewards = row.loss_mask, row.logprobs, row.turn_rewards
     assert mask == [0, 0, 1, 1, 1, 1]
     assert logprobs == [0.0, 0.0, 0.0, -1.25, -0.0, 3.0]
     # Every +0.0 (prompt tokens, a model token, a turn reward) is one object; -0.0 is not.
     assert logprobs[0] is logprobs[1] is logprobs[2] is turn_rewards[0]
     assert str(logprobs[4]) == "-0.0" and logprobs[4] is not logprobs[0]
+
+
+def test_packed_rows_refuse_inconsistent_columns():
+    """A packed batch whose columns disagree is a ValueError naming the column, never a
+    panic or an out-of-range read."""
+    import dataclasses
+
+    good = pack([make_trajectory([1, 2, 3], [0, 1, 1], turn_rewards=[1.0], reward=1.0),
+                 make_trajectory([4, 5], [0, 1], logprobs=[0.0, -1.0])])
+    assert len(_core.packed_rows(good)) == 2
+    bad = [
+        (dataclasses.replace(good, offsets=np.array([0, 9, 99], np.int64)), "offsets"),
+        (dataclasses.replace(good, offsets=np.array([0, 3, 1], np.int64)), "offsets"),
+        (dataclasses.replace(good, rewards=np.zeros(5, np.float32)), "rewards"),
+        (dataclasses.replace(good, turn_offsets=np.array([0, 1, 50], np.int64)),
+         "turn_offsets"),
+        (dataclasses.replace(good, logprobs=np.zeros(1, np.float32)), "logprobs"),
+        (dataclasses.replace(good, group_id=good.group_id.astype(np.int32)), "group_id"),
+    ]
+    for batch, column in bad:
+        with pytest.raises(ValueError, match=column):
+            _core.packed_rows(batch)
 
 
 def test_one_success_rule_for_scalars_arrays_and_trajectories():

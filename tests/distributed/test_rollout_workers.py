@@ -327,7 +327,7 @@ def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
     async def go():
         try:
             await trainer.train_async()
-            pool = trainer.engine
+            pool = trainer.runner
             versions = ray.get([pool.actor(i).policy_version.remote() for i in range(2)])
             weights = ray.get([pool.actor(i).__ray_call__.remote(
                 lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
@@ -381,3 +381,15 @@ def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_mod
     assert main([*args, "-o", str(tmp_path / "local")]) == 0
     got = rows(tmp_path / "ray")
     assert len(got) == 24 and got == rows(tmp_path / "local")
+
+
+def test_reseed_reaches_the_workers_with_the_next_stream(pool):
+    """``reseed`` restarts the group counter at once and sends the key start, request-id
+    prefix and sampling seed to each worker's engine with the next stream, which plays
+    every request as before."""
+    pool.reseed(3, run_id="rs", sampling_seed=11)
+    assert pool.seeding == (3 * 1024, "rs", 11)
+    reqs = pool.requests(4, n_samples=2)
+    assert sorted({r.group_id for r in reqs}) == [3, 4, 5, 6]
+    got = play(pool, reqs)
+    assert keys(got) == expected(reqs) and all(t.stop_reason == "done" for t in got)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import agentgym
 from agentgym import _core
 from agentgym.backends.scripted import ScriptedBackend
+from agentgym.data import PackedBatch
 from agentgym.engine import RolloutEngine
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.drivers import StepOutcome
@@ -261,18 +262,29 @@ def test_drain_rows_match_drain_and_are_untracked():
 
     p = filled().drain()
     rows = filled().drain_rows()
-    assert [r[0] for r in rows] == p["keys"].tolist()
-    for i, (_, mask, lps, turn_rewards, reward, num_turns, stop, prompt_len) in enumerate(rows):
+    assert [r.key for r in rows] == p["keys"].tolist()
+    for i, r in enumerate(rows):
         a, b = p["offsets"][i], p["offsets"][i + 1]
-        assert mask == p["loss_mask"][a:b].tolist()
-        assert lps == p["logprobs"][a:b].tolist()
+        assert r.loss_mask == p["loss_mask"][a:b].tolist()
+        assert r.logprobs == p["logprobs"][a:b].tolist()
         ta, tb = p["turn_offsets"][i], p["turn_offsets"][i + 1]
-        assert turn_rewards == p["turn_rewards"][ta:tb].tolist()
-        assert (reward, num_turns, stop, prompt_len) == (
+        assert r.turn_rewards == p["turn_rewards"][ta:tb].tolist()
+        assert (r.reward, r.num_turns, r.stop_reason, r.prompt_len) == (
             p["rewards"][i], p["num_turns"][i], p["stop_reason"][i], p["prompt_len"][i])
-        assert not gc.is_tracked(mask) and not gc.is_tracked(lps)
-        assert lps[0] is lps[1]  # one shared 0.0
-    assert _core.STOP_REASONS[rows[1][6]] == "env_error" and rows[1][1] == [0] * 6
+        assert (r.group_id, r.sample_index, r.policy_version) == (
+            p["group_id"][i], p["sample_index"][i], p["policy_version"][i])
+        assert not gc.is_tracked(r.loss_mask) and not gc.is_tracked(r.logprobs)
+        assert r.logprobs[0] is r.logprobs[1]  # one shared 0.0
+    # a Python packed batch's rows through the same code: equal, keyed by position
+    again = _core.packed_rows(PackedBatch.from_dict(filled().drain()))
+    assert [r.key for r in again] == [0, 1]
+    for r, q in zip(rows, again, strict=True):
+        assert (r.loss_mask, r.logprobs, r.turn_rewards, r.reward, r.num_turns,
+                r.stop_reason, r.prompt_len, r.group_id) == (
+            q.loss_mask, q.logprobs, q.turn_rewards, q.reward, q.num_turns, q.stop_reason,
+            q.prompt_len, q.group_id)
+    assert _core.STOP_REASONS[rows[1].stop_reason] == "env_error"
+    assert rows[1].loss_mask == [0] * 6
 
 
 def test_engine_trajectories_stay_off_the_cyclic_gc(fmt):

@@ -117,7 +117,7 @@ def test_rollout_defaults_come_from_rollout_config(tmp_path, tiny_model_dir):
     async def go():
         await trainer.setup()
         try:
-            return trainer.engine.config
+            return trainer.runner.config
         finally:
             await trainer.aclose()
 
@@ -134,7 +134,7 @@ def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
 
     async def go():
         await trainer.setup()
-        orig = trainer.engine.collect
+        orig = trainer.runner.collect
 
         async def spy(*a, **k):
             batch = await orig(*a, **k)
@@ -142,7 +142,7 @@ def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
             assert {t.num_turns for t in batch.trajectories} == {k["max_turns"]}
             return batch
 
-        trainer.engine.collect = spy
+        trainer.runner.collect = spy
         try:
             return await trainer.train_async()
         finally:
@@ -420,13 +420,13 @@ def _rollout_with_draws(cfg, tiny_model_dir, monkeypatch):
 
     async def go():
         await trainer.setup()
-        real = trainer.engine.collect
+        real = trainer.runner.collect
 
         async def spy(*args, **kwargs):
             played.append(await real(*args, **kwargs))
             return played[-1]
 
-        monkeypatch.setattr(trainer.engine, "collect", spy)
+        monkeypatch.setattr(trainer.runner, "collect", spy)
         try:
             return await trainer.rollout(0)
         finally:

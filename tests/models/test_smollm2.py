@@ -265,7 +265,7 @@ async def test_rl_steps_change_the_weights_the_backend_serves(smollm2_root, monk
     trainer = Trainer(cfg, backend=backend)
     await trainer.setup()
     tok = trainer.tokenizer
-    prompt = trainer.engine.formatter.initial_prompt(
+    prompt = trainer.runner.formatter.initial_prompt(
         cfg.system_prompt, "Goal: 1 north, 2 east.", "Action: move")
     greedy = SamplingParams(max_new_tokens=3, temperature=0.0, logprobs=True)
     try:

@@ -83,7 +83,8 @@ class Backend(Protocol):
     ``policy_version`` once the new weights serve requests. ``needs_context``: the engine
     passes ``context=(driver, slot, episode_seed, sample_index)`` to ``generate`` (a policy
     that reads the env, such as :class:`~agentgym.backends.scripted.ScriptedBackend`); False
-    for models.
+    for models. A backend whose sampling can be seeded anew may also define
+    ``reseed(seed: int)``; the runner's ``reseed`` calls it (a resumed run then replays).
     """
 
     policy_version: int

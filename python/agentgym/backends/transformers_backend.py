@@ -229,9 +229,14 @@ class TransformersBackend:
                 pos = pos[:, -1:] + 1
         return [x or "length" for x in reasons]
 
+    def reseed(self, seed: int) -> None:
+        """Seed sampling anew, as ``seed`` does at construction (requests already running
+        keep their generators)."""
+        self._generator.manual_seed(int(seed))
+
     def _request_seed(self, request_id: str) -> int:
         """Sampling seed of a named request without its own seed: the backend seed (the
-        last ``_generator.manual_seed``) mixed with the request id."""
+        last :meth:`reseed`) mixed with the request id."""
         base = int(self._generator.initial_seed()) & ((1 << 62) - 1)
         return (base * 1_000_003 + zlib.crc32(request_id.encode())) & ((1 << 63) - 1)
 

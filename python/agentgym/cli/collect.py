@@ -112,9 +112,10 @@ def parse_tasks(args: argparse.Namespace) -> range | list[int | str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``agentgym-rl collect``: prints the summary table (``--json``: the summary)."""
-    from agentgym.collection import CollectionError, Collector, open_engine
+    from agentgym.collection import CollectionError, Collector
     from agentgym.collection.progress import format_summary
     from agentgym.engine.loop import run as run_loop
+    from agentgym.engine.runner import open_runner
 
     tasks = parse_tasks(args)
     rollout = {k: v for k, v in {
@@ -136,32 +137,24 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> dict:
         import asyncio
 
-        if args.ray is not None or args.num_workers:  # the same rows from Ray workers
-            from agentgym.distributed.rollout_workers import open_pool
-
-            engine, tok, ident = await asyncio.to_thread(
-                open_pool, args.backend, args.model, args.num_workers or 2,
-                address=None if args.ray in (None, "local") else args.ray,
-                backend_kwargs=backend_kwargs,
-                worker={"num_cpus": args.worker_cpus, "num_gpus": args.worker_gpus},
-                **rollout)
-        else:
-            engine, tok, ident = await asyncio.to_thread(
-                open_engine, args.backend, args.model, backend_kwargs=backend_kwargs,
-                progress=False, **rollout)
+        pooled = args.ray is not None or args.num_workers  # the same rows from Ray workers
+        opened = await asyncio.to_thread(
+            open_runner, args.backend, args.model, backend_kwargs=backend_kwargs,
+            num_workers=(args.num_workers or 2) if pooled else 0,
+            ray_address=None if args.ray in (None, "local") else args.ray,
+            worker={"num_cpus": args.worker_cpus, "num_gpus": args.worker_gpus},
+            progress=False, **rollout)
         try:
             collector = Collector(
-                engine, args.env, tasks, args.out, n_samples=args.n_samples,
+                opened.runner, args.env, tasks, args.out, n_samples=args.n_samples,
                 env_kwargs=parse_key_values(args.env_kwarg), format=args.format,
-                shard_size=args.shard_size, retry_failed=args.retry_failed, tokenizer=tok,
-                messages=args.messages, identity=ident,
+                shard_size=args.shard_size, retry_failed=args.retry_failed,
+                tokenizer=opened.tokenizer, messages=args.messages, identity=opened.identity,
                 metadata={"command": sys.argv, "backend_kwargs": backend_kwargs},
                 progress=not args.no_progress)
             return await collector.run()
         finally:
-            if hasattr(engine, "backend"):  # a rollout pool closes its workers' backends
-                await engine.backend.close()
-            engine.close()
+            await opened.runner.aclose()
 
     try:
         summary = run_loop(main())

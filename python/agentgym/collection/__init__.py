@@ -1,7 +1,7 @@
 """Large-scale rollout collection into a resumable run folder (``agentgym-rl collect``).
 
-* :mod:`~agentgym.collection.collector`: ``Collector`` (any runner with
-  ``stream_requests``), ``collect`` (synchronous, builds the engine), ``open_engine``;
+* :mod:`~agentgym.collection.collector`: ``Collector`` (any
+  :class:`~agentgym.engine.runner.Runner`), ``collect`` (synchronous, opens a runner);
 * :mod:`~agentgym.collection.store`: the run folder (shards, manifest, metadata, resume,
   atomic writes) and its named errors;
 * :mod:`~agentgym.collection.schema`: the one row schema (Parquet and JSONL);
@@ -9,7 +9,7 @@
 * :mod:`~agentgym.collection.export`: a run folder in verl's, SkyRL's or TRL's shape.
 """
 
-from agentgym.collection.collector import Collector, collect, open_engine
+from agentgym.collection.collector import Collector, collect
 from agentgym.collection.schema import FIELDS, SCHEMA, SCHEMA_VERSION
 from agentgym.collection.store import (
     CollectionError,
@@ -35,6 +35,5 @@ __all__ = [
     "RunStore",
     "ShardError",
     "collect",
-    "open_engine",
     "read_run",
 ]

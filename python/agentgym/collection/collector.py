@@ -1,13 +1,14 @@
 """``Collector``: play (task, sample) keys with a runner and stream the trajectories into a
 run folder as shards; resumable, each key exactly once.
 
-The runner is any object with the rollout engine's request API::
+The runner is a :class:`~agentgym.engine.runner.Runner` (the in-process engine or the Ray
+pool, as :func:`~agentgym.engine.runner.open_runner` builds them), or any object with its
+``stream_requests`` alone::
 
     runner.stream_requests(requests, env_id, *, env_kwargs=None, **overrides)
         -> AsyncIterator[Trajectory]
 
-(:meth:`agentgym.engine.RolloutEngine.stream_requests`, or a pool of remote workers with the
-same method). A runner that also has ``stream_batches`` (same arguments plus
+A runner that also has ``stream_batches`` (same arguments plus
 ``trajectories``; it yields an :class:`~agentgym.engine.EpisodeBatch` per group of episodes
 that ended together, as the engine does) is read through it: shards are then built over the
 packed buffers, and ``run()`` asks for rows only (no :class:`Trajectory` objects). A runner
@@ -28,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import os
 import queue
 import sys
@@ -46,21 +45,11 @@ from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.orchestrator import EpisodeRequest
 
-__all__ = ["ROW_FIELDS", "Collector", "backend_identity", "collect", "open_engine",
-           "tokenizer_sha256"]
+__all__ = ["ROW_FIELDS", "Collector", "collect"]
 
 #: Rollout settings that shape the rows: part of a run's identity.
 ROW_FIELDS = ("max_turns", "max_new_tokens", "max_total_tokens", "temperature", "top_p",
               "top_k", "action_format", "system_prompt", "seed")
-
-
-def tokenizer_sha256(tokenizer) -> str:
-    """A digest of the tokenizer's vocabulary, merges, special tokens and chat template."""
-    fast = getattr(tokenizer, "backend_tokenizer", None)
-    text = fast.to_str() if fast is not None else json.dumps(tokenizer.get_vocab(),
-                                                             sort_keys=True)
-    text += "\n" + str(getattr(tokenizer, "chat_template", "") or "")
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _task_spec(tasks: Sequence[int | str]) -> Any:
@@ -326,73 +315,32 @@ def _version() -> str:
     return __version__
 
 
-def resolve_model(model: str | None) -> str:
-    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0,
-    :func:`agentgym.models.cached_tiny_model`); a named model its cached folder
-    (:func:`agentgym.models.resolve_model`); anything else as given."""
-    from agentgym.models import cached_tiny_model
-    from agentgym.models import resolve_model as named
-
-    return str(cached_tiny_model() if model in (None, "tiny") else named(model))
-
-
-def open_engine(backend: str = "scripted", model: str | None = None, *,
-                backend_kwargs: dict[str, Any] | None = None, **rollout: Any):
-    """``(engine, tokenizer, identity)`` for a backend by name (``scripted`` | ``transformers``
-    | ``vllm`` | ``openai``, built by :func:`agentgym.backends.make_backend`) over the
-    model folder ``model`` (its tokenizer; ``scripted``: only the tokenizer, default the
-    tiny model's). Close with ``await engine.backend.close(); engine.close()``."""
-    from transformers import AutoTokenizer
-
-    from agentgym.backends import make_backend
-    from agentgym.engine import RolloutEngine
-
-    model_dir = resolve_model(model)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    kw = dict(backend_kwargs or {})
-    if backend == "scripted":
-        kw["tokenizer"] = tok
-    be = make_backend(backend, model_dir, **kw)
-    engine = RolloutEngine(be, tok, **rollout)
-    return engine, tok, backend_identity(backend, model, tok, backend_kwargs or {})
-
-
-def backend_identity(backend: str, model: str | None, tokenizer,
-                     backend_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What a run folder records of its policy (and a resume must match): the backend, the
-    model name, the tokenizer digest and, for ``scripted``, its policy."""
-    identity = {"backend": backend, "model": str(model or "tiny"),
-                "tokenizer_sha256": tokenizer_sha256(tokenizer)}
-    if backend == "scripted":
-        identity["policy"] = backend_kwargs.get("policy", "oracle")
-    return identity
-
-
 def collect(env: str, tasks: Sequence[int | str] | int, out: str | os.PathLike, *,
             backend: str = "scripted", model: str | None = None, n_samples: int = 1,
             runner=None, backend_kwargs: dict[str, Any] | None = None,
             rollout: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Collect ``tasks`` x ``n_samples`` episodes of ``env`` into ``out`` and return the
-    summary (synchronous; resumes an existing run folder). Without ``runner`` an engine is
-    built from ``backend`` and ``model`` (:func:`open_engine`; ``rollout``: its
-    :class:`~agentgym.engine.RolloutConfig` fields). ``kwargs`` go to :class:`Collector`."""
+    summary (synchronous; resumes an existing run folder). Without ``runner`` one is built
+    from ``backend`` and ``model`` (:func:`~agentgym.engine.runner.open_runner`;
+    ``rollout``: its :class:`~agentgym.engine.RolloutConfig` fields). ``kwargs`` go to
+    :class:`Collector`."""
     from agentgym.engine.loop import run
+    from agentgym.engine.runner import open_runner
 
     async def main() -> dict[str, Any]:
         if runner is not None:
             return await Collector(runner, env, tasks, out, n_samples=n_samples,
                                    **kwargs).run()
-        engine, tok, ident = await asyncio.to_thread(
-            open_engine, backend, model, backend_kwargs=backend_kwargs,
+        opened = await asyncio.to_thread(
+            open_runner, backend, model, backend_kwargs=backend_kwargs,
             **{"progress": False, **(rollout or {})})
         try:
-            kwargs.setdefault("tokenizer", tok)
-            kwargs["identity"] = {**ident, **kwargs.get("identity", {})}
-            return await Collector(engine, env, tasks, out, n_samples=n_samples,
+            kwargs.setdefault("tokenizer", opened.tokenizer)
+            kwargs["identity"] = {**opened.identity, **kwargs.get("identity", {})}
+            return await Collector(opened.runner, env, tasks, out, n_samples=n_samples,
                                    **kwargs).run()
         finally:
-            await engine.backend.close()
-            engine.close()
+            await opened.runner.aclose()
 
     summary = run(main())
     if kwargs.get("progress"):

@@ -29,12 +29,13 @@ from agentgym.data.trajectories import (
     RowInfo,
     Trajectory,
     pack,
+    unpack,
 )
 
-__all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "rows_to_trajectories", "to_jsonl",
-           "to_table", "trajectories_table"]
+__all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
+           "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -63,6 +64,8 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("env_kwargs", pa.string(), "the env's keyword arguments, JSON"),
     ("time_total_s", pa.float64(), "episode wall time"),
     ("time_gen_s", pa.float64(), "time spent waiting for the backend"),
+    ("cut_turns", pa.uint32(), "replies cut at max_new_tokens that stepped the env"),
+    ("invalid_turns", pa.uint32(), "turns whose action the env refused as unreadable"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
 )
@@ -139,6 +142,8 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "env_kwargs": pa.array([json.dumps(env_kwargs, sort_keys=True)] * n, pa.string()),
         "time_total_s": pa.array(info.time_total_s, pa.float64()),
         "time_gen_s": pa.array(info.time_gen_s, pa.float64()),
+        "cut_turns": pa.array(info.cut_turns, pa.uint32()),
+        "invalid_turns": pa.array(info.invalid_turns, pa.uint32()),
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
@@ -161,18 +166,54 @@ def to_jsonl(table: pa.Table) -> bytes:
     return b"".join(_encoder.encode(r) + b"\n" for r in rows)
 
 
+def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
+    """The rows of a run table as a packed batch and its row info, column by column (the
+    inverse of :func:`to_table`; ``messages``, ``run_id``, ``max_turns`` and
+    ``env_kwargs`` are not kept)."""
+
+    def listed(name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+        col = table.column(name).combine_chunks()
+        if isinstance(col, pa.ChunkedArray):  # no rows
+            col = pa.array([], col.type)
+        offsets = col.offsets.to_numpy().astype(np.int64)
+        values = col.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        return offsets - offsets[0], values[offsets[0]:offsets[-1]]
+
+    def plain(name: str, dtype) -> np.ndarray:
+        return table.column(name).to_numpy().astype(dtype, copy=False)
+
+    offsets, token_ids = listed("token_ids", np.uint32)
+    _, loss_mask = listed("loss_mask", np.uint8)
+    _, logprobs = listed("logprobs", np.float32)
+    turn_offsets, turn_rewards = listed("turn_rewards", np.float32)
+    codes = {name: i for i, name in enumerate(STOP_REASONS)}
+    try:
+        stops = np.array([codes[r] for r in table.column("stop_reason").to_pylist()], np.uint8)
+    except KeyError as e:
+        raise BatchFormatError(f"unknown stop reason {e.args[0]!r}") from None
+    packed = PackedBatch.from_dict({
+        "token_ids": token_ids, "offsets": offsets, "loss_mask": loss_mask,
+        "logprobs": logprobs, "rewards": plain("reward", np.float32),
+        "turn_rewards": turn_rewards, "turn_offsets": turn_offsets,
+        "num_turns": plain("num_turns", np.uint32), "stop_reason": stops,
+        "group_id": plain("group_id", np.uint64),
+        "sample_index": plain("sample_index", np.uint32),
+        "policy_version": plain("policy_version", np.uint32),
+        "prompt_len": plain("prompt_len", np.uint32)})
+    task_id, task_text = table.column("task_id").to_pylist(), \
+        table.column("task_text").to_pylist()
+    info = RowInfo(
+        env_id=table.column("env_id").to_pylist(),
+        task_id=[text if i is None else i for i, text in zip(task_id, task_text)],
+        seed=table.column("seed").to_pylist(), error=table.column("error").to_pylist(),
+        time_total_s=table.column("time_total_s").to_pylist(),
+        time_gen_s=table.column("time_gen_s").to_pylist(),
+        cut_turns=table.column("cut_turns").to_pylist(),
+        invalid_turns=table.column("invalid_turns").to_pylist())
+    return packed, info
+
+
 def rows_to_trajectories(table: pa.Table) -> list[Trajectory]:
-    """The rows of a run table as :class:`Trajectory` objects (``messages`` is dropped)."""
-    out = []
-    for r in table.drop_columns([c for c in ("messages",) if c in table.column_names]) \
-            .to_pylist():
-        out.append(Trajectory(
-            task_id=r["task_text"] if r["task_id"] is None else r["task_id"],
-            env_id=r["env_id"], group_id=r["group_id"], sample_index=r["sample_index"],
-            token_ids=r["token_ids"], loss_mask=r["loss_mask"], logprobs=r["logprobs"],
-            prompt_len=r["prompt_len"], turn_rewards=r["turn_rewards"], reward=r["reward"],
-            num_turns=r["num_turns"], stop_reason=r["stop_reason"],
-            policy_version=r["policy_version"],
-            timings={"total_s": r["time_total_s"], "gen_s": r["time_gen_s"]},
-            seed=r["seed"], error=r["error"]))
-    return out
+    """The rows of a run table as :class:`Trajectory` objects (:func:`from_table`, then
+    :func:`~agentgym.data.trajectories.unpack`)."""
+    return unpack(*from_table(table))

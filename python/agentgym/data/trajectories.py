@@ -41,6 +41,7 @@ __all__ = [
     "Trajectory",
     "pack",
     "solved",
+    "trajectories",
     "unpack",
 ]
 
@@ -310,17 +311,34 @@ class PackedBatch:
 class RowInfo:
     """The per-trajectory values of a :class:`PackedBatch` that are not numbers of the
     trajectory store: row ``i``'s env id, task (index or text), env seed, error message (None
-    unless it failed) and wall times (``timings["total_s"]`` and ``["gen_s"]``)."""
+    unless it failed), wall times and turn counts (its ``Trajectory.timings``: see
+    :meth:`timings`)."""
 
     env_id: list[str]
     task_id: list[int | str]
     seed: list[int]
     error: list[str | None]
+    #: ``timings["total_s"]``: the episode's wall time.
     time_total_s: list[float]
+    #: ``timings["gen_s"]``: its time waiting for the backend.
     time_gen_s: list[float]
+    #: ``timings["cut_turns"]``: replies cut at ``max_new_tokens`` that stepped the env.
+    cut_turns: list[int]
+    #: ``timings["invalid_turns"]``: turns whose action the env refused as unreadable.
+    invalid_turns: list[int]
 
     def __len__(self) -> int:
         return len(self.task_id)
+
+    def timings(self, i: int) -> dict[str, float]:
+        """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
+        ``cut_turns`` / ``invalid_turns`` only where there were any."""
+        t = {"total_s": self.time_total_s[i], "gen_s": self.time_gen_s[i]}
+        if self.cut_turns[i]:
+            t["cut_turns"] = float(self.cut_turns[i])
+        if self.invalid_turns[i]:
+            t["invalid_turns"] = float(self.invalid_turns[i])
+        return t
 
     @classmethod
     def of(cls, trajs: Sequence[Trajectory]) -> RowInfo:
@@ -328,7 +346,9 @@ class RowInfo:
         return cls(env_id=[t.env_id for t in trajs], task_id=[t.task_id for t in trajs],
                    seed=[t.seed for t in trajs], error=[t.error for t in trajs],
                    time_total_s=[t.timings.get("total_s", 0.0) for t in trajs],
-                   time_gen_s=[t.timings.get("gen_s", 0.0) for t in trajs])
+                   time_gen_s=[t.timings.get("gen_s", 0.0) for t in trajs],
+                   cut_turns=[int(t.timings.get("cut_turns", 0)) for t in trajs],
+                   invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:
@@ -399,33 +419,33 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
     return batch
 
 
+def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
+                 token_ids: Sequence[list[int]]) -> list[Trajectory]:
+    """The one place rows become :class:`Trajectory` objects: row ``i`` of the trajectory
+    store's rows (``TrajectoryStore.drain_rows``, or :func:`agentgym._core.packed_rows` of
+    a packed batch), of ``info`` and of ``token_ids`` is trajectory ``i``."""
+    if not len(rows) == len(info) == len(token_ids):
+        raise BatchFormatError(f"{len(rows)} rows, {len(info)} row infos and "
+                               f"{len(token_ids)} token lists")
+    names, timings = STOP_REASONS, info.timings
+    return [Trajectory(
+        task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
+        sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,
+        logprobs=r.logprobs, prompt_len=r.prompt_len, turn_rewards=r.turn_rewards,
+        reward=r.reward, num_turns=r.num_turns, stop_reason=names[r.stop_reason],
+        policy_version=r.policy_version, timings=timings(i), seed=info.seed[i],
+        error=info.error[i]) for i, r in enumerate(rows)]
+
+
 def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
     """The trajectories of a packed batch and its row info (row ``i`` of each): the inverse
-    of :func:`pack` with :meth:`RowInfo.of`. An all-zero logprob row is one shared 0.0
-    repeated (a -0.0 in it comes back as 0.0)."""
+    of :func:`pack` with :meth:`RowInfo.of`. Every +0.0 logprob or turn reward is one shared
+    float object."""
     if len(info) != len(packed):
         raise BatchFormatError(f"packed batch has {len(packed)} rows, its row info {len(info)}")
-    tokens, mask = packed.token_ids.tolist(), packed.loss_mask.tolist()
-    offsets, turn_offsets = packed.offsets.tolist(), packed.turn_offsets.tolist()
-    turn_rewards, logprobs = packed.turn_rewards.tolist(), packed.logprobs
-    rewards, num_turns = packed.rewards.tolist(), packed.num_turns.tolist()
-    group, sample = packed.group_id.tolist(), packed.sample_index.tolist()
-    version, prompt_len = packed.policy_version.tolist(), packed.prompt_len.tolist()
-    stop = packed.stop_reason.tolist()
-    out = []
-    for b in range(len(packed)):
-        a, z = offsets[b], offsets[b + 1]
-        lp = logprobs[a:z]
-        out.append(Trajectory(
-            task_id=info.task_id[b], env_id=info.env_id[b], group_id=group[b],
-            sample_index=sample[b], token_ids=tokens[a:z], loss_mask=mask[a:z],
-            logprobs=lp.tolist() if lp.any() else [0.0] * (z - a), prompt_len=prompt_len[b],
-            turn_rewards=turn_rewards[turn_offsets[b]:turn_offsets[b + 1]], reward=rewards[b],
-            num_turns=num_turns[b], stop_reason=STOP_REASONS[stop[b]],
-            policy_version=version[b],
-            timings={"total_s": info.time_total_s[b], "gen_s": info.time_gen_s[b]},
-            seed=info.seed[b], error=info.error[b]))
-    return out
+    tokens, offsets = packed.token_ids.tolist(), packed.offsets.tolist()
+    return trajectories(_core.packed_rows(packed), info,
+                        [tokens[offsets[b]:offsets[b + 1]] for b in range(len(packed))])
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int) -> None:

@@ -68,7 +68,7 @@ from agentgym.engine.orchestrator import EpisodeBatch, EpisodeRequest, RolloutBa
 from agentgym.errors import AgentGymError
 
 __all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
-           "open_pool"]
+]
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +158,7 @@ class RolloutWorker:
     ``RolloutEngine`` and its backend, playing the requests the pool feeds it."""
 
     def __init__(self, spec: WorkerSpec, index: int = 0):
-        from transformers import AutoTokenizer
-
-        from agentgym.engine import RolloutEngine
+        from agentgym.engine.runner import open_runner
 
         threads = spec.torch_threads or max(1, int(spec.num_cpus))
         if spec.backend in ("transformers", "vllm"):
@@ -168,17 +166,13 @@ class RolloutWorker:
 
             torch.set_num_threads(threads)
         self.index = index
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
-        from agentgym.backends import make_backend
-
         kw = dict(spec.backend_kwargs)
-        if spec.backend == "scripted":
-            kw["tokenizer"] = self.tokenizer
-        elif spec.backend == "transformers":
+        if spec.backend == "transformers":
             kw.setdefault("device", "cuda" if spec.num_gpus else "cpu")
-        self.backend = make_backend(spec.backend, spec.model_dir, **kw)
-        self.engine = RolloutEngine(self.backend, self.tokenizer,
-                                    **{"progress": False, **spec.rollout})
+        opened = open_runner(spec.backend, spec.model_dir, backend_kwargs=kw,
+                             **{"progress": False, **spec.rollout})
+        self.engine, self.tokenizer = opened.runner, opened.tokenizer
+        self.backend = self.engine.backend
         self.feeds: dict[str, asyncio.Queue] = {}
 
     def ready(self) -> int:
@@ -190,13 +184,21 @@ class RolloutWorker:
         return self.feeds[session]
 
     async def run(self, session: str, env_id: str, env_kwargs: dict | None,
-                  overrides: dict, version: int, flush: int = 1):
+                  overrides: dict, version: int, flush: int = 1,
+                  seeding: tuple[int | None, str | None, int | None] | None = None):
         """Play what :meth:`submit` feeds session ``session`` until :meth:`end`; yields
         the encoded ``[(request index, trajectory), ...]`` of what finished since the last
         message (a Ray streaming generator). A message goes once ``flush`` trajectories
-        are ready, ``_LINGER_S`` after the first of them, or when the stream ends."""
+        are ready, ``_LINGER_S`` after the first of them, or when the stream ends.
+        ``seeding``: the pool's last ``reseed`` (episode-key start, request-id prefix,
+        sampling seed), applied to this worker's engine first; the worker's index joins the
+        prefix, so no two workers name a request alike."""
         feed = self._feed(session)
         self.backend.policy_version = max(self.backend.policy_version, int(version))
+        if seeding is not None:
+            key_start, run_id, sampling_seed = seeding
+            self.engine.reseed(0, key_start, None if run_id is None
+                               else f"{run_id}w{self.index}", sampling_seed)
         pending: dict[tuple, list[int]] = {}
 
         async def requests():
@@ -349,6 +351,8 @@ class RayRolloutPool:
         self._latest: tuple[Any, int] | None = None
         self._weights_lock: tuple[Any, asyncio.Lock] | None = None
         self._started = False
+        #: the last ``reseed``'s (key start, run id, sampling seed), sent with each stream
+        self._seeding: tuple[int | None, str | None, int | None] | None = None
         #: per worker position: requests it delivered; pool-wide fault counters
         self.served: Counter[int] = Counter()
         self.stats: Counter[str] = Counter()
@@ -365,7 +369,7 @@ class RayRolloutPool:
                                        max_concurrency=max(64, s.max_concurrency)
                                        ).remote(s, slot.index)
 
-    async def _start(self, slot: _Slot) -> None:
+    async def start_worker(self, slot: _Slot) -> None:
         """Start (or restart) ``slot``'s actor and bring it to the latest weights."""
         import ray
 
@@ -387,12 +391,23 @@ class RayRolloutPool:
         """Start every worker (once); raises :class:`RolloutWorkerError` if one cannot."""
         if self._started:
             return
-        await asyncio.gather(*(self._start(s) for s in self._slots))
+        await asyncio.gather(*(self.start_worker(s) for s in self._slots))
         self._started = True
 
     @property
     def num_workers(self) -> int:
         return len(self._slots)
+
+    @property
+    def slots(self) -> list[_Slot]:
+        """The worker positions, in index order (their actors and bookkeeping)."""
+        return self._slots
+
+    @property
+    def seeding(self) -> tuple[int | None, str | None, int | None] | None:
+        """The last :meth:`reseed`'s (episode-key start, request-id prefix, sampling seed)
+        that each stream sends its workers; None before the first."""
+        return self._seeding
 
     @property
     def num_alive(self) -> int:
@@ -423,9 +438,13 @@ class RayRolloutPool:
                 for s in range(n)]
 
     def reseed(self, group_start: int, key_start: int | None = None,
-               run_id: str | None = None) -> None:
-        """Restart the group-id (hence episode-seed) counter."""
+               run_id: str | None = None, sampling_seed: int | None = None) -> None:
+        """Restart the group-id (hence episode-seed) counter; the episode-key start, the
+        request-id prefix and the sampling seed go to every worker's engine with its next
+        stream (see :meth:`RolloutWorker.run`)."""
         self._groups = itertools.count(group_start)
+        self._seeding = (group_start * 1024 if key_start is None else key_start, run_id,
+                         sampling_seed)
 
     async def stream(self, tasks: int | Sequence[int | str], env_id: str, *,
                      env_kwargs: dict | None = None, **overrides) -> AsyncIterator[Trajectory]:
@@ -581,7 +600,7 @@ class _PoolRun:
             slot.actor.submit.remote(self.session, [(i, self.reqs[i]) for i in take])
 
     def _refill_all(self) -> None:
-        for s in self.pool._slots:
+        for s in self.pool.slots:
             self._refill(s)
 
     async def _drive(self, slot: _Slot) -> None:
@@ -592,7 +611,8 @@ class _PoolRun:
         actor = slot.actor
         try:
             gen = actor.run.remote(self.session, self.env_id, self.env_kwargs, self.overrides,
-                                   self.pool._version, self._capacity(slot)[1])
+                                   self.pool.policy_version, self._capacity(slot)[1],
+                                   self.pool.seeding)
             self.opened.add(slot.index)
             self._refill(slot)
             async for ref in gen:
@@ -629,7 +649,7 @@ class _PoolRun:
     async def _restart(self, slot: _Slot) -> None:
         pool = self.pool
         if slot.restarts >= pool.max_restarts:
-            if not any(s.alive for s in pool._slots):
+            if not any(s.alive for s in pool.slots):
                 self.out.put_nowait(RolloutWorkerError(
                     f"every rollout worker is dead and worker {slot.index} has used its "
                     f"{pool.max_restarts} restarts"))
@@ -641,9 +661,9 @@ class _PoolRun:
 
             ray.kill(slot.actor)
         try:
-            await pool._start(slot)
+            await pool.start_worker(slot)
         except RolloutWorkerError as e:
-            if not any(s.alive for s in pool._slots):
+            if not any(s.alive for s in pool.slots):
                 self.out.put_nowait(e)
             return
         if self.left:
@@ -654,7 +674,7 @@ class _PoolRun:
         return Trajectory(
             task_id=task, env_id=self.env_id, group_id=group, sample_index=sample,
             token_ids=[], loss_mask=[], logprobs=[], prompt_len=0, turn_rewards=[],
-            reward=0.0, num_turns=0, stop_reason="aborted", policy_version=self.pool._version,
+            reward=0.0, num_turns=0, stop_reason="aborted", policy_version=self.pool.policy_version,
             seed=seed or 0,
             error=f"rollout workers died {self.retries[idx]} times while playing this episode")
 
@@ -687,7 +707,7 @@ class _PoolRun:
         pool = self.pool
         if not self.reqs:
             return
-        for slot in pool._slots:
+        for slot in pool.slots:
             if slot.alive:
                 self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
             elif slot.actor is not None or slot.restarts < pool.max_restarts:
@@ -701,7 +721,7 @@ class _PoolRun:
                 left -= len(item.packed) if self.batches else 1
                 yield item
         finally:
-            for slot in pool._slots:
+            for slot in pool.slots:
                 slot.outstanding.clear()
                 if slot.alive and slot.index in self.opened:
                     with contextlib.suppress(Exception):  # best-effort teardown
@@ -715,24 +735,3 @@ class _PoolRun:
 def _cause(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[-1] if text else type(e).__name__
-
-
-def open_pool(backend: str = "scripted", model: str | None = None, num_workers: int = 2, *,
-              address: str | None = None, backend_kwargs: dict[str, Any] | None = None,
-              worker: dict[str, Any] | None = None, **rollout: Any):
-    """``(pool, tokenizer, identity)``: :func:`agentgym.collection.open_engine`'s
-    counterpart on ``num_workers`` Ray workers (the cluster at ``address``, or a local one),
-    each running ``backend`` over ``model`` with the rollout settings ``rollout``;
-    ``worker``: :class:`WorkerSpec` resources (``num_cpus``, ``num_gpus``). The identity is
-    the in-process one, so a run may resume on either. Close with ``pool.close()``."""
-    from transformers import AutoTokenizer
-
-    from agentgym.collection.collector import backend_identity, resolve_model
-
-    model_dir = resolve_model(model)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    kw = dict(backend_kwargs or {})
-    init_ray(address)
-    spec = WorkerSpec(model_dir, backend, kw, dict(rollout), **(worker or {}))
-    pool = RayRolloutPool(spec, num_workers)
-    return pool, tok, backend_identity(backend, model, tok, kw)

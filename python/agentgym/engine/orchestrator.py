@@ -34,7 +34,14 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
-from agentgym.data.trajectories import STOP_REASONS, PackedBatch, RowInfo, Trajectory, pack
+from agentgym.data.trajectories import (
+    STOP_REASONS,
+    PackedBatch,
+    RowInfo,
+    Trajectory,
+    pack,
+    trajectories,
+)
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
@@ -68,19 +75,6 @@ class _Episode:
     #: Turns whose action the env refused as unreadable (driven envs; a native env's pool
     #: counts them itself and they are read when the episode closes).
     invalid_turns: int = 0
-
-
-def _timings(e: _Episode, now: float) -> dict[str, float]:
-    """A finished episode's ``Trajectory.timings``: wall and backend time, and the count of
-    its replies cut at ``max_new_tokens`` that stepped the env (``cut_turns``) and of its
-    turns whose action the env refused as unreadable (``invalid_turns``), each only when
-    there were any."""
-    t = {"total_s": now - e.t0, "gen_s": e.gen_s}
-    if e.cut_turns:
-        t["cut_turns"] = float(e.cut_turns)
-    if e.invalid_turns:
-        t["invalid_turns"] = float(e.invalid_turns)
-    return t
 
 
 @dataclass(slots=True)
@@ -127,6 +121,15 @@ class EpisodeRequest(NamedTuple):
     group_id: int
     sample_index: int = 0
     seed: int | None = None
+
+
+def episode_of_request(request_id: str) -> str:
+    """The episode part of a request id the engine made (``{run}-{key}-{turn}-{attempt}``:
+    ``{run}-{key}``, the same for every turn and retry of one episode); any other id as
+    given."""
+    parts = request_id.rsplit("-", 2)
+    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() \
+        else request_id
 
 
 #: ``Turn(...)`` without the Python-level ``__new__`` of a named tuple (once per turn).
@@ -289,44 +292,29 @@ class _Run:
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
         sink, packed, trajs = self.batch_sink, None, None
         if sink is None:
-            drained = self.store.drain_rows()
+            rows = self.store.drain_rows()
         elif self.batch_trajectories:
-            drained, packed = self.store.drain_rows_packed()
+            rows, packed = self.store.drain_rows_packed()
         else:
-            drained, packed = None, self.store.drain()
-        env_id, now = self.driver.env_id, time.perf_counter()
-        if drained is not None:
-            rows = {r[0]: r for r in drained}
-            trajs = []
-            for e in eps:
-                _, mask, logprobs, turn_rewards, reward, num_turns, stop, _ = rows[e.key]
-                trajs.append(Trajectory(
-                    task_id=e.task,
-                    env_id=env_id,
-                    group_id=e.group_id,
-                    sample_index=e.sample_index,
-                    token_ids=e.ids,  # equal to the stored tokens (the engine appends to both)
-                    loss_mask=mask,
-                    logprobs=logprobs,
-                    prompt_len=e.prompt_len,
-                    turn_rewards=turn_rewards,
-                    reward=reward,
-                    num_turns=num_turns,
-                    stop_reason=STOP_REASONS[stop],
-                    policy_version=e.policy_version,
-                    timings=_timings(e, now),
-                    seed=e.seed,
-                    error=e.error,
-                ))
-        if sink is None:
-            return trajs
+            rows, packed = None, self.store.drain()
         # The store drains in finish order: its row i is eps[i].
-        if not np.array_equal(packed["keys"], keys):
+        drained = packed["keys"] if packed is not None else \
+            np.fromiter((r.key for r in rows), np.uint64, len(rows))
+        if not np.array_equal(drained, keys):
             raise RuntimeError("the trajectory store drained rows of other episodes")
-        info = RowInfo(env_id=[env_id] * len(eps), task_id=[e.task for e in eps],
+        now = time.perf_counter()
+        info = RowInfo(env_id=[self.driver.env_id] * len(eps), task_id=[e.task for e in eps],
                        seed=[e.seed for e in eps], error=[e.error for e in eps],
                        time_total_s=[now - e.t0 for e in eps],
-                       time_gen_s=[e.gen_s for e in eps])
+                       time_gen_s=[e.gen_s for e in eps],
+                       cut_turns=[e.cut_turns for e in eps],
+                       invalid_turns=[e.invalid_turns for e in eps])
+        if rows is not None:
+            # the token lists are the episodes' contexts (equal to the stored tokens: the
+            # engine appends to both)
+            trajs = trajectories(rows, info, [e.ids for e in eps])
+        if sink is None:
+            return trajs
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
         return trajs if trajs is not None else [None] * len(eps)
 
@@ -448,20 +436,24 @@ class _Run:
 
 
 class RolloutEngine:
-    """Collects multi-turn trajectories from env ``env_id`` with ``backend``.
+    """Collects multi-turn trajectories from env ``env_id`` with ``backend``: the in-process
+    :class:`~agentgym.engine.runner.Runner`.
 
     ``tokenizer`` is a Hugging Face tokenizer with a chat template (its ``eos_token`` ends a
-    turn unless ``end_of_turn`` is given). Keyword arguments override :class:`RolloutConfig`.
+    turn unless ``end_of_turn`` is given). ``own_backend``: :meth:`aclose` closes the
+    backend too (a backend passed in is otherwise left open). Keyword arguments override
+    :class:`RolloutConfig`.
     """
 
     def __init__(self, backend: Backend, tokenizer, config: RolloutConfig | None = None,
-                 end_of_turn: str | None = None, **overrides):
+                 end_of_turn: str | None = None, *, own_backend: bool = False, **overrides):
         if not isinstance(backend, Backend):
             missing = [m for m in ("generate", "abort", "update_weights", "close",
                                    "policy_version", "needs_context") if not hasattr(backend, m)]
             raise TypeError(f"{type(backend).__name__} is not an inference backend: it lacks "
                             f"{', '.join(missing)} (see agentgym.backends.Backend)")
         self.backend = backend
+        self.own_backend = own_backend
         self.tokenizer = tokenizer
         self.formatter = ChatFormatter(tokenizer, end_of_turn=end_of_turn)
         self.config = msgspec.structs.replace(config or RolloutConfig(), **overrides)
@@ -470,14 +462,36 @@ class RolloutEngine:
         self._keys = itertools.count()
         self._drivers: dict[tuple, tuple[object, asyncio.Lock]] = {}
 
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights the backend serves."""
+        return self.backend.policy_version
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        self.backend.policy_version = int(value)
+
     def reseed(self, group_start: int, key_start: int | None = None,
-               run_id: str | None = None) -> None:
-        """Restart the group-id (hence episode-seed) and episode-key counters, so that a
-        resumed training run replays the rollouts of an uninterrupted one."""
+               run_id: str | None = None, sampling_seed: int | None = None) -> None:
+        """Restart the group-id (hence episode-seed) and episode-key counters, the
+        request-id prefix and, where the backend has ``reseed(seed)``, its sampling seed, so
+        that a resumed training run replays the rollouts of an uninterrupted one."""
         self._groups = itertools.count(group_start)
         self._keys = itertools.count(group_start * 1024 if key_start is None else key_start)
         if run_id is not None:
             self.run_id = run_id
+        if sampling_seed is not None:
+            reseed = getattr(self.backend, "reseed", None)
+            if reseed is not None:
+                reseed(sampling_seed)
+
+    async def update_weights(self, weights, version: int | None = None) -> int:
+        """Load ``weights`` (a state dict or a path) into the backend, which then serves
+        them as ``version`` (default: its version + 1); returns that version."""
+        await self.backend.update_weights(weights)
+        if version is not None:
+            self.backend.policy_version = int(version)
+        return self.backend.policy_version
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
         key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
@@ -656,9 +670,16 @@ class RolloutEngine:
         return run(self.collect(tasks, env_id, **kwargs))
 
     def close(self) -> None:
+        """Close the env drivers (the backend stays open)."""
         for driver, _ in self._drivers.values():
             driver.close()
         self._drivers.clear()
+
+    async def aclose(self) -> None:
+        """Close the env drivers and, when the engine owns it, the backend."""
+        self.close()
+        if self.own_backend:
+            await self.backend.close()
 
 
 _gc_users = 0

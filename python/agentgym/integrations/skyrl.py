@@ -31,7 +31,7 @@ import agentgym
 from agentgym.backends.base import Backend
 from agentgym.data.exports import to_skyrl
 from agentgym.engine.metrics import batch_metrics
-from agentgym.engine.orchestrator import RolloutEngine
+from agentgym.engine.runner import open_runner
 from agentgym.integrations._episodes import EpisodeCoalescer, TaskRefError
 from agentgym.parse import parse_action
 
@@ -134,7 +134,8 @@ class AgentGymGenerator(_GeneratorBase):
     def __init__(self, backend: Backend, tokenizer, **overrides):
         self.engine_overrides = {"progress": False, **overrides}
         self._coalescer = EpisodeCoalescer(
-            lambda _key: RolloutEngine(backend, tokenizer, **self.engine_overrides))
+            lambda _key: open_runner(backend, tokenizer=tokenizer,
+                                     **self.engine_overrides).runner)
 
     async def generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
         import asyncio

@@ -154,20 +154,26 @@ class AgentGymRollout:
         return out
 
     def _ensure_engine(self, trainer) -> RolloutEngine:
+        """The engine (:func:`~agentgym.engine.runner.open_runner`) over the given backend,
+        else the trainer's colocated vLLM, else a transformers backend of its model (the
+        last two owned here: closed with the engine)."""
         if self._engine is None:
-            backend = self.backend
-            if backend is None and getattr(trainer, "use_vllm", False):
-                backend = self.backend = TRLVLLMBackend.from_trainer(trainer)
-            elif backend is None:
-                from agentgym.backends.transformers_backend import TransformersBackend
+            from agentgym.engine.runner import open_runner
 
+            tok = trainer.processing_class
+            if self.backend is None and getattr(trainer, "use_vllm", False):
+                self.backend = TRLVLLMBackend.from_trainer(trainer)
+            if self.backend is not None:
+                self._engine = open_runner(self.backend, tokenizer=tok).runner
+                self._engine.own_backend = self._own_backend
+            else:
                 model = trainer.accelerator.unwrap_model(trainer.model)
-                backend = TransformersBackend(model.name_or_path,
-                                              device=str(trainer.accelerator.device),
-                                              logprobs_mode="processed",
-                                              seed=int(trainer.args.seed))
-                self.backend = backend
-            self._engine = RolloutEngine(backend, trainer.processing_class)
+                self._engine = open_runner(
+                    "transformers", model.name_or_path, tokenizer=tok,
+                    backend_kwargs={"device": str(trainer.accelerator.device),
+                                    "logprobs_mode": "processed",
+                                    "seed": int(trainer.args.seed)}).runner
+                self.backend = self._engine.backend
         return self._engine
 
     @staticmethod
@@ -197,10 +203,11 @@ class AgentGymRollout:
     def close(self) -> None:
         """Close the engine's env drivers (and the backend this object made)."""
         if self._engine is not None:
-            self._engine.close()
+            if self._loop is not None:
+                self._loop.run_until_complete(self._engine.aclose())
+            else:
+                self._engine.close()
         if self._loop is not None:
-            if self._own_backend and self.backend is not None:
-                self._loop.run_until_complete(self.backend.close())
             self._loop.close()
             self._loop = None
         self._engine = None

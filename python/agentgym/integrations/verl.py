@@ -47,7 +47,8 @@ from verl.experimental.agent_loop.agent_loop import (
 from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
 from agentgym.data.exports import to_verl
 from agentgym.data.trajectories import Trajectory
-from agentgym.engine.orchestrator import RolloutEngine
+from agentgym.engine.orchestrator import RolloutEngine, episode_of_request
+from agentgym.engine.runner import open_runner
 from agentgym.integrations._episodes import (
     EpisodeCoalescer,
     TaskRefError,
@@ -143,14 +144,12 @@ class VerlServerBackend:
 
 
 def _episode_request_id(request_id: str | None) -> str:
-    """The engine's ``run-key-turn-attempt`` id without ``-turn-attempt``."""
+    """The episode part of the engine's request id (a fresh id when there is none)."""
     if request_id is None:
         import uuid
 
         return uuid.uuid4().hex
-    parts = request_id.rsplit("-", 2)
-    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() \
-        else request_id
+    return episode_of_request(request_id)
 
 
 #: One coalescer per (server manager, tokenizer, engine defaults), i.e. per verl agent-loop
@@ -167,7 +166,7 @@ def _coalescer(server_manager, tokenizer, rollout_defaults: dict) -> EpisodeCoal
     def make_engine(engine_key) -> RolloutEngine:
         extra, logprobs = engine_key
         backend = VerlServerBackend(server_manager, dict(extra), logprobs=logprobs)
-        return RolloutEngine(backend, tokenizer, **rollout_defaults)
+        return open_runner(backend, tokenizer=tokenizer, **rollout_defaults).runner
 
     coalescer = EpisodeCoalescer(make_engine)
     _COALESCERS[key] = (server_manager, tokenizer, coalescer)

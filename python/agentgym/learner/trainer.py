@@ -107,7 +107,7 @@ class Trainer:
             config = TrainerConfig.from_dict(config)
         self.cfg = config.replace(**overrides) if overrides else config
         self._injected_backend = backend
-        self.backend = backend
+        self.runner = None
         self.dp = None  # the DataParallel rank under torchrun
         self.step = 0
         self.history: list[dict[str, Any]] = []
@@ -162,7 +162,6 @@ class Trainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from agentgym.distributed.ddp import DataParallel, init_from_env, main_first
-        from agentgym.engine import RolloutEngine
         from agentgym.learner import LearnerConfig, make_optimizer
         from agentgym.learner.checkpoint import load_checkpoint, restore_rng
 
@@ -243,47 +242,41 @@ class Trainer:
               "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
               "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
               "system_prompt": cfg.system_prompt, **cfg.rollout}
-        if self.backend is None and cfg.num_rollout_workers:
-            self.backend = self._rollout_pool(ro)
-        elif self.backend is None:
-            from agentgym.backends import make_backend
-
-            kw = dict(cfg.backend_kwargs)
-            if cfg.backend == "transformers":
-                kw.setdefault("device", str(self.device))
-                kw.setdefault("seed", cfg.seed)
-            self.backend = await asyncio.to_thread(make_backend, cfg.backend, self.model_dir, **kw)
+        self.runner = await asyncio.to_thread(self._open_runner, ro)
         if self.version_offset:
-            # a resumed run's backend continues the checkpoint's version count, so its
+            # a resumed run's runner continues the checkpoint's version count, so its
             # trajectories, the staleness rule and the learner metrics see the run's versions
-            self.backend.policy_version += self.version_offset
+            self.runner.policy_version += self.version_offset
             self.version_offset = 0
-        if hasattr(self.backend, "stream_requests"):  # a rollout pool: engine and backend
-            self.engine = self.backend
-        else:
-            self.engine = RolloutEngine(self.backend, self.tokenizer, **ro)
         self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
                                     resume=ckpt is not None, wandb=cfg.wandb,
                                     run_config=cfg.to_dict() if cfg.wandb else None)
         self._ready = True
 
-    def _rollout_pool(self, rollout: dict[str, Any]):
-        """The Ray rollout pool of ``num_rollout_workers`` workers, each with the run's
-        backend and rollout settings (``max_concurrency`` is per worker);
-        ``rollout_worker`` holds WorkerSpec resources and pool options."""
-        from agentgym.distributed.rollout_workers import RayRolloutPool, WorkerSpec, init_ray
+    def _open_runner(self, rollout: dict[str, Any]):
+        """The run's runner (:func:`~agentgym.engine.runner.open_runner`): an engine over
+        the injected backend, or over ``cfg.backend`` built from the model folder, or a Ray
+        rollout pool of ``num_rollout_workers`` workers (``max_concurrency`` is then per
+        worker; ``rollout_worker`` holds WorkerSpec resources and pool options)."""
+        from agentgym.engine.runner import open_runner
 
         cfg = self.cfg
-        init_ray(cfg.ray_address)
+        if self._injected_backend is not None:
+            return open_runner(self._injected_backend, tokenizer=self.tokenizer,
+                               **rollout).runner
         kw = dict(cfg.backend_kwargs)
         if cfg.backend == "transformers":
+            if not cfg.num_rollout_workers:
+                kw.setdefault("device", str(self.device))
             kw.setdefault("seed", cfg.seed)
         res = dict(cfg.rollout_worker)
-        opts = {k: res.pop(k) for k in ("chunk_size", "max_restarts", "max_request_retries",
+        pool = {k: res.pop(k) for k in ("chunk_size", "max_restarts", "max_request_retries",
                                         "weights_dir") if k in res}
         res.setdefault("torch_threads", cfg.torch_threads)
-        spec = WorkerSpec(self.model_dir, cfg.backend, kw, rollout, **res)
-        return RayRolloutPool(spec, cfg.num_rollout_workers, **opts)
+        return open_runner(cfg.backend, self.model_dir, tokenizer=self.tokenizer,
+                           backend_kwargs=kw, num_workers=cfg.num_rollout_workers,
+                           ray_address=cfg.ray_address, worker=res, pool=pool,
+                           **rollout).runner
 
     def _split_tasks(self) -> None:
         """Train tasks and held-out eval tasks (:func:`agentgym.envs.tasks.plan_tasks`)."""
@@ -302,16 +295,22 @@ class Trainer:
     # ------------------------------------------------------------------ pieces of a step
     @property
     def policy_version(self) -> int:
-        return self.version_offset + self.backend.policy_version
+        return self.version_offset + self.runner.policy_version
+
+    @property
+    def backend(self):
+        """The in-process backend the runner generates with (None for a Ray pool, whose
+        backends live on its workers, and before :meth:`setup`)."""
+        runner = getattr(self, "runner", None)
+        return getattr(runner, "backend", self._injected_backend)
 
     def _seed_rollout(self, step: int, group_base: int, draw: int = 0) -> None:
         """Deterministic group ids (hence episode seeds), request ids and backend sampling
         per step (and per top-up ``draw`` of dynamic sampling), so a resumed run replays
         the rollouts of an uninterrupted one."""
-        self.engine.reseed(group_base, group_base * 1024, run_id=f"s{self.cfg.seed}")
-        gen = getattr(self.backend, "_generator", None)
-        if isinstance(gen, torch.Generator):
-            gen.manual_seed(self.cfg.seed * 1_000_003 + step + draw * 7_919_000_003)
+        self.runner.reseed(group_base, group_base * 1024, run_id=f"s{self.cfg.seed}",
+                           sampling_seed=self.cfg.seed * 1_000_003 + step
+                           + draw * 7_919_000_003)
 
     async def rollout(self, step: int):
         """Collect the training batch of ``step`` at the schedule's horizon.
@@ -337,7 +336,7 @@ class Trainer:
             tasks = self.task_rng.integers(0, self.train_task_hi, cfg.tasks_per_step).tolist()
             # draw 0 keeps the ids of a run without dynamic sampling
             self._seed_rollout(step, draw * 10**7 + step * cfg.tasks_per_step, draw)
-            batch = await self.engine.collect(tasks, cfg.env, env_kwargs=self.train_env_kwargs,
+            batch = await self.runner.collect(tasks, cfg.env, env_kwargs=self.train_env_kwargs,
                                               max_turns=horizon, n_samples=cfg.n_samples)
             played.extend(batch.trajectories)
             if not fg:
@@ -373,7 +372,7 @@ class Trainer:
         if self.cfg.format_penalty:
             cut = pb.stop_reason == STOP_CODES["length"]
             pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
-        version = self.backend.policy_version
+        version = self.runner.policy_version
         if self.dp is not None:  # the other ranks train on the same batch
             self.dp.broadcast_object((pb, version))
         return self._policy_update(pb, version)
@@ -396,9 +395,9 @@ class Trainer:
         return {"rank": self.dp.rank, "steps": steps, "output_dir": str(self.output_dir)}
 
     async def sync_weights(self) -> None:
-        """Send the learner's weights to the backend (bumps its policy_version)."""
+        """Send the learner's weights to the runner's backends (bumps its policy_version)."""
         sd = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        await self.backend.update_weights(sd)
+        await self.runner.update_weights(sd)
 
     async def evaluate(self, step: int | None = None, tasks: list[int] | None = None
                        ) -> dict[str, Any]:
@@ -410,7 +409,7 @@ class Trainer:
         horizon = cfg.eval_max_turns or self.schedule.stages[-1].max_turns
         self._seed_rollout(10**6 + step, 10**9)
         t0 = time.perf_counter()
-        batch = await self.engine.collect(tasks if tasks is not None else self.eval_task_ids,
+        batch = await self.runner.collect(tasks if tasks is not None else self.eval_task_ids,
                                           cfg.env, env_kwargs=self.eval_env_kwargs,
                                           max_turns=horizon, n_samples=1,
                                           temperature=cfg.eval_temperature)
@@ -540,14 +539,12 @@ class Trainer:
         return run(go())
 
     async def aclose(self) -> None:
-        """Close the engine, the backend (unless injected) and the logger."""
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close()
-        if self.backend is not None and self._injected_backend is None:
-            if self.backend is not engine:  # a rollout pool closed as the engine
-                await self.backend.close()
-            self.backend = None
+        """Close the runner (and the backends it opened; an injected one stays open) and
+        the logger."""
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            self.runner = None
+            await runner.aclose()
         if getattr(self, "_dist_owned", False):
             torch.distributed.destroy_process_group()
             self._dist_owned = False

@@ -210,11 +210,7 @@ impl PyTrajectoryStore {
     }
 
     /// Finished trajectories as rows, for consumers that want Python objects per
-    /// trajectory: a list of `(key, loss_mask, logprobs, turn_rewards, reward, num_turns,
-    /// stop_reason, prompt_len)` with `loss_mask` a list of 0/1, `logprobs` and
-    /// `turn_rewards` lists of floats (every 0.0 one shared object) and `stop_reason` an
-    /// index into `STOP_REASONS`. Token ids are not included (see `drain`). The lists hold
-    /// only numbers and are not tracked by the cyclic GC.
+    /// trajectory: a list of `TrajectoryRow`. Token ids are not included (see `drain`).
     #[pyo3(signature = (max = None))]
     fn drain_rows<'py>(
         &mut self,
@@ -223,7 +219,7 @@ impl PyTrajectoryStore {
     ) -> PyResult<Bound<'py, pyo3::types::PyList>> {
         let inner = &mut self.inner;
         let b: PackedBatch = py.detach(|| inner.drain(max));
-        rows_list(py, &b)
+        rows_list(py, &Columns::of(&b))
     }
 
     /// Both views of the same drained trajectories: `(rows, packed)`, `rows` as
@@ -237,7 +233,7 @@ impl PyTrajectoryStore {
     ) -> PyResult<(Bound<'py, pyo3::types::PyList>, Bound<'py, PyDict>)> {
         let inner = &mut self.inner;
         let b: PackedBatch = py.detach(|| inner.drain(max));
-        let rows = rows_list(py, &b)?;
+        let rows = rows_list(py, &Columns::of(&b))?;
         Ok((rows, packed_dict(py, b)?))
     }
 
@@ -299,6 +295,8 @@ fn shared_zero_floats<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTrajectoryStore>()?;
+    m.add_class::<PyTrajectoryRow>()?;
+    m.add_function(wrap_pyfunction!(packed_rows, m)?)?;
     let names: Vec<&str> = StopReason::ALL.iter().map(|r| r.as_str()).collect();
     m.add("STOP_REASONS", pyo3::types::PyTuple::new(m.py(), names)?)?;
     Ok(())
@@ -325,31 +323,193 @@ fn packed_dict(py: Python<'_>, b: PackedBatch) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// The rows of `drain_rows` for a packed batch.
-fn rows_list<'py>(py: Python<'py>, b: &PackedBatch) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+/// One finished trajectory as `TrajectoryStore.drain_rows` and `packed_rows` return it,
+/// without its token ids: `loss_mask` a list of 0/1, `logprobs` and `turn_rewards` lists of
+/// floats (every +0.0 one shared object), `stop_reason` an index into `STOP_REASONS`. The
+/// lists hold only numbers and are not tracked by the cyclic GC.
+#[pyclass(frozen, get_all, name = "TrajectoryRow", module = "agentgym._core")]
+pub struct PyTrajectoryRow {
+    key: u64,
+    group_id: u64,
+    sample_index: u32,
+    policy_version: u32,
+    prompt_len: u32,
+    loss_mask: Py<pyo3::types::PyList>,
+    logprobs: Py<pyo3::types::PyList>,
+    turn_rewards: Py<pyo3::types::PyList>,
+    reward: f32,
+    num_turns: u32,
+    stop_reason: u8,
+}
+
+/// Borrowed columns of a packed batch (the store's, or numpy arrays of a Python
+/// `PackedBatch`), checked so that every row's ranges lie inside its buffers.
+struct Columns<'a> {
+    keys: Option<&'a [u64]>,
+    group_id: &'a [u64],
+    sample_index: &'a [u32],
+    policy_version: &'a [u32],
+    offsets: &'a [i64],
+    loss_mask: &'a [u8],
+    logprobs: &'a [f32],
+    rewards: &'a [f32],
+    turn_rewards: &'a [f32],
+    turn_offsets: &'a [i64],
+    num_turns: &'a [u32],
+    stop_reason: &'a [u8],
+    prompt_len: &'a [u32],
+}
+
+impl<'a> Columns<'a> {
+    fn of(b: &'a PackedBatch) -> Self {
+        Columns {
+            keys: Some(&b.keys),
+            group_id: &b.group_id,
+            sample_index: &b.sample_index,
+            policy_version: &b.policy_version,
+            offsets: &b.offsets,
+            loss_mask: &b.loss_mask,
+            logprobs: &b.logprobs,
+            rewards: &b.rewards,
+            turn_rewards: &b.turn_rewards,
+            turn_offsets: &b.turn_offsets,
+            num_turns: &b.num_turns,
+            stop_reason: &b.stop_reason,
+            prompt_len: &b.prompt_len,
+        }
+    }
+
+    /// The number of rows, or why the columns do not form a packed batch.
+    fn check(&self) -> Result<usize, String> {
+        let n = self
+            .offsets
+            .len()
+            .checked_sub(1)
+            .ok_or("offsets is empty")?;
+        let per_row = [
+            ("group_id", self.group_id.len()),
+            ("sample_index", self.sample_index.len()),
+            ("policy_version", self.policy_version.len()),
+            ("rewards", self.rewards.len()),
+            ("num_turns", self.num_turns.len()),
+            ("stop_reason", self.stop_reason.len()),
+            ("prompt_len", self.prompt_len.len()),
+            ("turn_offsets", self.turn_offsets.len().saturating_sub(1)),
+        ];
+        if let Some((name, len)) = per_row.iter().find(|(_, len)| *len != n) {
+            return Err(format!("{name} has {len} rows, offsets {n}"));
+        }
+        if self.turn_offsets.is_empty() {
+            return Err("turn_offsets is empty".into());
+        }
+        if self.loss_mask.len() != self.logprobs.len() {
+            return Err("loss_mask and logprobs differ in length".into());
+        }
+        let within = |offs: &[i64], len: usize| {
+            offs.first() == Some(&0)
+                && offs.windows(2).all(|w| w[0] <= w[1])
+                && offs.last().is_some_and(|&z| z as usize <= len)
+        };
+        if !within(self.offsets, self.loss_mask.len()) {
+            return Err("offsets must rise from 0 within the token buffers".into());
+        }
+        if !within(self.turn_offsets, self.turn_rewards.len()) {
+            return Err("turn_offsets must rise from 0 within turn_rewards".into());
+        }
+        Ok(n)
+    }
+}
+
+/// A Python `PackedBatch`'s rows as `TrajectoryRow`s (row `i`'s `key` is `i`): what
+/// `TrajectoryStore.drain_rows` gives for the store's own rows, for a batch that came
+/// from elsewhere (a Ray worker's message, a Parquet shard). A `ValueError` names the
+/// first inconsistent column.
+#[pyfunction]
+fn packed_rows<'py>(
+    py: Python<'py>,
+    batch: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    fn col<'py, T: Element + Copy>(b: &Bound<'py, PyAny>, name: &str) -> PyResult<Vec<T>> {
+        let arr = b.getattr(name)?;
+        let arr = arr.extract::<PyReadonlyArray1<'_, T>>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "packed batch field {name:?} must be a 1-D numpy array of {}",
+                std::any::type_name::<T>()
+            ))
+        })?;
+        Ok(owned(&arr))
+    }
+    let (group_id, sample_index, policy_version) = (
+        col::<u64>(batch, "group_id")?,
+        col::<u32>(batch, "sample_index")?,
+        col::<u32>(batch, "policy_version")?,
+    );
+    let (offsets, loss_mask, logprobs) = (
+        col::<i64>(batch, "offsets")?,
+        col::<u8>(batch, "loss_mask")?,
+        col::<f32>(batch, "logprobs")?,
+    );
+    let (rewards, turn_rewards, turn_offsets) = (
+        col::<f32>(batch, "rewards")?,
+        col::<f32>(batch, "turn_rewards")?,
+        col::<i64>(batch, "turn_offsets")?,
+    );
+    let (num_turns, stop_reason, prompt_len) = (
+        col::<u32>(batch, "num_turns")?,
+        col::<u8>(batch, "stop_reason")?,
+        col::<u32>(batch, "prompt_len")?,
+    );
+    rows_list(
+        py,
+        &Columns {
+            keys: None,
+            group_id: &group_id,
+            sample_index: &sample_index,
+            policy_version: &policy_version,
+            offsets: &offsets,
+            loss_mask: &loss_mask,
+            logprobs: &logprobs,
+            rewards: &rewards,
+            turn_rewards: &turn_rewards,
+            turn_offsets: &turn_offsets,
+            num_turns: &num_turns,
+            stop_reason: &stop_reason,
+            prompt_len: &prompt_len,
+        },
+    )
+}
+
+/// The `TrajectoryRow`s of packed columns.
+fn rows_list<'py>(py: Python<'py>, c: &Columns<'_>) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+    let n = c.check().map_err(PyValueError::new_err)?;
     let zero = pyo3::types::PyFloat::new(py, 0.0).into_any();
     let floats = |vals: &[f32]| -> PyResult<Bound<'py, pyo3::types::PyList>> {
         let list = shared_zero_floats(&zero, vals.iter().copied())?;
         crate::turn::untrack(&list);
         Ok(list)
     };
-    let rows = (0..b.keys.len())
+    let rows = (0..n)
         .map(|i| {
-            let (a, z) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
-            let (ta, tz) = (b.turn_offsets[i] as usize, b.turn_offsets[i + 1] as usize);
-            let mask = pyo3::types::PyList::new(py, &b.loss_mask[a..z])?;
+            let (a, z) = (c.offsets[i] as usize, c.offsets[i + 1] as usize);
+            let (ta, tz) = (c.turn_offsets[i] as usize, c.turn_offsets[i + 1] as usize);
+            let mask = pyo3::types::PyList::new(py, &c.loss_mask[a..z])?;
             crate::turn::untrack(&mask);
-            (
-                b.keys[i],
-                mask,
-                floats(&b.logprobs[a..z])?,
-                floats(&b.turn_rewards[ta..tz])?,
-                b.rewards[i],
-                b.num_turns[i],
-                b.stop_reason[i],
-                b.prompt_len[i],
+            Bound::new(
+                py,
+                PyTrajectoryRow {
+                    key: c.keys.map_or(i as u64, |k| k[i]),
+                    group_id: c.group_id[i],
+                    sample_index: c.sample_index[i],
+                    policy_version: c.policy_version[i],
+                    prompt_len: c.prompt_len[i],
+                    loss_mask: mask.unbind(),
+                    logprobs: floats(&c.logprobs[a..z])?.unbind(),
+                    turn_rewards: floats(&c.turn_rewards[ta..tz])?.unbind(),
+                    reward: c.rewards[i],
+                    num_turns: c.num_turns[i],
+                    stop_reason: c.stop_reason[i],
+                },
             )
-                .into_pyobject(py)
         })
         .collect::<PyResult<Vec<_>>>()?;
     pyo3::types::PyList::new(py, rows)
