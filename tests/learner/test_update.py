@@ -125,21 +125,31 @@ def test_compute_logprobs_matches_log_softmax_and_ignores_padding():
     torch.testing.assert_close(alone[0, :n], logp[row, :n], atol=1e-5, rtol=1e-5)
 
 
-def test_logprobs_of_model_tokens_only_equal_the_full_pass_with_its_gradient():
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_logprobs_of_model_tokens_only_equal_the_full_pass_with_its_gradient(chunk):
     """The LM head over model tokens alone gives the full pass's logprobs and entropies
-    there (0 elsewhere), and the same gradient of a masked loss."""
+    there (0 elsewhere), and the same gradient of a masked loss; so does the head taken
+    ``chunk`` model tokens at a time (recomputed in the backward pass), with and without
+    autograd."""
     batch = pack(two_turn_trajs(2, 4))
     mb = collate(batch, np.arange(8))
     mask = mb.loss_mask > 0
     assert mask.any() and (~mask).any()
+    assert int(mask.sum()) > 3 * chunk  # several chunks, the last one short
     grads = []
     outs = []
     for only in (False, True):
         model = tiny_qwen2()
-        logp, ent = compute_logprobs(model, mb, only_model_tokens=only)
+        logp, ent = compute_logprobs(model, mb, only_model_tokens=only,
+                                     chunk_tokens=chunk if only else 0)
         ((logp * mb.loss_mask).sum() + (ent * mb.loss_mask).sum()).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
         outs.append((logp.detach(), ent.detach()))
+        if only:
+            with torch.no_grad():
+                again, _ = compute_logprobs(model, mb, with_entropy=False,
+                                            chunk_tokens=chunk)
+            torch.testing.assert_close(again, logp.detach(), atol=1e-6, rtol=1e-6)
     (full_lp, full_ent), (sel_lp, sel_ent) = outs
     torch.testing.assert_close(sel_lp[mask], full_lp[mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(sel_ent[mask], full_ent[mask], atol=1e-5, rtol=1e-5)

@@ -93,6 +93,9 @@ class LearnerConfig:
     max_seqs_per_microbatch: int | None = None
     pad_token_id: int = 0
     bf16: bool = False  # torch.autocast(bfloat16) for forward passes (CPU or GPU)
+    # model tokens whose full-vocabulary logits exist at once (LM head, log-softmax and
+    # entropy in chunks, recomputed in the backward pass); 0: all at once
+    logprob_chunk_tokens: int = 1024
     # off-policy / staleness
     old_logprob_source: str = "behaviour"  # behaviour | recompute (proximal policy + TIS)
     tis_cap: float | None = 2.0  # truncated IS cap when old_logprob_source == "recompute"
@@ -117,6 +120,7 @@ class LearnerConfig:
             (self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c must be > 1"),
             (self.ppo_epochs >= 1 and self.num_mini_batches >= 1, "epochs/mini-batches >= 1"),
             (self.max_tokens_per_microbatch > 0, "max_tokens_per_microbatch must be > 0"),
+            (self.logprob_chunk_tokens >= 0, "logprob_chunk_tokens must be >= 0"),
             (0 <= self.gamma <= 1 and 0 <= self.lam <= 1, "gamma and lam must be in [0, 1]"),
             (self.temperature > 0, "temperature must be > 0"),
             (self.truncated != "bootstrap" or self.adv_estimator == "gae",
@@ -192,6 +196,50 @@ def _decoder_and_head(model: torch.nn.Module):
     return dec, head
 
 
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprob of each row's target and (optionally) the row's entropy, from float32
+    ``logits`` ``[..., V]``."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, None
+    probs = torch.softmax(logits, dim=-1)
+    return logp, lse - (probs * logits).sum(dim=-1)
+
+
+def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                   temperature: float, with_entropy: bool, bf16: bool, chunk: int
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_token_logprobs` of ``head(hidden)`` for rows of hidden states, ``chunk`` rows
+    at a time: each chunk's ``[chunk, V]`` float32 logits are freed once its logprobs are
+    taken, and under autograd recomputed in the backward pass (activation
+    checkpointing), so the full ``[rows, V]`` tensor never exists. ``chunk`` 0 (or no more
+    rows than it): one pass."""
+
+    def run(h: torch.Tensor, t: torch.Tensor):
+        with _autocast(h.device, bf16):
+            logits = head(h).float()
+        logp, ent = _token_logprobs(logits, t, temperature, with_entropy)
+        return (logp, ent) if ent is not None else (logp,)
+
+    n = hidden.shape[0]
+    if chunk <= 0 or n <= chunk:
+        out = run(hidden, targets)
+    else:
+        from torch.utils.checkpoint import checkpoint
+
+        grad = torch.is_grad_enabled() and hidden.requires_grad
+        parts = [checkpoint(run, hidden[i:i + chunk], targets[i:i + chunk],
+                            use_reentrant=False) if grad
+                 else run(hidden[i:i + chunk], targets[i:i + chunk])
+                 for i in range(0, n, chunk)]
+        out = tuple(torch.cat(cols) for cols in zip(*parts))
+    return out[0], (out[1] if with_entropy else None)
+
+
 def compute_logprobs(
     model: torch.nn.Module,
     mb: MicroBatch,
@@ -200,6 +248,7 @@ def compute_logprobs(
     with_entropy: bool = True,
     bf16: bool = False,
     only_model_tokens: bool = True,
+    chunk_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs of the next tokens ``[n, L - 1]`` (float32) and, optionally, the entropy of
     each next-token distribution, from ``model(input_ids, attention_mask).logits``.
@@ -207,7 +256,8 @@ def compute_logprobs(
     With ``only_model_tokens`` (and a plain Hugging Face causal LM) the LM head and the
     log-softmax run only where ``mb.loss_mask`` is 1 (the model's own tokens) and the
     other columns are 0: the full-vocabulary float32 logits of prompt and observation
-    tokens, which nothing reads, are never made."""
+    tokens, which nothing reads, are never made; ``chunk_tokens`` > 0 then bounds how many
+    model tokens' logits exist at once (:func:`_head_logprobs`)."""
     device = _model_device(model)
     ids, att = mb.input_ids.to(device), mb.attention_mask.to(device)
     parts = _decoder_and_head(model) if only_model_tokens else None
@@ -216,24 +266,15 @@ def compute_logprobs(
             out = model(input_ids=ids, attention_mask=att)
         logits = _logits(out)[:, :-1].float()
         targets = ids[:, 1:]
-    else:
-        decoder, head = parts
-        select = mb.loss_mask.to(device) > 0
-        with _autocast(device, bf16):
-            hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state
-            logits = head(hidden[:, :-1][select]).float()
-        targets = ids[:, 1:][select]
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = None
-    if with_entropy:
-        probs = torch.softmax(logits, dim=-1)
-        entropy = lse - (probs * logits).sum(dim=-1)
-    if parts is not None:
-        logp = _scatter_rows(logp, select)
-        entropy = _scatter_rows(entropy, select) if entropy is not None else None
+        return _token_logprobs(logits, targets, temperature, with_entropy)
+    decoder, head = parts
+    select = mb.loss_mask.to(device) > 0
+    with _autocast(device, bf16):
+        hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state
+    logp, entropy = _head_logprobs(head, hidden[:, :-1][select], ids[:, 1:][select],
+                                   temperature, with_entropy, bf16, chunk_tokens)
+    logp = _scatter_rows(logp, select)
+    entropy = _scatter_rows(entropy, select) if entropy is not None else None
     return logp, entropy
 
 
@@ -364,7 +405,8 @@ def policy_update(
         ref_model.eval()
         ref_t = _packed_pass(
             lambda mb: compute_logprobs(ref_model, mb, temperature=config.temperature,
-                                        with_entropy=False, bf16=config.bf16)[0],
+                                        with_entropy=False, bf16=config.bf16,
+                                        chunk_tokens=config.logprob_chunk_tokens)[0],
             all_plan, pb, config, dp)
 
     adv = compute_advantages(
@@ -382,7 +424,8 @@ def policy_update(
         model.eval()
         prox_t = _packed_pass(
             lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
-                                        with_entropy=False, bf16=config.bf16)[0],
+                                        with_entropy=False, bf16=config.bf16,
+                                        chunk_tokens=config.logprob_chunk_tokens)[0],
             all_plan, pb, config, dp)
 
     token_arrays = {"advantages": adv.advantages, "weights": weights_t, "ref_logprobs": ref_t,
@@ -487,7 +530,8 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
     mask = mb.loss_mask
     agg = {"num_tokens": n_tok, "num_seqs": n_seq, "norm_constant": norm_c}
     logp, entropy = compute_logprobs(model, mb, temperature=config.temperature,
-                                     with_entropy=True, bf16=config.bf16)
+                                     with_entropy=True, bf16=config.bf16,
+                                     chunk_tokens=config.logprob_chunk_tokens)
     weights = mb.get("weights")
     old = mb.old_logprobs
     prox = mb.get("prox_logprobs")
