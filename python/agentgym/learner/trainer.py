@@ -156,14 +156,61 @@ class Trainer:
         return sys.stderr.isatty() if p is None else bool(p)
 
     async def setup(self) -> None:
-        """Load models, backend, engine, schedule, logger; resume if asked (idempotent)."""
+        """Load models, backend, engine, schedule, logger; resume if asked (idempotent).
+
+        In order: the process (torch.distributed under ``torchrun``, threads, seeds, the
+        run folder), the schedule and the task split, the model folder (from the
+        checkpoint, or built), the policy / reference / critic models and their optimizers,
+        the checkpoint's state, and on rank 0 the runner and the logger."""
         if self._ready:
             return
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from agentgym.distributed.ddp import DataParallel, main_first
+        from agentgym.learner.checkpoint import load_checkpoint
 
-        from agentgym.distributed.ddp import DataParallel, init_from_env, main_first
-        from agentgym.learner import LearnerConfig, make_optimizer
-        from agentgym.learner.checkpoint import load_checkpoint, restore_rng
+        cfg = self.cfg
+        distributed = self._setup_process()
+        self.schedule = make_schedule(cfg)
+        self._split_tasks()
+        self.failures = FailureGuard(cfg.env, cfg.abort_after_failed_steps,
+                                     cfg.abort_failure_rate)
+        ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
+        if ckpt:
+            self.model_dir = str(ckpt["model_dir"])
+        else:  # built (tiny model, warm-up) once, on rank 0
+            self.model_dir = main_first(self._resolve_model) if distributed \
+                else self._resolve_model()
+        self._setup_models(distributed, ckpt)
+        self.task_rng = np.random.default_rng(cfg.seed)
+        self.version_offset = 0
+        if ckpt:
+            self._restore(ckpt)
+        self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
+            or self.model_dir
+        if distributed:
+            self.dp = DataParallel(self.model, self.critic)
+            if not self.dp.is_main:  # rank 0 alone rolls out, logs and saves
+                self._ready = True
+                return
+        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
+              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
+              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
+              "system_prompt": cfg.system_prompt, **cfg.rollout}
+        self.runner = await asyncio.to_thread(self._open_runner, ro)
+        if self.version_offset:
+            # a resumed run's runner continues the checkpoint's version count, so its
+            # trajectories, the staleness rule and the learner metrics see the run's versions
+            self.runner.policy_version += self.version_offset
+            self.version_offset = 0
+        self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
+                                    resume=ckpt is not None, wandb=cfg.wandb,
+                                    run_config=cfg.to_dict() if cfg.wandb else None)
+        self._ready = True
+
+    def _setup_process(self) -> bool:
+        """torch.distributed from ``torchrun``'s environment (when there is one), torch
+        threads, the Python / numpy / torch seeds and the run folder (rank 0's name on
+        every rank); returns whether the run is distributed."""
+        from agentgym.distributed.ddp import init_from_env, main_first
 
         cfg = self.cfg
         joined = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -178,16 +225,17 @@ class Trainer:
         if distributed:  # rank 0's run folder (a default one is named by the time)
             cfg.output_dir = main_first(lambda: str(self.output_dir))
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.schedule = make_schedule(cfg)
-        self._split_tasks()
-        self.failures = FailureGuard(cfg.env, cfg.abort_after_failed_steps,
-                                     cfg.abort_failure_rate)
-        ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
-        if ckpt:
-            self.model_dir = str(ckpt["model_dir"])
-        else:  # built (tiny model, warm-up) once, on rank 0
-            self.model_dir = main_first(self._resolve_model) if distributed \
-                else self._resolve_model()
+        return distributed
+
+    def _setup_models(self, distributed: bool, ckpt: dict | None) -> None:
+        """The device, tokenizer and policy model of the model folder, the learner config,
+        the frozen reference (when a KL is used), the critic (``gae``; its checkpointed
+        weights) and the optimizers."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from agentgym.learner import LearnerConfig, make_optimizer
+
+        cfg = self.cfg
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if distributed and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -215,43 +263,27 @@ class Trainer:
                 self.critic.load_state_dict(ckpt["critic"])
             self.critic_optimizer = make_optimizer(self.critic, lcfg, critic=True)
         self.optimizer = make_optimizer(self.model, lcfg)
-        self.task_rng = np.random.default_rng(cfg.seed)
-        self.version_offset = 0
-        if ckpt:
-            st = ckpt["state"]
-            self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
-            if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
-                self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
-            self.schedule.load_state_dict(st["schedule"])
-            self.task_rng.bit_generator.state = st["task_rng"]
-            self.step = int(st["step"])
-            self.version_offset = int(st["policy_version"])
-            self.eval_history = list(st.get("eval_history", []))
-            if st.get("ref_model_dir") and self.ref_model is not None:
-                self.ref_model.load_state_dict(
-                    AutoModelForCausalLM.from_pretrained(st["ref_model_dir"]).state_dict())
-            restore_rng(st["rng"])
-        self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
-            or self.model_dir
-        if distributed:
-            self.dp = DataParallel(self.model, self.critic)
-            if not self.dp.is_main:  # rank 0 alone rolls out, logs and saves
-                self._ready = True
-                return
-        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
-              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
-              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
-              "system_prompt": cfg.system_prompt, **cfg.rollout}
-        self.runner = await asyncio.to_thread(self._open_runner, ro)
-        if self.version_offset:
-            # a resumed run's runner continues the checkpoint's version count, so its
-            # trajectories, the staleness rule and the learner metrics see the run's versions
-            self.runner.policy_version += self.version_offset
-            self.version_offset = 0
-        self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
-                                    resume=ckpt is not None, wandb=cfg.wandb,
-                                    run_config=cfg.to_dict() if cfg.wandb else None)
-        self._ready = True
+
+    def _restore(self, ckpt: dict) -> None:
+        """A checkpoint's optimizer states, schedule, task sampler, step, policy version,
+        evaluation history, reference weights and RNG states."""
+        from transformers import AutoModelForCausalLM
+
+        from agentgym.learner.checkpoint import restore_rng
+
+        st = ckpt["state"]
+        self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
+        if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
+            self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
+        self.schedule.load_state_dict(st["schedule"])
+        self.task_rng.bit_generator.state = st["task_rng"]
+        self.step = int(st["step"])
+        self.version_offset = int(st["policy_version"])
+        self.eval_history = list(st.get("eval_history", []))
+        if st.get("ref_model_dir") and self.ref_model is not None:
+            self.ref_model.load_state_dict(
+                AutoModelForCausalLM.from_pretrained(st["ref_model_dir"]).state_dict())
+        restore_rng(st["rng"])
 
     def _open_runner(self, rollout: dict[str, Any]):
         """The run's runner (:func:`~agentgym.engine.runner.open_runner`): an engine over

@@ -385,15 +385,7 @@ def policy_update(
     version = int(pb.policy_version.max()) if current_version is None else int(current_version)
     stale_w = staleness_weights(pb.policy_version, version, config.max_staleness,
                                 mode=config.staleness_mode, decay=config.staleness_decay)
-    # Forward passes before the update (values, reference, proximal) only for trajectories
-    # that can carry a learning signal.
-    model_tokens = np.bincount(pb.trajectory_index(), weights=pb.loss_mask, minlength=len(pb))
-    maybe_valid = validity(pb.stop_reason, "keep" if config.truncated == "bootstrap"
-                           else config.truncated, config.overlong)[0]
-    maybe_valid &= (stale_w > 0) & (model_tokens > 0)
-    all_plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
-                                  max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                                  indices=_own(dp, np.flatnonzero(maybe_valid), pb))
+    maybe_valid, all_plan = _pass_plan(pb, config, stale_w, dp)
 
     was_training = model.training
     values_t = ref_t = None
@@ -402,13 +394,7 @@ def policy_update(
         values_t = _packed_pass(lambda mb: compute_values(value_model, mb, bf16=config.bf16),
                                 all_plan, pb, config, dp)
     if use_kl:
-        ref_model.eval()
-        ref_t = _packed_pass(
-            lambda mb: compute_logprobs(ref_model, mb, temperature=config.temperature,
-                                        with_entropy=False, bf16=config.bf16,
-                                        chunk_tokens=config.logprob_chunk_tokens)[0],
-            all_plan, pb, config, dp)
-
+        ref_t = _logprob_pass(ref_model, all_plan, pb, config, dp)
     adv = compute_advantages(
         pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
         gamma=config.gamma, lam=config.lam, truncated=config.truncated,
@@ -418,70 +404,19 @@ def policy_update(
         kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
         whiten_advantages=config.whiten_advantages,
     )
-    weights_t = np.repeat(stale_w, pb.lengths).astype(np.float32)
     prox_t = None
     if config.old_logprob_source == "recompute":
-        model.eval()
-        prox_t = _packed_pass(
-            lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
-                                        with_entropy=False, bf16=config.bf16,
-                                        chunk_tokens=config.logprob_chunk_tokens)[0],
-            all_plan, pb, config, dp)
-
-    token_arrays = {"advantages": adv.advantages, "weights": weights_t, "ref_logprobs": ref_t,
-                    "returns": adv.returns, "values": values_t, "prox_logprobs": prox_t}
+        prox_t = _logprob_pass(model, all_plan, pb, config, dp)
+    token_arrays = {"advantages": adv.advantages,
+                    "weights": np.repeat(stale_w, pb.lengths).astype(np.float32),
+                    "ref_logprobs": ref_t, "returns": adv.returns, "values": values_t,
+                    "prox_logprobs": prox_t}
     rows = np.flatnonzero(adv.valid & maybe_valid)
-    model.train()
-    if value_model is not None:
-        value_model.train()
-    rng = np.random.default_rng(config.seed)
-    fwd, vfwd = (model, value_model) if dp is None else (dp.model, dp.value_model)
-    scale = 1.0 if dp is None else dp.loss_scale
-    stats = _Stats()
-    step_stats: dict[str, list[float]] = defaultdict(list)
-    n_micro = 0
-    for _epoch in range(config.ppo_epochs):
-        order = rng.permutation(rows) if config.shuffle else rows
-        for mini in np.array_split(order, min(config.num_mini_batches, max(len(order), 1))):
-            if len(mini) == 0:
-                continue
-            plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
-                                      max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                                      indices=_own(dp, mini, pb))
-            mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id) for r in plan]
-            n_tok = float(sum(mb.num_model_tokens for mb in mbs))
-            n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
-            norm_c = config.loss_norm_constant or float(
-                max((int(mb.lengths.max()) for mb in mbs), default=0))
-            if dp is not None:
-                n_tok, n_seq, norm_c = dp.global_counts(n_tok, n_seq, norm_c)
-            loss_sums: dict[str, Any] = {}
-            for i, mb in enumerate(mbs):
-                with _accumulating(dp, i < len(mbs) - 1):
-                    m, losses = _micro_step(fwd, mb, config, vfwd, n_tok, n_seq, norm_c,
-                                            use_kl, scale)
-                stats.add(m, float(mb.num_model_tokens))
-                for k, v in losses.items():
-                    loss_sums[k] = loss_sums[k] + v if k in loss_sums else v
-                n_micro += 1
-            loss_sums = _to_floats(loss_sums)  # with the grad norm: one read-back a step
-            if dp is not None:
-                if not mbs:  # no rows here: still take part in the gradient reduction
-                    dp.join_backward(config.pad_token_id)
-                loss_sums = dp.sum_dict(loss_sums)
-            for k, v in loss_sums.items():
-                step_stats[k].append(v)
-            step_stats["actor/grad_norm"].append(_clip_and_step(optimizer, config))
-            if critic_optimizer is not None:
-                step_stats["critic/grad_norm"].append(_clip_and_step(critic_optimizer, config))
+
+    stats, step_stats, n_micro = _optimize(model, optimizer, pb, rows, token_arrays, config,
+                                           value_model, critic_optimizer, use_kl, dp)
     if not was_training:
         model.eval()
-    if dp is not None:  # every rank's micro-batches
-        stats.floats()
-        stats.sums = defaultdict(float, dp.sum_dict(stats.sums))
-        stats.weights = defaultdict(float, dp.sum_dict(stats.weights))
-        n_micro = int(dp.sum_dict({"n": n_micro})["n"])
-
     metrics = dict(adv.metrics)
     metrics.update(stats.means())
     for k, v in step_stats.items():
@@ -504,6 +439,98 @@ def policy_update(
         "num_turns/mean": float(pb.num_turns.mean()),
     })
     return metrics
+
+
+def _pass_plan(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, dp
+               ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The trajectories that can carry a learning signal (not failed or dropped, not too
+    stale, with model tokens) and the micro-batch plan of the forward passes before the
+    update (values, reference, proximal) over them (this rank's share under ``dp``)."""
+    model_tokens = np.bincount(pb.trajectory_index(), weights=pb.loss_mask, minlength=len(pb))
+    maybe_valid = validity(pb.stop_reason, "keep" if config.truncated == "bootstrap"
+                           else config.truncated, config.overlong)[0]
+    maybe_valid &= (stale_w > 0) & (model_tokens > 0)
+    plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
+                              max_seqs_per_microbatch=config.max_seqs_per_microbatch,
+                              indices=_own(dp, np.flatnonzero(maybe_valid), pb))
+    return maybe_valid, plan
+
+
+def _logprob_pass(model, plan, pb: PackedBatch, config: LearnerConfig, dp) -> np.ndarray:
+    """``model``'s logprobs of every token of the plan's rows (eval mode), packed."""
+    model.eval()
+    return _packed_pass(
+        lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
+                                    with_entropy=False, bf16=config.bf16,
+                                    chunk_tokens=config.logprob_chunk_tokens)[0],
+        plan, pb, config, dp)
+
+
+def _optimize(model, optimizer, pb: PackedBatch, rows: np.ndarray,
+              token_arrays: dict[str, Any], config: LearnerConfig, value_model,
+              critic_optimizer, use_kl: bool, dp) -> tuple[_Stats, dict[str, list[float]], int]:
+    """``ppo_epochs`` x ``num_mini_batches`` optimizer steps over ``rows`` (shuffled per
+    epoch with ``config.seed``); returns the micro-batch metrics, the per-step losses and
+    gradient norms, and the number of micro-batches (all ranks')."""
+    model.train()
+    if value_model is not None:
+        value_model.train()
+    rng = np.random.default_rng(config.seed)
+    fwd, vfwd = (model, value_model) if dp is None else (dp.model, dp.value_model)
+    scale = 1.0 if dp is None else dp.loss_scale
+    stats = _Stats()
+    step_stats: dict[str, list[float]] = defaultdict(list)
+    n_micro = 0
+    for _epoch in range(config.ppo_epochs):
+        order = rng.permutation(rows) if config.shuffle else rows
+        for mini in np.array_split(order, min(config.num_mini_batches, max(len(order), 1))):
+            if len(mini) == 0:
+                continue
+            loss_sums, n = _mini_batch_step(fwd, vfwd, pb, mini, token_arrays, config,
+                                            use_kl, scale, stats, dp)
+            n_micro += n
+            for k, v in loss_sums.items():
+                step_stats[k].append(v)
+            step_stats["actor/grad_norm"].append(_clip_and_step(optimizer, config))
+            if critic_optimizer is not None:
+                step_stats["critic/grad_norm"].append(_clip_and_step(critic_optimizer, config))
+    if dp is not None:  # every rank's micro-batches
+        stats.floats()
+        stats.sums = defaultdict(float, dp.sum_dict(stats.sums))
+        stats.weights = defaultdict(float, dp.sum_dict(stats.weights))
+        n_micro = int(dp.sum_dict({"n": n_micro})["n"])
+    return stats, step_stats, n_micro
+
+
+def _mini_batch_step(fwd, vfwd, pb: PackedBatch, mini: np.ndarray,
+                     token_arrays: dict[str, Any], config: LearnerConfig, use_kl: bool,
+                     scale: float, stats: _Stats, dp) -> tuple[dict[str, float], int]:
+    """The gradients of one mini-batch, accumulated over its token-budgeted micro-batches
+    with the whole mini-batch's loss normalisers (all ranks' under ``dp``); returns its
+    summed losses (read back once) and its number of micro-batches here."""
+    plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
+                              max_seqs_per_microbatch=config.max_seqs_per_microbatch,
+                              indices=_own(dp, mini, pb))
+    mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id) for r in plan]
+    n_tok = float(sum(mb.num_model_tokens for mb in mbs))
+    n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
+    norm_c = config.loss_norm_constant or float(
+        max((int(mb.lengths.max()) for mb in mbs), default=0))
+    if dp is not None:
+        n_tok, n_seq, norm_c = dp.global_counts(n_tok, n_seq, norm_c)
+    loss_sums: dict[str, Any] = {}
+    for i, mb in enumerate(mbs):
+        with _accumulating(dp, i < len(mbs) - 1):
+            m, losses = _micro_step(fwd, mb, config, vfwd, n_tok, n_seq, norm_c, use_kl, scale)
+        stats.add(m, float(mb.num_model_tokens))
+        for k, v in losses.items():
+            loss_sums[k] = loss_sums[k] + v if k in loss_sums else v
+    loss_sums = _to_floats(loss_sums)  # with the grad norm: one read-back a step
+    if dp is not None:
+        if not mbs:  # no rows here: still take part in the gradient reduction
+            dp.join_backward(config.pad_token_id)
+        loss_sums = dp.sum_dict(loss_sums)
+    return loss_sums, len(mbs)
 
 
 def _own(dp, rows: np.ndarray, pb: PackedBatch) -> np.ndarray:

@@ -121,6 +121,9 @@ impl std::fmt::Debug for TurnCodec {
     }
 }
 
+/// A templated observation's token ids, or the tokenizer's message for a text it refuses.
+pub type ObservationIds = std::result::Result<Arc<[u32]>, String>;
+
 fn tok_err(e: impl std::fmt::Display) -> CoreError {
     CoreError::InvalidArgument(format!("tokenizer: {e}"))
 }
@@ -220,8 +223,21 @@ impl TurnCodec {
 
     /// Each observation as a user turn plus the next assistant header, tokenized once per
     /// distinct text (memoised; misses are tokenized in parallel). Returns the ids and the
-    /// number of misses.
+    /// number of misses; the first observation the tokenizer refuses fails the call.
     pub fn observation_ids(&mut self, observations: &[&str]) -> Result<(Vec<Arc<[u32]>>, usize)> {
+        let (ids, misses) = self.observation_ids_each(observations);
+        let ids = ids
+            .into_iter()
+            .map(|r| r.map_err(CoreError::InvalidArgument))
+            .collect::<Result<_>>()?;
+        Ok((ids, misses))
+    }
+
+    /// [`observation_ids`](Self::observation_ids) with one result per observation (see
+    /// [`ObservationIds`]): a text
+    /// the tokenizer refuses gets its error message (and is not cached); the others their
+    /// ids.
+    pub fn observation_ids_each(&mut self, observations: &[&str]) -> (Vec<ObservationIds>, usize) {
         let mut out: Vec<Option<Arc<[u32]>>> = observations
             .iter()
             .map(|o| self.cache.get(*o).cloned())
@@ -230,16 +246,20 @@ impl TurnCodec {
         // The same new observation may appear several times in one batch: tokenize it once.
         misses.sort_by_key(|&i| observations[i]);
         misses.dedup_by_key(|i| observations[*i]);
-        let encode = |&i: &usize| -> Result<Arc<[u32]>> {
+        let encode = |&i: &usize| -> ObservationIds {
             let text = format!("{}{}{}", self.obs_prefix, observations[i], self.obs_suffix);
-            Ok(Arc::from(self.encode(&text)?))
+            self.encode(&text).map(Arc::from).map_err(|e| match e {
+                CoreError::InvalidArgument(message) => message,
+                e => e.to_string(),
+            })
         };
-        let encoded: Vec<Arc<[u32]>> = if misses.len() >= PAR_MIN_REPLIES / 4 {
-            misses.par_iter().map(encode).collect::<Result<_>>()?
+        let encoded: Vec<ObservationIds> = if misses.len() >= PAR_MIN_REPLIES / 4 {
+            misses.par_iter().map(encode).collect()
         } else {
-            misses.iter().map(encode).collect::<Result<_>>()?
+            misses.iter().map(encode).collect()
         };
         for (&i, ids) in misses.iter().zip(&encoded) {
+            let Ok(ids) = ids else { continue };
             let text = observations[i];
             let size = entry_bytes(text, ids);
             if text.len() > self.cache_max_chars || size > self.cache_max_bytes {
@@ -253,7 +273,7 @@ impl TurnCodec {
             self.cache.insert(text.to_string(), ids.clone());
             self.cache_bytes += size;
         }
-        let fresh: HashMap<&str, &Arc<[u32]>> = misses
+        let fresh: HashMap<&str, &ObservationIds> = misses
             .iter()
             .zip(&encoded)
             .map(|(&i, ids)| (observations[i], ids))
@@ -261,9 +281,12 @@ impl TurnCodec {
         let ids = observations
             .iter()
             .zip(out.iter_mut())
-            .map(|(o, slot)| slot.take().unwrap_or_else(|| fresh[o].clone()))
+            .map(|(o, slot)| match slot.take() {
+                Some(ids) => Ok(ids),
+                None => fresh[o].clone(),
+            })
             .collect();
-        Ok((ids, misses.len()))
+        (ids, misses.len())
     }
 
     /// Validation shared by both turn calls: every key live, logprobs one per token.
@@ -288,9 +311,12 @@ impl TurnCodec {
     }
 
     /// One turn of many episodes of a native env; see the module docs. Validation happens
-    /// before anything changes: unknown keys, out-of-range slots, a slot twice, or logprobs
-    /// of the wrong length fail the whole call. A slot whose episode is no longer running is
-    /// not stepped: its reply is recorded and it ends with `aborted`.
+    /// before anything changes: unknown keys, out-of-range slots, a slot twice, logprobs of
+    /// the wrong length or a reply that does not decode fail the whole call. A slot whose
+    /// episode is no longer running is not stepped: its reply is recorded and it ends with
+    /// `aborted`. The observations exist only after the step, so their tokenization cannot
+    /// come first: an observation the tokenizer refuses ends only its own episode
+    /// (`env_error`, the message in its error), never the call.
     pub fn step_turns(
         &mut self,
         pool: &mut EpisodePool,
@@ -362,10 +388,16 @@ impl TurnCodec {
             .filter(|&i| results[i].stop.is_none())
             .collect();
         let texts: Vec<&str> = going.iter().map(|&i| results[i].observation).collect();
-        let (obs_ids, misses) = self.observation_ids(&texts)?;
+        // An observation the tokenizer refuses (the one failure possible after the envs
+        // stepped) ends only its episode, as an env error does.
+        let (obs_ids, misses) = self.observation_ids_each(&texts);
         let mut observation: Vec<Option<Arc<[u32]>>> = vec![None; turns.len()];
+        let mut refused: Vec<(usize, String)> = Vec::new();
         for (&i, ids) in going.iter().zip(obs_ids) {
-            observation[i] = Some(ids);
+            match ids {
+                Ok(ids) => observation[i] = Some(ids),
+                Err(e) => refused.push((i, e)),
+            }
         }
 
         let mut out = TurnOutput {
@@ -378,6 +410,10 @@ impl TurnCodec {
             appended: Vec::with_capacity(turns.len()),
             tokenized: misses,
         };
+        for (i, e) in refused {
+            out.stop[i] = Some(StopReason::EnvError);
+            out.errors[i] = Some(format!("the observation could not be tokenized: {e}"));
+        }
         for (i, t) in turns.iter().enumerate() {
             let close = (!t.ended).then_some(self.end_of_turn);
             let obs = observation[i].take();

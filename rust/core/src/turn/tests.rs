@@ -382,3 +382,53 @@ fn the_observation_cache_stays_within_its_byte_bound() {
     let (_, misses) = c.observation_ids(&[long.as_str()]).unwrap();
     assert_eq!((misses, c.cached()), (1, 0));
 }
+
+#[test]
+fn an_observation_the_tokenizer_refuses_ends_only_its_episode() {
+    // A word-level vocabulary without "3" whose unknown token is missing too: encoding
+    // "step 3 noop" fails, so the third observation of an episode cannot be tokenized.
+    let json = tokenizer_json()
+        .replace(r#""3":9,"#, "")
+        .replace(r#""unk_token":"[UNK]""#, r#""unk_token":"[NONE]""#);
+    let mut c = TurnCodec::new(
+        &json,
+        "<user>",
+        "<eot><asst>",
+        EOT,
+        ActionParser::new(ParseFormat::React),
+    )
+    .unwrap();
+    let (mut pool, mut store) = setup(2);
+    let specs: Vec<ResetSpec> = (0..2)
+        .map(|slot| ResetSpec {
+            slot,
+            task: Task::Index(0),
+            seed: 7,
+            max_turns: None,
+        })
+        .collect();
+    pool.reset(&specs).unwrap();
+    let noop = reply(&c, "noop");
+    for _ in 0..2 {
+        let out = c
+            .step_turns(&mut pool, &mut store, &[input(0, &noop, &[], true)], 1000)
+            .unwrap();
+        assert_eq!(out.stop, vec![None]);
+    }
+    let before = store.num_tokens(101).unwrap();
+    let both = [input(0, &noop, &[], true), input(1, &noop, &[], true)];
+    let out = c.step_turns(&mut pool, &mut store, &both, 1000).unwrap();
+    assert_eq!(out.stop, vec![Some(StopReason::EnvError), None]);
+    let message = out.errors[0].as_deref().unwrap();
+    assert!(message.contains("could not be tokenized"), "{message}");
+    assert_eq!(out.errors[1], None);
+    // slot 0's reply is recorded without an observation; slot 1 goes on as usual
+    assert_eq!(out.appended[0], noop);
+    let obs1 = c.observation_ids(&["step 1 noop"]).unwrap().0.remove(0);
+    assert_eq!(out.appended[1], [noop.as_slice(), &obs1].concat());
+    assert_eq!(
+        store.num_tokens(101).unwrap(),
+        before + noop.len() + obs1.len()
+    );
+    assert!(c.observation_ids(&["step 3 noop"]).is_err());
+}
