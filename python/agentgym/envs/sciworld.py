@@ -239,6 +239,17 @@ class SciWorldEnv(BaseEnv):
                 out.append(a)
         return out[: self.max_valid_actions]
 
+    def action_hint(self) -> dict[str, list[str]]:
+        """The simulator's action templates and the objects of this state (AgentGym's
+        ``action_hint`` route)."""
+        sim = self.simulator
+        return {"possible_actions": list(sim.get_possible_actions()),
+                "possible_objects": list(sim.get_possible_objects())}
+
+    def goal_progress(self) -> str:
+        """The simulator's report of the task's subgoals done so far."""
+        return str(self.simulator.get_goal_progress())
+
     def oracle_action(self) -> str | None:
         """The next action of ScienceWorld's gold sequence, while the episode follows it."""
         if not self._live:

@@ -23,6 +23,23 @@ def task_label(env_id: str, task: int | str) -> str:
     return f"agentgym {env_id} task {task}"
 
 
+def check_task(task: Any) -> int | str:
+    """``task`` as a task reference: a task index (an int; a numpy scalar becomes one) or
+    the env's task text; a :class:`TaskRefError` otherwise."""
+    if hasattr(task, "item") and not isinstance(task, str):  # numpy scalar from a batch
+        task = task.item()
+    if isinstance(task, bool) or not isinstance(task, (int, str)):
+        raise TaskRefError(f"task must be an int index or a task text, got {task!r}")
+    return task
+
+
+def engine_top_k(top_k: Any) -> int:
+    """A trainer's ``top_k`` as the engine's: a positive k as is; 0, None or a negative
+    value (no top-k filtering in vLLM's, TRL's, verl's and SkyRL's conventions) as -1."""
+    k = int(top_k or 0)
+    return k if k > 0 else -1
+
+
 def task_ref(fields: Mapping[str, Any]) -> tuple[str, int | str]:
     """``(env_id, task)`` from a mapping holding ``env_id`` and ``task`` (a task index or
     the env's task text). Numpy scalars are turned into Python ints."""
@@ -32,11 +49,7 @@ def task_ref(fields: Mapping[str, Any]) -> tuple[str, int | str]:
         raise TaskRefError(f"no agentgym env_id/task in {fields!r}") from e
     if not isinstance(env_id, str) or not env_id:
         raise TaskRefError(f"env_id must be a non-empty string, got {env_id!r}")
-    if hasattr(task, "item") and not isinstance(task, str):  # numpy scalar from a batch
-        task = task.item()
-    if isinstance(task, bool) or not isinstance(task, (int, str)):
-        raise TaskRefError(f"task must be an int index or a task text, got {task!r}")
-    return env_id, task
+    return env_id, check_task(task)
 
 
 class EpisodeCoalescer:

@@ -32,7 +32,7 @@ from agentgym.backends.base import Backend
 from agentgym.data.exports import to_skyrl
 from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.runner import open_runner
-from agentgym.integrations._episodes import EpisodeCoalescer, TaskRefError
+from agentgym.integrations._episodes import EpisodeCoalescer, TaskRefError, engine_top_k
 from agentgym.parse import parse_action
 
 try:  # SkyRL's trainer package (Python >= 3.12, its own transformers pin)
@@ -178,7 +178,7 @@ def _sampling_overrides(sp: Mapping[str, Any]) -> dict[str, Any]:
         if sp.get(name) is not None:
             out[name] = float(sp[name])
     if sp.get("top_k") is not None:
-        out["top_k"] = int(sp["top_k"]) if int(sp["top_k"]) > 0 else -1
+        out["top_k"] = engine_top_k(sp["top_k"])
     for name in ("max_generate_length", "max_tokens", "max_new_tokens"):
         if sp.get(name) is not None:
             out["max_new_tokens"] = int(sp[name])

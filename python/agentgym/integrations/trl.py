@@ -49,7 +49,13 @@ from agentgym.backends.batching import BatchRequest, RequestBatcher
 from agentgym.backends.vllm_backend import vllm_sampling_kwargs
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import RolloutEngine
-from agentgym.integrations._episodes import TaskRefError, task_label, task_ref
+from agentgym.integrations._episodes import (
+    TaskRefError,
+    check_task,
+    engine_top_k,
+    task_label,
+    task_ref,
+)
 
 __all__ = ["AgentGymRollout", "TRLVLLMBackend", "TaskRefError", "env_reward",
            "prompt_messages"]
@@ -58,8 +64,7 @@ __all__ = ["AgentGymRollout", "TRLVLLMBackend", "TaskRefError", "env_reward",
 def prompt_messages(env_id: str, task: int | str) -> list[dict]:
     """The conversational prompt of one dataset row: one user message labelled with the
     task, carrying ``env_id`` and ``task``."""
-    if isinstance(task, bool) or not isinstance(task, (int, str)):
-        raise TaskRefError(f"task must be an int index or a task text, got {task!r}")
+    task = check_task(task)
     return [{"role": "user", "content": task_label(env_id, task), "env_id": env_id,
              "task": task}]
 
@@ -138,7 +143,7 @@ class AgentGymRollout:
         args = trainer.args
         sampling = {"temperature": float(trainer.temperature),
                     "top_p": float(getattr(args, "top_p", 1.0) or 1.0),
-                    "top_k": int(getattr(args, "top_k", 0) or -1)}
+                    "top_k": engine_top_k(getattr(args, "top_k", None))}
         overrides = {**sampling, **self.overrides}
         by_env: dict[str, list[int]] = {}
         for g, (env_id, _) in enumerate(groups):

@@ -52,6 +52,8 @@ from agentgym.engine.runner import open_runner
 from agentgym.integrations._episodes import (
     EpisodeCoalescer,
     TaskRefError,
+    check_task,
+    engine_top_k,
     task_label,
     task_ref,
 )
@@ -208,8 +210,8 @@ class AgentGymAgentLoop(AgentLoopBase):
         for name in ("temperature", "top_p", "top_k"):
             if sampling_params.get(name) is not None:
                 overrides[name] = sampling_params[name]
-        if "top_k" in overrides and overrides["top_k"] == 0:
-            overrides["top_k"] = -1
+        if "top_k" in overrides:
+            overrides["top_k"] = engine_top_k(overrides["top_k"])
         max_turns = self.max_turns or extra.get("max_turns")
         if max_turns:
             overrides["max_turns"] = int(max_turns)
@@ -267,8 +269,7 @@ def dataset_rows(env_id: str, tasks: Iterable[int | str], *, agent_name: str = A
     ``index``, ``env_id``, ``task`` (and ``max_turns`` when given)."""
     rows = []
     for i, task in enumerate(tasks):
-        if isinstance(task, bool) or not isinstance(task, (int, str)):
-            raise TaskRefError(f"task must be an int index or a task text, got {task!r}")
+        task = check_task(task)
         info: dict[str, Any] = {"index": i, "env_id": env_id, "task": task, "split": split}
         if max_turns is not None:
             info["max_turns"] = int(max_turns)

@@ -260,13 +260,11 @@ async def _sw_task_description(service: EnvService, query: Mapping[str, Any]) ->
 
 
 def _hint(env: Any) -> dict:
-    sim = _base(env).simulator
-    return {"possible_actions": list(sim.get_possible_actions()),
-            "possible_objects": list(sim.get_possible_objects())}
+    return _base(env).action_hint()
 
 
 def _goals(env: Any) -> dict:
-    return {"goals": str(_base(env).simulator.get_goal_progress())}
+    return {"goals": _base(env).goal_progress()}
 
 
 async def _sw_action_hint(service: EnvService, query: Mapping[str, Any]) -> dict:
