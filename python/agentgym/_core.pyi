@@ -38,6 +38,12 @@ class EnvError(AgentGymError):
 class TrajectoryError(AgentGymError):
     """Invalid trajectory operation."""
 
+class SnapshotUnsupportedError(AgentGymError):
+    """The environment cannot snapshot its state (snapshot, restore, fork)."""
+
+class UnknownSnapshotError(AgentGymError):
+    """No live snapshot has this handle in this pool (never issued, or released)."""
+
 class EnvPool:
     """Episodes of one native env, reset and stepped in batches (GIL released)."""
 
@@ -85,6 +91,19 @@ class EnvPool:
     @property
     def num_tasks(self) -> int: ...
     def __len__(self) -> int: ...
+    def snapshot(self, ids: Sequence[int]) -> list[int]:
+        """Save each slot's state (a running episode each): one opaque handle per slot."""
+    def restore(self, ids: Sequence[int], handles: Sequence[int]) -> None:
+        """Put each slot back into the state saved under its handle (handles stay valid)."""
+    def fork(self, src: int, targets: Sequence[int]) -> None:
+        """Copy slot ``src``'s state into each of ``targets`` (slots without a running
+        episode); then every slot steps on its own."""
+    def release(self, handles: Sequence[int]) -> None: ...
+    def snapshot_bytes(self, handles: Sequence[int]) -> list[int]: ...
+    @property
+    def snapshots_supported(self) -> bool: ...
+    @property
+    def num_snapshots(self) -> int: ...
 
 def native_env_ids() -> list[str]:
     """Registered native env ids: the shipped envs, plus the test-only ones once

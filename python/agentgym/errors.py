@@ -7,8 +7,10 @@ from agentgym._core import (
     EpisodeFinishedError,
     EpisodeNotStartedError,
     InvalidTaskError,
+    SnapshotUnsupportedError,
     TrajectoryError,
     UnknownEnvError,
+    UnknownSnapshotError,
 )
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "EpisodeFinishedError",
     "EpisodeNotStartedError",
     "InvalidTaskError",
+    "SnapshotUnsupportedError",
     "TrajectoryError",
     "UnknownEnvError",
+    "UnknownSnapshotError",
 ]

@@ -189,3 +189,80 @@ class EnvPool(NativeEnvInfo):
             "stop_reason": stop_reason,
             "total_reward": total_reward,
         }
+
+    # --- snapshots -------------------------------------------------------------------
+
+    @property
+    def snapshots_supported(self) -> bool:
+        """Whether this env can snapshot its state (``snapshot``, ``restore``, ``fork``);
+        known before any episode starts. Every shipped native env can."""
+        return self._pool.snapshots_supported
+
+    @property
+    def num_snapshots(self) -> int:
+        """Snapshots taken and not yet released."""
+        return self._pool.num_snapshots
+
+    def snapshot(self, ids: Sequence[int] | np.ndarray) -> list[int]:
+        """Save the whole state of each of slots ``ids``: the env's state and the episode's
+        bookkeeping (task, seed, turns, horizon, total reward, refused turns). Returns one
+        opaque integer handle per slot, valid in this pool until :meth:`release`.
+
+        Each slot must hold a running episode. Raises before saving anything:
+        ``SnapshotUnsupportedError`` (the env cannot snapshot), ``EpisodeNotStartedError``
+        or ``EpisodeFinishedError`` (a slot without a running episode), ``IndexError`` /
+        ``ValueError`` (bad or repeated ids). Runs in Rust with the GIL released.
+        """
+        return self._pool.snapshot(_as_id_list(ids))
+
+    def restore(self, ids: Sequence[int] | np.ndarray, handles: Sequence[int]) -> None:
+        """Put slot ``ids[i]`` back into the state saved under ``handles[i]``, exactly: the
+        same actions then give the same observations, rewards and end flags as after the
+        snapshot. Whatever the slot held is replaced; a handle can be restored any number of
+        times, into any slots, and stays valid. Raises before changing anything:
+        ``UnknownSnapshotError`` (never issued, or released), ``IndexError`` /
+        ``ValueError`` (bad or repeated ids, unequal lengths).
+        """
+        self._pool.restore(_as_id_list(ids), [int(h) for h in handles])
+
+    def fork(self, id: int, targets: int | Sequence[int] | np.ndarray) -> list[int]:
+        """Copy slot ``id``'s state (a running episode) into other slots; returns their ids.
+
+        The pool has a fixed number of slots, so the children go into free slots: slots that
+        hold no running episode (never reset, or finished; a finished episode there is
+        replaced). ``targets`` is those slots, or a count ``n``: then the ``n``
+        lowest-numbered free slots other than ``id``. Each child starts with the same env
+        state and episode bookkeeping as ``id``; from then on every slot (``id`` included)
+        steps on its own. Raises before changing anything: ``SnapshotUnsupportedError``,
+        ``EpisodeFinishedError`` (``id``'s episode ended, e.g. with ``env_error``) or
+        ``EpisodeNotStartedError``, ``ValueError`` (a target holds a running episode, is
+        repeated or is ``id``; fewer than ``n`` free slots), ``IndexError``.
+        """
+        if isinstance(targets, (int, np.integer)):
+            n = int(targets)
+            if n < 0:
+                raise ValueError(f"fork needs a count >= 0, got {n}")
+            running = self._pool.running(list(range(self.num_envs)))
+            free = [i for i, r in enumerate(running) if not r and i != id]
+            if len(free) < n:
+                raise ValueError(
+                    f"fork of slot {id} needs {n} free slots; {len(free)} of "
+                    f"{self.num_envs} hold no running episode"
+                )
+            target_list = free[:n]
+        else:
+            target_list = _as_id_list(targets)
+        self._pool.fork(int(id), target_list)
+        return target_list
+
+    def release(self, handles: Sequence[int]) -> None:
+        """Free the snapshots under ``handles``; they become unknown
+        (``UnknownSnapshotError`` afterwards). All or nothing: an unknown handle raises
+        ``UnknownSnapshotError``, a repeated one ``ValueError``, before anything is freed."""
+        self._pool.release([int(h) for h in handles])
+
+    def snapshot_bytes(self, handles: Sequence[int]) -> list[int]:
+        """Bytes each snapshot holds: its table entry, the env's struct, the env's own heap
+        buffers (capacities) and the task text. Read-only data the env shares with every
+        other env of its id (word lists, catalogues, recipe books) is not counted."""
+        return self._pool.snapshot_bytes([int(h) for h in handles])

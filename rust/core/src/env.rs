@@ -76,6 +76,31 @@ pub trait Env: Send {
     fn num_tasks(&self) -> u64;
     /// Instructions for the agent (what it sees, the action format); used as system prompt.
     fn instructions(&self) -> String;
+    /// A copy of this env's whole state, independent of it from now on: stepping either
+    /// never changes what the other observes, and the copy continues exactly as this env
+    /// would (the same actions give the same observations, rewards, termination and
+    /// refusals). Data that never changes after construction (word lists, catalogues,
+    /// recipe books) may be shared. `None`: this env cannot snapshot (the default).
+    /// Native envs implement it with `Clone` ([`snapshot_of`]).
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        None
+    }
+    /// Heap bytes this env owns beyond its own struct (`size_of_val`): the capacities of
+    /// its buffers, not shared read-only data. What a snapshot of it costs besides the
+    /// struct; used for reports only. Default: 0.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// [`Env::snapshot`] of an env that is `Clone`.
+pub fn snapshot_of<E: Env + Clone + 'static>(env: &E) -> Option<Box<dyn Env>> {
+    Some(Box::new(env.clone()))
+}
+
+/// Heap bytes of a `Vec`'s buffer (its capacity), for [`Env::heap_bytes`].
+pub fn vec_bytes<T>(v: &Vec<T>) -> usize {
+    v.capacity() * std::mem::size_of::<T>()
 }
 
 /// The closing lines of every env's instructions: the reply format, said once, with one

@@ -10,9 +10,12 @@
 //! reason `env_error`, its env is dropped (rebuilt on the next reset), the rest of the batch
 //! is untouched. A reset batch reports each failed row on its own ([`RowError`]); only a
 //! malformed batch (bad or repeated slot ids) fails as a whole.
+//! [`snapshot`] saves, restores and forks slot states (envs that implement
+//! [`Env::snapshot`]).
 
 mod obs;
 mod share;
+mod snapshot;
 
 use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
@@ -22,6 +25,8 @@ use crate::util::prefetch;
 pub use obs::{Iter as ObservationsIter, Observations, TextChunk};
 use parking_lot::Mutex;
 use rayon::prelude::*;
+pub use snapshot::SnapshotHandle;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Batches smaller than this run on the calling thread: waking rayon's workers (futex
@@ -186,6 +191,12 @@ pub struct EpisodePool {
     step_bytes_hint: usize,
     /// The same for resets.
     reset_bytes_hint: usize,
+    /// Saved slot states by handle ([`snapshot`]).
+    snapshots: HashMap<SnapshotHandle, Mutex<snapshot::Snapshot>>,
+    /// The last handle issued (handles are never reused).
+    next_snapshot: SnapshotHandle,
+    /// Whether this env implements [`Env::snapshot`].
+    snapshots_supported: bool,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -267,6 +278,7 @@ impl EpisodePool {
         let probe = (spec.make)(&kwargs)?;
         let instructions = probe.instructions();
         let num_tasks = probe.num_tasks();
+        let snapshots_supported = probe.snapshot().is_some();
         let mut slots = Vec::with_capacity(num_envs);
         slots.push(Mutex::new(Slot {
             env: Some(probe),
@@ -282,6 +294,9 @@ impl EpisodePool {
             num_tasks,
             step_bytes_hint: 64,
             reset_bytes_hint: 256,
+            snapshots: HashMap::new(),
+            next_snapshot: 0,
+            snapshots_supported,
         })
     }
 

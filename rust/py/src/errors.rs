@@ -43,6 +43,19 @@ create_exception!(
     "Invalid trajectory operation."
 );
 
+create_exception!(
+    _core,
+    SnapshotUnsupportedError,
+    AgentGymError,
+    "The environment cannot snapshot its state (snapshot, restore, fork)."
+);
+create_exception!(
+    _core,
+    UnknownSnapshotError,
+    AgentGymError,
+    "No live snapshot has this handle in this pool (never issued, or released)."
+);
+
 pub fn to_py(err: CoreError) -> PyErr {
     let msg = err.to_string();
     match err {
@@ -56,6 +69,11 @@ pub fn to_py(err: CoreError) -> PyErr {
         CoreError::InvalidTask { .. } => InvalidTaskError::new_err(msg),
         CoreError::EnvFailure { .. } => EnvError::new_err(msg),
         CoreError::Trajectory(_) => TrajectoryError::new_err(msg),
+        CoreError::SnapshotUnsupported { .. } => SnapshotUnsupportedError::new_err(msg),
+        CoreError::UnknownSnapshot { .. } => UnknownSnapshotError::new_err(msg),
+        CoreError::NotRunning { reason: None, .. } => EpisodeNotStartedError::new_err(msg),
+        CoreError::NotRunning { .. } => EpisodeFinishedError::new_err(msg),
+        CoreError::SlotBusy { .. } => PyValueError::new_err(msg),
     }
 }
 
@@ -74,5 +92,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidTaskError", py.get_type::<InvalidTaskError>())?;
     m.add("EnvError", py.get_type::<EnvError>())?;
     m.add("TrajectoryError", py.get_type::<TrajectoryError>())?;
+    m.add(
+        "SnapshotUnsupportedError",
+        py.get_type::<SnapshotUnsupportedError>(),
+    )?;
+    m.add(
+        "UnknownSnapshotError",
+        py.get_type::<UnknownSnapshotError>(),
+    )?;
     Ok(())
 }

@@ -244,6 +244,61 @@ impl PyEnvPool {
         ))
     }
 
+    /// Save the state of each of slots `ids` (a running episode each: the env's whole
+    /// state and the episode's bookkeeping); returns one new opaque handle per slot. Raises
+    /// before saving anything: `SnapshotUnsupportedError` (env), `EpisodeNotStartedError` /
+    /// `EpisodeFinishedError` (a slot without a running episode), IndexError / ValueError
+    /// (bad or repeated ids). Runs with the GIL released.
+    fn snapshot(&mut self, py: Python<'_>, ids: Vec<usize>) -> PyResult<Vec<u64>> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.snapshot(&ids)).map_err(to_py)
+    }
+
+    /// Put slot `ids[i]` back into the state saved under `handles[i]` (env and episode
+    /// bookkeeping, exactly), whatever the slot holds now; handles stay valid. Raises before
+    /// changing anything: `UnknownSnapshotError`, IndexError / ValueError (ids, lengths).
+    /// Runs with the GIL released.
+    fn restore(&mut self, py: Python<'_>, ids: Vec<usize>, handles: Vec<u64>) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.restore(&ids, &handles)).map_err(to_py)
+    }
+
+    /// Copy slot `src`'s state (a running episode) into each of slots `targets` (none of
+    /// which may hold a running episode); from then on every slot steps on its own. Raises
+    /// before changing anything: `SnapshotUnsupportedError`, `EpisodeFinishedError` (e.g. a
+    /// `src` that ended with `env_error`), `EpisodeNotStartedError`, ValueError (a busy or
+    /// repeated target), IndexError. Runs with the GIL released.
+    fn fork(&mut self, py: Python<'_>, src: usize, targets: Vec<usize>) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.fork(src, &targets)).map_err(to_py)
+    }
+
+    /// Free the snapshots under `handles` (all or nothing: an unknown or repeated handle
+    /// raises `UnknownSnapshotError` / ValueError first).
+    fn release(&mut self, py: Python<'_>, handles: Vec<u64>) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.release(&handles)).map_err(to_py)
+    }
+
+    /// Bytes each snapshot holds: its table entry, the env struct, the env's own heap
+    /// buffers (capacities; shared read-only data such as word lists is not counted) and
+    /// the task text.
+    fn snapshot_bytes(&self, handles: Vec<u64>) -> PyResult<Vec<usize>> {
+        self.inner.snapshot_bytes(&handles).map_err(to_py)
+    }
+
+    /// Whether this pool's env can snapshot (known before any episode starts).
+    #[getter]
+    fn snapshots_supported(&self) -> bool {
+        self.inner.snapshots_supported()
+    }
+
+    /// Live (issued, not released) snapshots.
+    #[getter]
+    fn num_snapshots(&self) -> usize {
+        self.inner.num_snapshots()
+    }
+
     #[getter]
     fn env_id(&self) -> &str {
         self.inner.env_id()

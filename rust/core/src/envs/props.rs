@@ -7,7 +7,9 @@
 //! replay the same episode, on a fresh env and on a reused one. Through [`EpisodePool`] the
 //! same holds for a batch of slots, with the pool's bookkeeping on top: one turn per step,
 //! `truncated` exactly at the horizon, a finished episode refuses steps with
-//! `EpisodeFinished`, a reset to any task is `Ok` or a clean `InvalidTask`.
+//! `EpisodeFinished`, a reset to any task is `Ok` or a clean `InvalidTask`. Snapshots
+//! ([`Env::snapshot`], the pool's `snapshot`/`restore`/`fork`) replay exactly and never
+//! share state ([`check_snapshots`]).
 //!
 //! Each env configuration has a [`Profile`] (what differs between envs: reward values,
 //! whether observations echo input text, behaviour after the end); [`env_props!`] gives every
@@ -160,8 +162,23 @@ fn apply(text: &str, mutations: &[Mutation]) -> String {
 }
 
 fn resolve(env: &dyn Env, act: &Act) -> String {
+    resolve_with(&|| env.valid_actions(), &|| env.oracle_action(), act)
+}
+
+/// [`resolve`] against slot `slot` of `pool` (a running episode).
+fn resolve_in(pool: &mut EpisodePool, slot: usize, act: &Act) -> String {
+    let valid = pool.valid_actions(slot).expect("running");
+    let oracle = pool.oracle_action(slot).expect("running");
+    resolve_with(&|| valid.clone(), &|| oracle.clone(), act)
+}
+
+fn resolve_with(
+    valid_actions: &dyn Fn() -> Vec<String>,
+    oracle_action: &dyn Fn() -> Option<String>,
+    act: &Act,
+) -> String {
     let valid = |i: &Index| {
-        let v = env.valid_actions();
+        let v = valid_actions();
         if v.is_empty() {
             String::new()
         } else {
@@ -169,8 +186,8 @@ fn resolve(env: &dyn Env, act: &Act) -> String {
         }
     };
     let oracle = || {
-        env.oracle_action()
-            .or_else(|| env.valid_actions().into_iter().next())
+        oracle_action()
+            .or_else(|| valid_actions().into_iter().next())
             .unwrap_or_default()
     };
     match act {
@@ -875,6 +892,240 @@ fn check_pool(p: &Profile, c: &PoolCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A snapshot case: an episode played `prefix` steps, saved, continued with `cont`; a
+/// fork's first child plays `other` instead.
+#[derive(Debug, Clone)]
+struct SnapCase {
+    task: u64,
+    seed: u64,
+    horizon: Option<u32>,
+    prefix: Vec<Act>,
+    cont: Vec<Act>,
+    other: Vec<Act>,
+}
+
+fn snap_case() -> impl Strategy<Value = SnapCase> {
+    (
+        task_index(),
+        any::<u64>(),
+        horizon(),
+        actions(0..14),
+        actions(1..12),
+        actions(1..8),
+    )
+        .prop_map(|(task, seed, horizon, prefix, cont, other)| SnapCase {
+            task,
+            seed,
+            horizon,
+            prefix,
+            cont,
+            other,
+        })
+}
+
+/// What one pool step of one slot gave, with the slot's bookkeeping after it.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    observation: String,
+    reward: f32,
+    terminated: bool,
+    truncated: bool,
+    invalid_turns: u32,
+    turns: u32,
+    stop: Option<StopReason>,
+}
+
+/// Steps `slot` of `pool` with `action`.
+fn pool_step(pool: &mut EpisodePool, slot: usize, action: &str) -> Outcome {
+    let out = pool.step(&[slot], &[action]).expect("running");
+    let episode = pool.episode(slot).expect("in range");
+    Outcome {
+        observation: out.observations[0].to_string(),
+        reward: out.rewards[0],
+        terminated: out.terminated[0],
+        truncated: out.truncated[0],
+        invalid_turns: episode.invalid_turns,
+        turns: episode.turns,
+        stop: episode.stop_reason(),
+    }
+}
+
+fn is_running(pool: &mut EpisodePool, slot: usize) -> bool {
+    pool.running_of([slot]).expect("in range")[0]
+}
+
+/// Plays `acts` on `slot` (each resolved against the slot's state) until the episode ends:
+/// the actions taken and what each gave.
+fn play(pool: &mut EpisodePool, slot: usize, acts: &[Act]) -> (Vec<String>, Vec<Outcome>) {
+    let (mut taken, mut outcomes) = (Vec::new(), Vec::new());
+    for act in acts {
+        if !is_running(pool, slot) {
+            break;
+        }
+        let action = resolve_in(pool, slot, act);
+        outcomes.push(pool_step(pool, slot, &action));
+        taken.push(action);
+    }
+    (taken, outcomes)
+}
+
+/// What a slot's state shows without stepping: bookkeeping, valid and oracle actions.
+fn view(pool: &mut EpisodePool, slot: usize) -> (String, Vec<String>, Option<String>) {
+    let ep = pool.episode(slot).expect("in range");
+    let running = ep.status == crate::episode::EpisodeStatus::Running;
+    let actions = if running {
+        (
+            pool.valid_actions(slot).expect("running"),
+            pool.oracle_action(slot).expect("running"),
+        )
+    } else {
+        (Vec::new(), None)
+    };
+    (format!("{ep:?}"), actions.0, actions.1)
+}
+
+/// Snapshots: an env's copy continues exactly as the env (direct `Env::snapshot`); through
+/// the pool, a slot restored from a snapshot replays the same continuation with the same
+/// observations, rewards, end flags, refusals and bookkeeping, also restored into another
+/// slot, and the snapshot survives any number of restores; forked children start equal to
+/// their source and never share state: stepping one changes nothing another observes.
+fn check_snapshots(p: &Profile, c: &SnapCase) -> Result<(), TestCaseError> {
+    let task = Task::Index(c.task);
+
+    // Direct: the env's copy and the env step alike, and independently.
+    let mut env = p.make();
+    env.reset(&task, c.seed).expect("index tasks are valid");
+    for act in &c.prefix {
+        let action = resolve(&*env, act);
+        env.step(&action);
+    }
+    let mut copy = env.snapshot().expect("native envs snapshot");
+    prop_assert_eq!(copy.refused(), env.refused());
+    prop_assert_eq!(copy.valid_actions(), env.valid_actions());
+    prop_assert_eq!(copy.oracle_action(), env.oracle_action());
+    let cont: Vec<String> = c
+        .cont
+        .iter()
+        .map(|act| {
+            let action = resolve(&*env, act);
+            env.step(&action);
+            action
+        })
+        .collect();
+    let mut again = p.make();
+    again.reset(&task, c.seed).expect("index tasks are valid");
+    for act in &c.prefix {
+        let action = resolve(&*again, act);
+        again.step(&action);
+    }
+    for action in &cont {
+        let (a, b) = (copy.step(action), again.step(action));
+        same_step(&a, &b)?;
+        prop_assert_eq!(copy.refused(), again.refused());
+    }
+
+    // Through the pool.
+    let mut pool = EpisodePool::new(p.id, 4, p.kwargs()).expect("profile kwargs are valid");
+    prop_assert!(pool.snapshots_supported());
+    let spec = ResetSpec {
+        slot: 0,
+        task,
+        seed: c.seed,
+        max_turns: c.horizon,
+    };
+    pool_reset_one(&mut pool, spec).expect("index tasks are valid");
+    play(&mut pool, 0, &c.prefix);
+    if !is_running(&mut pool, 0) {
+        let reason = pool.episode(0).expect("in range").stop_reason();
+        prop_assert_eq!(
+            pool.snapshot(&[0]).err(),
+            Some(CoreError::NotRunning {
+                slot: 0,
+                op: "snapshot",
+                reason
+            })
+        );
+        prop_assert_eq!(
+            pool.fork(0, &[1]).err(),
+            Some(CoreError::NotRunning {
+                slot: 0,
+                op: "fork",
+                reason
+            })
+        );
+        prop_assert_eq!(pool.num_snapshots(), 0);
+        return Ok(());
+    }
+    let saved = view(&mut pool, 0);
+    let h = pool.snapshot(&[0]).expect("running")[0];
+    prop_assert!(pool.snapshot_bytes(&[h]).expect("live")[0] > 0);
+    let (taken, want) = play(&mut pool, 0, &c.cont);
+    prop_assert!(!taken.is_empty());
+
+    // Restore into the same slot and into another one: the same continuation again.
+    for slot in [0, 3, 0] {
+        pool.restore(&[slot], &[h]).expect("live handle");
+        prop_assert_eq!(&view(&mut pool, slot), &saved);
+        let got: Vec<Outcome> = taken
+            .iter()
+            .map(|a| pool_step(&mut pool, slot, a))
+            .collect();
+        prop_assert_eq!(&got, &want, "slot {}", slot);
+    }
+
+    // Fork: children equal to the source, then independent of it and of each other.
+    pool.restore(&[0], &[h]).expect("live handle");
+    let busy = pool.fork(0, &[1, 2]);
+    prop_assert_eq!(busy.err(), None::<CoreError>);
+    pool.restore(&[3], &[h]).expect("live handle");
+    prop_assert_eq!(
+        pool.fork(0, &[3]).err(),
+        Some(CoreError::SlotBusy { slot: 3 })
+    );
+    for slot in 1..4 {
+        prop_assert_eq!(&view(&mut pool, slot), &saved);
+    }
+    // Child 1 plays its own actions, interleaved with child 2 replaying the continuation.
+    for (k, act) in c.other.iter().enumerate() {
+        if is_running(&mut pool, 1) {
+            let action = resolve_in(&mut pool, 1, act);
+            pool_step(&mut pool, 1, &action);
+        }
+        if let Some(action) = taken.get(k) {
+            prop_assert_eq!(&pool_step(&mut pool, 2, action), &want[k]);
+        }
+    }
+    for (k, action) in taken.iter().enumerate().skip(c.other.len()) {
+        prop_assert_eq!(&pool_step(&mut pool, 2, action), &want[k]);
+    }
+    // The source and child 3 (a restored copy) were untouched: in one batch, the same
+    // continuation again.
+    prop_assert_eq!(&view(&mut pool, 0), &saved);
+    prop_assert_eq!(&view(&mut pool, 3), &saved);
+    for (k, action) in taken.iter().enumerate() {
+        let out = pool
+            .step(&[0, 3], &[action.as_str(), action.as_str()])
+            .expect("running");
+        for (row, slot) in [0, 3].into_iter().enumerate() {
+            prop_assert_eq!(&out.observations[row], want[k].observation.as_str());
+            prop_assert_eq!(out.rewards[row], want[k].reward);
+            prop_assert_eq!(out.terminated[row], want[k].terminated);
+            prop_assert_eq!(out.truncated[row], want[k].truncated);
+            let ep = pool.episode(slot).expect("in range");
+            prop_assert_eq!(ep.invalid_turns, want[k].invalid_turns);
+            prop_assert_eq!(ep.stop_reason(), want[k].stop);
+        }
+    }
+
+    pool.release(&[h]).expect("live handle");
+    prop_assert_eq!(
+        pool.restore(&[0], &[h]).err(),
+        Some(CoreError::UnknownSnapshot { handle: h })
+    );
+    prop_assert_eq!(pool.num_snapshots(), 0);
+    Ok(())
+}
+
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
@@ -936,6 +1187,15 @@ macro_rules! env_props {
                 #[test]
                 fn pool_batches_keep_the_bookkeeping(case in pool_case(&P)) {
                     check_pool(&P, &case)?;
+                }
+            }
+
+            proptest! {
+                #![proptest_config(config(16))]
+
+                #[test]
+                fn snapshots_replay_and_forks_are_independent(case in snap_case()) {
+                    check_snapshots(&P, &case)?;
                 }
             }
         }

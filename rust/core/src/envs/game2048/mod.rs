@@ -8,7 +8,7 @@
 //! per-row move tables, so a step costs a few table lookups; `oracle_action()` is a depth-2
 //! expectimax (move, spawn, move) over a row heuristic.
 
-use crate::env::{Env, Step, Task};
+use crate::env::{snapshot_of, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -256,6 +256,7 @@ pub fn parse_move(action: &str) -> Option<usize> {
     (0..4).find(|&m| rest.eq_ignore_ascii_case(MOVES[m]))
 }
 
+#[derive(Clone)]
 pub struct Game2048 {
     target_exp: u32,
     board: u64,
@@ -399,6 +400,10 @@ impl Env for Game2048 {
             return None;
         }
         best_move(self.board).map(|m| MOVES[m].to_string())
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
     }
 
     fn num_tasks(&self) -> u64 {

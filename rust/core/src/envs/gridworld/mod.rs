@@ -7,7 +7,7 @@
 //! unused. `oracle_action()` plans with BFS over (cell, heading), fetching a key first for a
 //! locked door and dropping whatever the agent holds when it needs its hands.
 
-use crate::env::{Env, Step, Task};
+use crate::env::{snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -108,6 +108,7 @@ pub struct GridConfig {
     pub split: u64,
 }
 
+#[derive(Clone)]
 pub struct GridEnv {
     cfg: GridConfig,
     /// `(size+2)^2` tiles, row-major, walls around.
@@ -572,6 +573,14 @@ impl Env for GridEnv {
 
     fn oracle_action(&self) -> Option<String> {
         self.plan().map(|a| ACTIONS[a].to_string())
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        vec_bytes(&self.tiles)
     }
 
     fn num_tasks(&self) -> u64 {

@@ -7,7 +7,7 @@
 //! size and the split only; the episode seed is unused, so every member of a GRPO group that
 //! plays task `i` sees the same maze. `bench/baselines/maze_py.py` reproduces it bit for bit.
 
-use crate::env::{push_decimal, Env, Step, Task};
+use crate::env::{push_decimal, snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -33,13 +33,20 @@ pub struct Layout {
     inside: Vec<u8>,
 }
 
-/// Reusable buffers of generation and search (a reset allocates nothing once warm).
+/// Reusable buffers of generation and search (a reset allocates nothing once warm). They
+/// hold no state between resets, so a clone is empty (a snapshot does not copy them).
 #[derive(Debug, Default)]
 pub struct Scratch {
     visited: Vec<bool>,
     stack: Vec<usize>,
     dist: Vec<u32>,
     queue: VecDeque<usize>,
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Self {
+        Scratch::default()
+    }
 }
 
 impl Layout {
@@ -268,6 +275,7 @@ pub struct MazeConfig {
     pub split: u64,
 }
 
+#[derive(Clone)]
 pub struct MazeEnv {
     cfg: MazeConfig,
     layout: Layout,
@@ -528,6 +536,20 @@ impl Env for MazeEnv {
                     && self.layout.neighbor(self.pos, d).map(|n| self.to_goal[n]) == Some(here - 1)
             })
             .map(|d| format!("move {}", DIRS[d]))
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        vec_bytes(&self.layout.open)
+            + vec_bytes(&self.layout.inside)
+            + vec_bytes(&self.to_goal)
+            + vec_bytes(&self.scratch.visited)
+            + vec_bytes(&self.scratch.stack)
+            + vec_bytes(&self.scratch.dist)
+            + self.scratch.queue.capacity() * std::mem::size_of::<usize>()
     }
 
     fn num_tasks(&self) -> u64 {

@@ -12,7 +12,7 @@
 pub mod corpus;
 pub mod questions;
 
-use crate::env::{Env, Step, Task};
+use crate::env::{snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use corpus::{corpus, Corpus};
@@ -28,6 +28,7 @@ Questions may need several hops: find the first entity, read its document, then 
 for the entity it mentions. Score: 1 for the exact answer, else the word-overlap F1.";
 
 /// One deep-search episode.
+#[derive(Clone)]
 pub struct SearchEnv {
     corpus: &'static Corpus,
     bank: &'static QuestionBank,
@@ -297,6 +298,17 @@ impl Env for SearchEnv {
             return Some(format!("search[{name}]"));
         }
         Some(format!("answer[{}]", q.answer))
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let question = self.question.as_ref().map_or(0, |q| {
+            q.text.capacity() + q.answer.capacity() + vec_bytes(&q.path)
+        });
+        question + self.last_query.capacity() + vec_bytes(&self.results) + vec_bytes(&self.opened)
     }
 
     fn num_tasks(&self) -> u64 {

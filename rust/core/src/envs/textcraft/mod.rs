@@ -14,7 +14,7 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
-use crate::env::{push_decimal, Env, Step, Task};
+use crate::env::{push_decimal, snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::Result;
 use crate::registry::{Kwargs, KwargsReader};
 use book::{Book, Recipe};
@@ -38,6 +38,7 @@ command, e.g. `craft 4 stick using 2 oak planks`. Use only the recipes given. Th
 ends with reward 1 when the goal item is crafted.";
 
 /// A TextCraft episode.
+#[derive(Clone)]
 pub struct TextCraft {
     book: Arc<Book>,
     max_distractors: usize,
@@ -616,6 +617,18 @@ impl Env for TextCraft {
 
     fn oracle_action(&self) -> Option<String> {
         solver::plan(&self.book, self.goal, &self.inventory).and_then(|p| p.into_iter().next())
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        // The recipe book is shared and read-only: not counted.
+        vec_bytes(&self.inventory)
+            + vec_bytes(&self.listed)
+            + self.key.capacity()
+            + self.clean.capacity()
     }
 
     fn num_tasks(&self) -> u64 {

@@ -15,7 +15,7 @@ pub mod categories;
 pub mod goal;
 mod pages;
 
-use crate::env::{Env, Step, Task};
+use crate::env::{snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use catalogue::{catalogue, Catalogue};
@@ -35,6 +35,7 @@ pub enum Page {
 }
 
 /// One WebShop episode.
+#[derive(Clone)]
 pub struct WebShopEnv {
     cat: &'static Catalogue,
     split: Split,
@@ -386,6 +387,20 @@ impl Env for WebShopEnv {
             }
             Page::Done => None,
         }
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let goal = self.goal.as_ref().map_or(0, |g| {
+            vec_bytes(&g.attributes)
+                + vec_bytes(&g.options)
+                + g.text.capacity()
+                + g.query.capacity()
+        });
+        goal + self.query.capacity() + vec_bytes(&self.results) + vec_bytes(&self.chosen)
     }
 
     fn num_tasks(&self) -> u64 {

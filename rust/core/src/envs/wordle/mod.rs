@@ -6,7 +6,7 @@
 //! range is an unbiased sample); guesses must be in `envs/wordle/words.txt`. The episode seed
 //! only drives the sampled `valid_actions`. `bench/baselines/wordle_py.py` mirrors it.
 
-use crate::env::{push_decimal, Env, Step, Task};
+use crate::env::{push_decimal, snapshot_of, vec_bytes, Env, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -182,6 +182,7 @@ enum ValidMode {
     Consistent,
 }
 
+#[derive(Clone)]
 pub struct WordleEnv {
     max_guesses: usize,
     num_valid: usize,
@@ -379,6 +380,14 @@ impl Env for WordleEnv {
         }
         let w = solve(&self.history);
         Some(format!("guess {}", std::str::from_utf8(&w).expect("ascii")))
+    }
+
+    fn snapshot(&self) -> Option<Box<dyn Env>> {
+        snapshot_of(self)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        vec_bytes(&self.history)
     }
 
     fn num_tasks(&self) -> u64 {
