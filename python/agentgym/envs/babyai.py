@@ -91,6 +91,7 @@ class BabyAIEnv(BaseEnv):
     """
 
     instructions = INSTRUCTIONS
+    snapshot_safe = True
     tasks_doc = ("index i is level levels[i % L] with minigrid seed i // L (AgentGym's "
                  "indexing); num_tasks counts num_seeds seeds per level, larger indices are "
                  "further seeds")

@@ -16,6 +16,7 @@ and a seed. ``info["truncated"] = True`` marks an ending that is a cut, not a te
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -51,6 +52,11 @@ class BaseEnv:
     splits: tuple[str, ...] = ()
     #: The split held out for evaluation (None: none; training then holds out task indices).
     held_out_split: str | None = None
+    #: A deep copy of the instance's attributes is a complete, independent copy of its
+    #: state (it holds no simulator, process, socket or open file): the default
+    #: :meth:`snapshot` and :meth:`restore` then work. False: they raise
+    #: :class:`~agentgym.errors.SnapshotUnsupportedError` unless the env overrides them.
+    snapshot_safe: bool = False
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         raise NotImplementedError
@@ -65,6 +71,35 @@ class BaseEnv:
     def oracle_action(self) -> str | None:
         """The reference solver's next action, where the env has one."""
         return None
+
+    def snapshot(self) -> Any:
+        """An opaque copy of the env's whole state, for :meth:`restore` (any number of
+        times, independent of what the env does next). Default: a deep copy of the
+        instance's attributes when ``snapshot_safe``; else
+        :class:`~agentgym.errors.SnapshotUnsupportedError`."""
+        self._check_snapshots()
+        return copy.deepcopy(self.__dict__)
+
+    def restore(self, state: Any) -> None:
+        """Put the env back in the state :meth:`snapshot` returned."""
+        self._check_snapshots()
+        self.__dict__.clear()
+        self.__dict__.update(copy.deepcopy(state))
+
+    @classmethod
+    def supports_snapshots(cls) -> bool:
+        """Whether :meth:`snapshot` and :meth:`restore` work (``snapshot_safe``, or both
+        overridden): known before any episode starts."""
+        overridden = cls.snapshot is not BaseEnv.snapshot and cls.restore is not BaseEnv.restore
+        return bool(cls.snapshot_safe) or overridden
+
+    def _check_snapshots(self) -> None:
+        if not self.snapshot_safe:
+            from agentgym.errors import SnapshotUnsupportedError
+
+            raise SnapshotUnsupportedError(
+                f"{type(self).__name__} cannot snapshot its state: it does not declare "
+                "snapshot_safe = True and does not override snapshot() and restore()")
 
     def close(self) -> None:
         pass
@@ -187,6 +222,20 @@ class BaseEnvAdapter(gym.Env):
 
     def oracle_action(self) -> str | None:
         return self.env.oracle_action()
+
+    @property
+    def supports_snapshots(self) -> bool:
+        return self.env.supports_snapshots()
+
+    def snapshot(self) -> Any:
+        """The env's :meth:`BaseEnv.snapshot` with this adapter's turn count."""
+        return (self.env.snapshot(), self._turns, self._done)
+
+    def restore(self, state: Any) -> None:
+        """Put the env and the turn count back as :meth:`snapshot` saw them."""
+        env_state, turns, done = state
+        self.env.restore(env_state)
+        self._turns, self._done = turns, done
 
     def close(self) -> None:
         self.env.close()

@@ -291,6 +291,7 @@ class ECommerceServiceEnv(CommandEnv):
     """Customer service under a policy book; see the module doc and the README."""
 
     instructions = INSTRUCTIONS
+    snapshot_safe = True
     env_name = "ecommerce_service"
 
     def __init__(self, split: str = "train"):

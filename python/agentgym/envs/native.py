@@ -52,6 +52,24 @@ class NativeEnv(NativeEnvInfo, gym.Env):
             info["stop_reason"] = reason
         return obs, float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
 
+    @property
+    def supports_snapshots(self) -> bool:
+        return self._pool.snapshots_supported
+
+    def snapshot(self) -> int:
+        """A handle to a copy of the running episode's whole state (env and episode
+        record), for :meth:`restore` until :meth:`release`."""
+        (handle,) = self._pool.snapshot([0])
+        return handle
+
+    def restore(self, handle: int) -> None:
+        """Put the episode back in the state of ``handle``."""
+        self._pool.restore([0], [handle])
+
+    def release(self, handle: int) -> None:
+        """Free a snapshot."""
+        self._pool.release([handle])
+
     def valid_actions(self) -> list[str]:
         return self._pool.valid_actions(0)
 

@@ -206,6 +206,7 @@ class OfficeEnv(CommandEnv):
     """Meeting notes -> to-dos with owners and deadlines; see the module doc."""
 
     instructions = INSTRUCTIONS
+    snapshot_safe = True
     env_name = "office"
 
     def __init__(self, split: str = "train"):

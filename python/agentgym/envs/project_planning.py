@@ -94,6 +94,7 @@ class ProjectPlanningEnv(CommandEnv):
     """Schedule a project's tasks under dependencies and earliest dates; finish early."""
 
     instructions = PLAN_INSTRUCTIONS
+    snapshot_safe = True
     env_name = "project_planning"
 
     def __init__(self, split: str = "train"):

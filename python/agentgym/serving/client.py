@@ -515,6 +515,19 @@ class RemoteEnv(gym.Env):
             raise
         return [str(a) for a in data] if isinstance(data, list) else []
 
+    #: An env server's state cannot be copied from here: no snapshots.
+    supports_snapshots = False
+
+    def snapshot(self):
+        """Always :class:`~agentgym.errors.SnapshotUnsupportedError`: the episode's state
+        lives in the server's process."""
+        from agentgym.errors import SnapshotUnsupportedError
+
+        raise SnapshotUnsupportedError("a remote env's state lives in its env server and "
+                                       "cannot be snapshotted")
+
+    restore = snapshot
+
     def close(self) -> None:
         """Free the server-side env (``POST /close``) and this env's connections."""
         if self.env_id is not None:

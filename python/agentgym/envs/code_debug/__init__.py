@@ -232,6 +232,7 @@ class CodeDebugEnv(BaseEnv):
     """Fix the bug in a Python function (sandboxed test runs); see the module doc."""
 
     instructions = INSTRUCTIONS
+    snapshot_safe = True
     splits = ("train", "test", "all")
     held_out_split = "test"
 
