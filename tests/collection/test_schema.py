@@ -22,7 +22,8 @@ def trajectories():
     a = make_trajectory([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], task_id=4, group_id=4,
                         sample_index=1, logprobs=[0, 0, -0.5, -0.25, 0, -1.0],
                         turn_rewards=[0.0, 1.0], reward=1.0, seed=123,
-                        timings={"total_s": 0.75, "gen_s": 0.5}, policy_version=2)
+                        timings={"total_s": 0.75, "gen_s": 0.5, "undo_turns": 2.0},
+                        policy_version=2)
     b = make_trajectory([5, 6, 11], [0, 0, 0], task_id="craft a stick", group_id=0,
                         stop_reason="env_error", error="boom",
                         timings={"total_s": 0.125, "gen_s": 0.0})
@@ -40,6 +41,14 @@ def test_table_round_trips_every_trajectory_field():
     assert row["messages"] is None
     lines = to_jsonl(table).splitlines()
     assert [json.loads(x) for x in lines] == table.to_pylist()
+
+
+def test_a_table_of_schema_version_2_reads_without_undo_turns():
+    table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
+    assert table.column("undo_turns").to_pylist() == [2, 0]
+    old = table.drop_columns(["undo_turns"])  # the rows before undo (schema version 2)
+    a, b = rows_to_trajectories(old)
+    assert "undo_turns" not in a.timings and a.token_ids == trajectories()[0].token_ids
 
 
 def test_messages_are_the_mask_segments_decoded(tokenizer):

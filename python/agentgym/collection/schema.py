@@ -35,7 +35,7 @@ from agentgym.data.trajectories import (
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
            "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -66,6 +66,7 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("time_gen_s", pa.float64(), "time spent waiting for the backend"),
     ("cut_turns", pa.uint32(), "replies cut at max_new_tokens that stepped the env"),
     ("invalid_turns", pa.uint32(), "turns whose action the env refused as unreadable"),
+    ("undo_turns", pa.uint32(), "accepted undo turns (RolloutConfig.undo)"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
 )
@@ -144,6 +145,7 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "time_gen_s": pa.array(info.time_gen_s, pa.float64()),
         "cut_turns": pa.array(info.cut_turns, pa.uint32()),
         "invalid_turns": pa.array(info.invalid_turns, pa.uint32()),
+        "undo_turns": pa.array(info.undo_turns, pa.uint32()),
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
@@ -209,7 +211,10 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         time_total_s=table.column("time_total_s").to_pylist(),
         time_gen_s=table.column("time_gen_s").to_pylist(),
         cut_turns=table.column("cut_turns").to_pylist(),
-        invalid_turns=table.column("invalid_turns").to_pylist())
+        invalid_turns=table.column("invalid_turns").to_pylist(),
+        # absent from shards of schema version 2 (before undo): none
+        undo_turns=(table.column("undo_turns").to_pylist()
+                    if "undo_turns" in table.column_names else [0] * table.num_rows))
     return packed, info
 
 

@@ -326,18 +326,22 @@ class RowInfo:
     cut_turns: list[int]
     #: ``timings["invalid_turns"]``: turns whose action the env refused as unreadable.
     invalid_turns: list[int]
+    #: ``timings["undo_turns"]``: accepted ``undo`` turns (``RolloutConfig.undo``).
+    undo_turns: list[int]
 
     def __len__(self) -> int:
         return len(self.task_id)
 
     def timings(self, i: int) -> dict[str, float]:
         """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
-        ``cut_turns`` / ``invalid_turns`` only where there were any."""
+        ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` only where there were any."""
         t = {"total_s": self.time_total_s[i], "gen_s": self.time_gen_s[i]}
         if self.cut_turns[i]:
             t["cut_turns"] = float(self.cut_turns[i])
         if self.invalid_turns[i]:
             t["invalid_turns"] = float(self.invalid_turns[i])
+        if self.undo_turns[i]:
+            t["undo_turns"] = float(self.undo_turns[i])
         return t
 
     @classmethod
@@ -348,7 +352,8 @@ class RowInfo:
                    time_total_s=[t.timings.get("total_s", 0.0) for t in trajs],
                    time_gen_s=[t.timings.get("gen_s", 0.0) for t in trajs],
                    cut_turns=[int(t.timings.get("cut_turns", 0)) for t in trajs],
-                   invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs])
+                   invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs],
+                   undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:

@@ -22,6 +22,12 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     chat template's header) as prompt tokens, e.g. ``"Action: move"``: the model's reply
     continues it, only the reply is trained on and parsed. ``max_concurrency`` episodes
     are live at once; a finished one is replaced immediately.
+
+    ``undo`` (off by default) lets the model reply ``Action: undo`` or ``Action: undo N``
+    on envs that snapshot: the env goes back to its state before the last ``N`` turns not
+    undone already, the undo turn's reward cancels theirs, at most ``max_undos`` accepted
+    undos per episode and ``undo_depth`` turns back (docs/mechanisms.md). An env that cannot
+    snapshot raises ``SnapshotUnsupportedError`` before any episode starts.
     """
 
     max_turns: int | None = 10
@@ -50,8 +56,18 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     inline_env_budget_s: float = 0.002
     #: Generation-0 threshold of Python's cyclic GC while rollouts run (0 = leave it alone).
     gc_threshold: int = 20000
+    #: Self-correction: ``undo`` / ``undo N`` actions restore the env (docs/mechanisms.md).
+    undo: bool = False
+    #: Accepted undos per episode (``undo`` only); further ones are refused as invalid.
+    max_undos: int = 3
+    #: Turns kept per episode for undoing (``undo`` only): the most one ``undo N`` reaches.
+    undo_depth: int = 16
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
             raise ValueError(f"truncated_turn must be one of {TRUNCATED_TURN_RULES}, "
                              f"got {self.truncated_turn!r}")
+        if self.max_undos < 0:
+            raise ValueError(f"max_undos must be >= 0, got {self.max_undos}")
+        if self.undo_depth < 1:
+            raise ValueError(f"undo_depth must be >= 1, got {self.undo_depth}")

@@ -30,6 +30,8 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         # turns whose action the env refused as unreadable, per episode and per turn played
         "invalid_turns/mean": float(invalid.mean()),
         "invalid_turns/share": float(invalid.sum() / turns.sum()) if turns.sum() else 0.0,
+        # accepted undo turns per episode (RolloutConfig.undo)
+        "undo_turns/mean": float(np.mean([t.timings.get("undo_turns", 0.0) for t in trajs])),
         "timing_s/gen": wall_s,
         "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
         "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

@@ -47,6 +47,7 @@ from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
+from agentgym.engine.undo import undo_rules
 from agentgym.pool import episode_seed, episode_seeds
 from agentgym.progress import progress_bar
 
@@ -75,6 +76,8 @@ class _Episode:
     #: Turns whose action the env refused as unreadable (driven envs; a native env's pool
     #: counts them itself and they are read when the episode closes).
     invalid_turns: int = 0
+    #: Accepted ``undo`` turns (``RolloutConfig.undo``; counted like ``invalid_turns``).
+    undo_turns: int = 0
 
 
 @dataclass(slots=True)
@@ -194,6 +197,7 @@ class _Run:
         self.head = self.fmt.system_ids(self.system)
         loop = asyncio.get_running_loop()  # a run lives inside one ``stream`` call
         self.pool = driver.core_pool
+        self.undo = cfg.undo
         if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
@@ -273,6 +277,9 @@ class _Run:
             if live:
                 for t, o in zip(live, outs):
                     t.episode.invalid_turns += o.invalid
+                if self.undo:
+                    for t, o in zip(live, outs):
+                        t.episode.undo_turns += o.undo
                 self._apply(live, *self.codec.record_turn_batch(
                     self.store, live, outs, self.cfg.max_total_tokens))
         return [not t.episode.closed for t in turns]
@@ -287,6 +294,9 @@ class _Run:
                 counts = self.pool.invalid_turns([e.slot for e in played])
                 for e, n in zip(played, counts):
                     e.invalid_turns = n
+                if self.undo:
+                    for e, n in zip(played, self.pool.undo_turns([e.slot for e in played])):
+                        e.undo_turns = n
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps])
@@ -308,7 +318,8 @@ class _Run:
                        time_total_s=[now - e.t0 for e in eps],
                        time_gen_s=[e.gen_s for e in eps],
                        cut_turns=[e.cut_turns for e in eps],
-                       invalid_turns=[e.invalid_turns for e in eps])
+                       invalid_turns=[e.invalid_turns for e in eps],
+                       undo_turns=[e.undo_turns for e in eps])
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
@@ -494,11 +505,14 @@ class RolloutEngine:
         return self.backend.policy_version
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
+        undo = undo_rules(cfg)
         key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
-               repr(sorted(env_kwargs.items())))
+               repr(sorted(env_kwargs.items())), undo)
         if key not in self._drivers:
+            # with undo rules, an env that cannot snapshot raises SnapshotUnsupportedError
+            # here, before any episode starts
             driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers,
-                                 cfg.inline_env_budget_s, **env_kwargs)
+                                 cfg.inline_env_budget_s, undo=undo, **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 

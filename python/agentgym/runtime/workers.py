@@ -100,6 +100,12 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
             register(spec["env_id"], spec["entry_point"], override=True, **spec["defaults"])
     envs: dict[int, Any] = {}
     running: set[int] = set()  # locals with an episode reset (or replayed) in this process
+    undo = spec.get("undo")
+    histories: dict[int, Any] = {}  # local -> UndoHistory of its episode (undo rules only)
+    if undo is not None:
+        from agentgym.engine.undo import UndoHistory, UndoRules
+
+        undo = UndoRules(*undo)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def reader() -> None:  # keeps the request pipe drained so the parent never blocks
@@ -115,7 +121,9 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
 
     def env_of(local: int) -> Any:
         if local not in envs:
-            envs[local] = make(spec["env_id"], max_turns=spec["max_turns"], **spec["env_kwargs"])
+            # under undo rules the history applies the horizon (the env's own would roll back)
+            horizon = spec["max_turns"] if undo is None else None
+            envs[local] = make(spec["env_id"], max_turns=horizon, **spec["env_kwargs"])
         return envs[local]
 
     def reset(env: Any, task: Any, seed: Any, max_turns: Any) -> Any:
@@ -127,18 +135,28 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
             raise EnvError("episode is not running in this worker (lost in a worker restart)")
         return envs[local]
 
+    def step(local: int, env: Any, action: str) -> Any:
+        history = histories.get(local)
+        return env.step(action) if history is None else history.step(env, action)
+
     def handle(op: str, local: int, args: list[Any]) -> Any:
         if op in ("reset", "replay"):
             running.discard(local)
+            histories.pop(local, None)
             env = env_of(local)
-            obs, info = reset(env, *args[:3])
+            if undo is None:
+                obs, info = reset(env, *args[:3])
+            else:  # the history applies the horizon: an undo is a turn, never rolled back
+                obs, info = reset(env, args[0], args[1], None)
+                horizon = args[2] if args[2] is not None else spec["max_turns"]
+                histories[local] = UndoHistory(undo, str(obs), max_turns=horizon)
             if op == "replay":
                 for action in args[3]:
-                    env.step(action)
+                    step(local, env, action)
             running.add(local)
             return [obs, info] if op == "reset" else None
         if op == "step":
-            obs, r, term, trunc, info = running_env(local).step(args[0])
+            obs, r, term, trunc, info = step(local, running_env(local), args[0])
             return [obs, float(r), bool(term), bool(trunc), info]
         if op in ("valid_actions", "oracle_action"):
             running_env(local)
@@ -238,7 +256,9 @@ class ProcessEnvPool:
     """``num_workers`` processes, each hosting ``envs_per_worker`` instances of ``env_id``.
 
     Episode ``i`` lives in worker ``i // envs_per_worker``. ``env_kwargs`` go to
-    ``agentgym.make(env_id, max_turns=max_turns, **env_kwargs)`` in the worker. Use as
+    ``agentgym.make(env_id, max_turns=max_turns, **env_kwargs)`` in the worker. ``undo``
+    (:class:`~agentgym.engine.undo.UndoRules`): each worker answers ``undo`` actions with an
+    ``UndoHistory`` beside each env (replays included). Use as
     ``async with ProcessEnvPool(...) as pool:`` or call ``await pool.aclose()``.
     """
 
@@ -253,6 +273,7 @@ class ProcessEnvPool:
         seed: int = 0,
         start_method: str = "spawn",
         max_restarts: int = 100,
+        undo: Any = None,
         **env_kwargs: Any,
     ):
         from agentgym.envs import registry
@@ -285,6 +306,8 @@ class ProcessEnvPool:
             "native": entry.native,
             "max_turns": max_turns,
             "env_kwargs": env_kwargs,
+            # ``UndoRules`` as (max_undos, depth): the workers answer undo actions
+            "undo": None if undo is None else (undo.max_undos, undo.depth),
         }
         self._ctx = mp.get_context(start_method)
         self._rng = random.Random(seed)

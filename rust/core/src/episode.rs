@@ -63,6 +63,8 @@ pub struct Episode {
     pub total_reward: f32,
     /// Steps whose action the env refused as unreadable ([`crate::env::Env::refused`]).
     pub invalid_turns: u32,
+    /// Accepted `undo` turns ([`crate::pool::undo`]); never rolled back.
+    pub undo_turns: u32,
 }
 
 impl Default for Episode {
@@ -75,6 +77,7 @@ impl Default for Episode {
             status: EpisodeStatus::Empty,
             total_reward: 0.0,
             invalid_turns: 0,
+            undo_turns: 0,
         }
     }
 }
@@ -89,6 +92,7 @@ impl Episode {
             status: EpisodeStatus::Running,
             total_reward: 0.0,
             invalid_turns: 0,
+            undo_turns: 0,
         };
     }
 

@@ -11,11 +11,12 @@
 //! is untouched. A reset batch reports each failed row on its own ([`RowError`]); only a
 //! malformed batch (bad or repeated slot ids) fails as a whole.
 //! [`snapshot`] saves, restores and forks slot states (envs that implement
-//! [`Env::snapshot`]).
+//! [`Env::snapshot`]); [`undo`] answers the `undo` action where a pool's undo rules are set.
 
 mod obs;
 mod share;
 mod snapshot;
+pub mod undo;
 
 use crate::env::{Env, Task};
 use crate::episode::{Episode, EpisodeStatus, StopReason};
@@ -28,6 +29,7 @@ use rayon::prelude::*;
 pub use snapshot::SnapshotHandle;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+pub use undo::UndoRules;
 
 /// Batches smaller than this run on the calling thread: waking rayon's workers (futex
 /// wake-ups and context switches, 10-20 us on a busy 2-core machine) costs more than
@@ -40,6 +42,8 @@ const MAX_CHUNK_ROWS: usize = 256;
 struct Slot {
     env: Option<Box<dyn Env>>,
     episode: Episode,
+    /// The episode's undo history while the pool's undo rules are set ([`undo`]).
+    undo: Option<Box<undo::History>>,
 }
 
 /// Results of a batched step, in the order of the slot ids given.
@@ -197,6 +201,8 @@ pub struct EpisodePool {
     next_snapshot: SnapshotHandle,
     /// Whether this env implements [`Env::snapshot`].
     snapshots_supported: bool,
+    /// The undo rules ([`undo`]); `None`: `undo` is an ordinary action.
+    undo: Option<UndoRules>,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -218,6 +224,7 @@ fn reset_slot(
     spec: &ResetSpec,
     make: MakeFn,
     kwargs: &Kwargs,
+    undo: Option<UndoRules>,
     text: &mut TextChunk,
 ) -> std::result::Result<(), (CoreError, bool)> {
     slot.episode
@@ -237,6 +244,9 @@ fn reset_slot(
         env.reset_into(&spec.task, spec.seed, out)
     }));
     if matches!(result, Ok(Ok(()))) {
+        if undo.is_some() || slot.undo.is_some() {
+            undo::start(slot, undo, &text.text[text.row_start()..]);
+        }
         return Ok(());
     }
     let start = text.row_start();
@@ -283,6 +293,7 @@ impl EpisodePool {
         slots.push(Mutex::new(Slot {
             env: Some(probe),
             episode: Episode::default(),
+            undo: None,
         }));
         slots.resize_with(num_envs, || Mutex::new(Slot::default()));
         Ok(Self {
@@ -297,6 +308,7 @@ impl EpisodePool {
             snapshots: HashMap::new(),
             next_snapshot: 0,
             snapshots_supported,
+            undo: None,
         })
     }
 
@@ -382,6 +394,7 @@ impl EpisodePool {
         self.check_ids(specs.iter().map(|s| s.slot))?;
         let make = self.make;
         let kwargs = &self.kwargs;
+        let undo = self.undo;
         let slots = &self.slots;
         let rows = chunk_rows(specs.len());
         let bytes = rows * self.reset_bytes_hint;
@@ -390,9 +403,14 @@ impl EpisodePool {
             let mut errors = Vec::new();
             for (k, spec) in specs.iter().enumerate() {
                 prefetch_ahead(slots, k, |i| specs.get(i).map(|s| s.slot));
-                if let Err((e, panicked)) =
-                    reset_slot(&mut slots[spec.slot].lock(), spec, make, kwargs, &mut text)
-                {
+                if let Err((e, panicked)) = reset_slot(
+                    &mut slots[spec.slot].lock(),
+                    spec,
+                    make,
+                    kwargs,
+                    undo,
+                    &mut text,
+                ) {
                     errors.push((k, e, panicked));
                 }
                 text.end_row();
@@ -486,13 +504,18 @@ impl EpisodePool {
             });
         }
         let slots = &self.slots;
+        let undo = self.undo;
         let mut text_len = 0;
         share::run_shared(
             jobs,
             |mut job: StepChunk<'_>| {
                 for (k, (&slot, &action)) in job.ids.iter().zip(job.actions).enumerate() {
                     prefetch_ahead(slots, k, |i| job.ids.get(i).copied());
-                    let (r, te, tr) = step_slot(&mut slots[slot].lock(), action, &mut job.text);
+                    let s = &mut slots[slot].lock();
+                    let (r, te, tr) = match undo {
+                        None => step_slot(s, action, &mut job.text),
+                        Some(rules) => undo::step_slot_undo(s, action, &mut job.text, rules),
+                    };
                     job.text.end_row();
                     (job.rewards[k], job.terminated[k], job.truncated[k]) = (r, te, tr);
                 }
@@ -516,9 +539,12 @@ impl EpisodePool {
     pub fn finish(&mut self, ids: &[usize], reason: StopReason) -> Result<()> {
         self.check_ids(ids.iter().copied())?;
         for &slot in ids {
-            let ep = &mut self.slots[slot].get_mut().episode;
-            if ep.status == EpisodeStatus::Running {
-                ep.finish(reason);
+            let s = self.slots[slot].get_mut();
+            if s.episode.status == EpisodeStatus::Running {
+                s.episode.finish(reason);
+                if let Some(h) = s.undo.as_mut() {
+                    h.clear();
+                }
             }
         }
         Ok(())

@@ -3,7 +3,8 @@
 
 use crate::batch::{self, Actions};
 use crate::errors::to_py;
-use agentgym_core::pool::{first_refusal, ResetSpec};
+use agentgym_core::pool::undo::{self, Refusal};
+use agentgym_core::pool::{first_refusal, ResetSpec, UndoRules};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1};
@@ -212,6 +213,27 @@ impl PyEnvPool {
         self.inner.invalid_turns_of(&ids).map_err(to_py)
     }
 
+    /// Accepted `undo` turns of each of slots `ids` (the episode the slot holds or last
+    /// held).
+    fn undo_turns(&mut self, ids: Vec<usize>) -> PyResult<Vec<u32>> {
+        self.inner.undo_turns_of(&ids).map_err(to_py)
+    }
+
+    /// Turn the `undo` action on (`max_undos` accepted undos per episode, the last `depth`
+    /// turns undoable) from each slot's next reset, or off with `max_undos=None`. Raises
+    /// `SnapshotUnsupportedError` on an env that cannot snapshot, ValueError on depth 0.
+    #[pyo3(signature = (max_undos, depth = 16))]
+    fn set_undo(&mut self, max_undos: Option<u32>, depth: usize) -> PyResult<()> {
+        let rules = max_undos.map(|max_undos| UndoRules { max_undos, depth });
+        self.inner.set_undo(rules).map_err(to_py)
+    }
+
+    /// `(max_undos, depth)` while the `undo` action is on, else None.
+    #[getter]
+    fn undo(&self) -> Option<(u32, usize)> {
+        self.inner.undo_rules().map(|r| (r.max_undos, r.depth))
+    }
+
     /// Whether each of slots `ids` holds a running episode (ids in range, each once).
     fn running(&mut self, ids: Vec<usize>) -> PyResult<Vec<bool>> {
         self.inner.running_of(ids.iter().copied()).map_err(to_py)
@@ -319,6 +341,40 @@ impl PyEnvPool {
     }
 }
 
+/// `n` when `action` (an extracted action) is an undo (`undo` = 1, `undo N` with N >= 1,
+/// case-insensitive), else None: the one grammar of the `undo` action.
+#[pyfunction]
+fn parse_undo(action: &str) -> Option<u32> {
+    undo::parse_undo(action)
+}
+
+/// The observation of an accepted `undo n`: `Undid the last n turn(s). <observation>`.
+#[pyfunction]
+fn undo_reply(n: u32, observation: &str) -> String {
+    let mut out = String::new();
+    undo::undone(&mut out, n, observation);
+    out
+}
+
+/// The observation of a refused undo: `reason` is "cap" (`max_undos` used), "too_many"
+/// (`asked` turns, `available` undoable) or "unsupported" (the env could not copy its
+/// state).
+#[pyfunction]
+#[pyo3(signature = (reason, *, asked = 0, available = 0, max_undos = 0))]
+fn undo_refusal(reason: &str, asked: u32, available: u32, max_undos: u32) -> PyResult<String> {
+    let why = match reason {
+        "cap" => Refusal::Cap { max_undos },
+        "too_many" => Refusal::TooMany { asked, available },
+        "unsupported" => Refusal::Unsupported,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown undo refusal {other:?}: use \"cap\", \"too_many\" or \"unsupported\""
+            )))
+        }
+    };
+    Ok(undo::refusal(why))
+}
+
 /// Registered native env ids: the shipped envs, and the test-only ones once
 /// `_register_test_envs` has run.
 #[pyfunction]
@@ -356,5 +412,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_register_test_envs, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_description, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_tasks, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_undo, m)?)?;
+    m.add_function(wrap_pyfunction!(undo_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(undo_refusal, m)?)?;
     Ok(())
 }

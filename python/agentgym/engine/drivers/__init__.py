@@ -18,6 +18,7 @@ from agentgym.engine.drivers.base import NOT_RUNNING, EnvDriver, ResetItem, Step
 from agentgym.engine.drivers.native import NativeDriver, is_native
 from agentgym.engine.drivers.process import ProcessDriver
 from agentgym.engine.drivers.python import PythonDriver
+from agentgym.engine.undo import UndoRules
 
 __all__ = [
     "NOT_RUNNING",
@@ -33,12 +34,16 @@ __all__ = [
 
 
 def make_driver(env_id: str, capacity: int, env_workers: int = 0,
-                inline_budget_s: float = 0.002, **env_kwargs) -> EnvDriver:
+                inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
+                **env_kwargs) -> EnvDriver:
     """The driver for ``env_id``: native envs in the Rust pool; Python envs on a thread pool
     (work of a tick under ``inline_budget_s`` runs inline), or in ``env_workers`` processes
-    when that is > 0."""
+    when that is > 0. ``undo``: the ``undo`` action's rules (None: off); an env that cannot
+    snapshot then raises :class:`~agentgym.errors.SnapshotUnsupportedError` here."""
     if is_native(env_id):
-        return NativeDriver(env_id, capacity, **env_kwargs)
+        return NativeDriver(env_id, capacity, undo=undo, **env_kwargs)
     if env_workers > 0:
-        return ProcessDriver(env_id, capacity, num_workers=env_workers, **env_kwargs)
-    return PythonDriver(env_id, capacity, inline_budget_s=inline_budget_s, **env_kwargs)
+        return ProcessDriver(env_id, capacity, num_workers=env_workers, undo=undo,
+                             **env_kwargs)
+    return PythonDriver(env_id, capacity, inline_budget_s=inline_budget_s, undo=undo,
+                        **env_kwargs)

@@ -14,8 +14,13 @@ Every driver has the same methods, each either sync or async for all of them:
 
 ``core_pool`` is the Rust pool of a native env, which the engine steps in the same call as
 the turn's token bookkeeping (``TurnCodec.step_turn_batch``) and asks for the turns whose
-action the env refused (``EnvPool.invalid_turns``); None for every other driver, whose
-``StepOutcome.invalid`` says it per step.
+action the env refused (``EnvPool.invalid_turns``) and the accepted undos
+(``EnvPool.undo_turns``); None for every other driver, whose ``StepOutcome.invalid`` and
+``StepOutcome.undo`` say it per step.
+
+Every driver takes ``undo`` (:class:`~agentgym.engine.undo.UndoRules`, or None: off) and,
+with rules, raises :class:`~agentgym.errors.SnapshotUnsupportedError` when it is built for
+an env that cannot snapshot.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class StepOutcome:
     #: The env refused the action as unreadable (Gymnasium ``info["invalid"]``): not one of
     #: its commands, or one whose arguments do not parse.
     invalid: bool = False
+    #: The action was an accepted ``undo`` (``RolloutConfig.undo``).
+    undo: bool = False
 
 
 #: The outcome of a step on a slot whose episode is no longer running.

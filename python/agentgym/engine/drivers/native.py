@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from agentgym import _core
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
+from agentgym.engine.undo import UndoRules
 from agentgym.pool import EnvPool
 
 
@@ -17,13 +18,18 @@ def is_native(env_id: str) -> bool:
 class NativeDriver:
     """Drives ``capacity`` slots of a native env through one ``EnvPool``: the resets and
     steps of one event-loop tick are one Rust call each (GIL released). The engine steps
-    ``core_pool`` itself, together with the turn's token bookkeeping."""
+    ``core_pool`` itself, together with the turn's token bookkeeping. ``undo`` rules are
+    the pool's (the Rust pool answers ``undo`` actions inside the same batched step)."""
 
-    def __init__(self, env_id: str, capacity: int, **env_kwargs):
+    def __init__(self, env_id: str, capacity: int, *, undo: UndoRules | None = None,
+                 **env_kwargs):
         self.env_id = env_id
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
         self.core_pool: _core.EnvPool = self.pool._pool
+        self.undo = undo
+        if undo is not None:  # SnapshotUnsupportedError here, before any episode
+            self.core_pool.set_undo(undo.max_undos, undo.depth)
         self._oracle = self.core_pool.oracle_action
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:

@@ -7,25 +7,31 @@ from __future__ import annotations
 import asyncio
 
 from agentgym.engine.drivers.base import ResetItem, StepOutcome
+from agentgym.engine.undo import UndoRules, check_snapshots
 
 
 class ProcessDriver:
-    """``capacity`` episodes of a Python env spread over ``num_workers`` processes."""
+    """``capacity`` episodes of a Python env spread over ``num_workers`` processes. With
+    ``undo`` rules the workers answer ``undo`` actions (``UndoHistory`` beside each env)."""
 
     core_pool = None
 
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
-                 timeout_s: float = 120.0, **env_kwargs):
+                 timeout_s: float = 120.0, *, undo: UndoRules | None = None, **env_kwargs):
         import agentgym
         from agentgym.runtime.workers import ProcessEnvPool
 
         self.env_id = env_id
         probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
-        self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
-        probe.close()
+        try:
+            self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
+            if undo is not None:  # before any worker starts
+                check_snapshots(probe, env_id)
+        finally:
+            probe.close()
         per_worker = -(-capacity // num_workers)
         self.pool = ProcessEnvPool(env_id, num_workers, per_worker, timeout_s=timeout_s,
-                                   **env_kwargs)
+                                   undo=undo, **env_kwargs)
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
         """Reset each row in its worker (concurrently); a failed row gets its exception."""
@@ -44,7 +50,7 @@ class ProcessDriver:
         obs, rew, term, trunc, info = await self.pool.step(slot, action)
         reason = info.get("stop_reason") or ("done" if term else ("horizon" if trunc else None))
         return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
-                           info.get("error"), bool(info.get("invalid")))
+                           info.get("error"), bool(info.get("invalid")), bool(info.get("undo")))
 
     def finish(self, items: list[tuple[int, str]]) -> None:
         pass  # the worker's episode is simply reset when the slot is reused

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
+from agentgym.engine.undo import UndoHistory, UndoRules, check_snapshots
 from agentgym.errors import InvalidTaskError
 
 
@@ -27,6 +28,10 @@ class PythonDriver:
     switches; a pure-Python env steps in a few. Slow envs (simulators, HTTP) stay on the
     pool. ``inline_budget_s = 0`` always uses the pool. Envs that may hang belong in worker
     processes (``env_workers``), where they can be killed.
+
+    With ``undo`` rules each episode keeps an :class:`~agentgym.engine.undo.UndoHistory`
+    and ``undo`` / ``undo N`` actions are undos; an env that cannot snapshot raises
+    :class:`~agentgym.errors.SnapshotUnsupportedError` here, before any episode.
     """
 
     probe_every = 64
@@ -34,12 +39,23 @@ class PythonDriver:
     core_pool = None
 
     def __init__(self, env_id: str, capacity: int, max_workers: int = 8,
-                 inline_budget_s: float = 0.002, **env_kwargs):
+                 inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
+                 **env_kwargs):
         import agentgym
 
         self.env_id = env_id
         self._make = lambda: agentgym.make(env_id, **env_kwargs)
         first = self._make()
+        self.undo = undo
+        #: Each slot's undo history while its episode runs (undo rules only).
+        self._history: list[UndoHistory | None] = [None] * capacity
+        if undo is not None:
+            try:
+                check_snapshots(first, env_id)
+            except Exception:
+                _close_quietly(first)
+                raise
+            self._step_one = self._step_undo  # the plain path stays as it is
         self.instructions = getattr(first, "instructions", "") or getattr(
             first.unwrapped, "instructions", ""
         )
@@ -106,11 +122,23 @@ class PythonDriver:
         self._turns[slot] = 0
         self._horizon[slot] = max_turns
         self._running.add(slot)
+        if self.undo is not None:
+            self._history[slot] = UndoHistory(self.undo, str(obs))
         return str(obs)
 
     def _step_one(self, slot: int, action: str):
         try:
             return self._envs[slot].step(action)
+        except Exception as e:  # the env's failure ends only this episode
+            return e
+
+    def _step_undo(self, slot: int, action: str):
+        """``_step_one`` under undo rules (the driver applies the horizon)."""
+        history = self._history[slot]
+        try:
+            if history is None:
+                return self._envs[slot].step(action)
+            return history.step(self._envs[slot], action)
         except Exception as e:  # the env's failure ends only this episode
             return e
 
@@ -151,6 +179,7 @@ class PythonDriver:
     def _outcome(self, slot: int, result) -> StepOutcome:
         if isinstance(result, Exception):
             self._running.discard(slot)
+            self._history[slot] = None
             self._drop(slot)
             msg = f"{type(result).__name__}: {result}"
             return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
@@ -162,8 +191,10 @@ class PythonDriver:
         reason = "done" if term else ("horizon" if trunc else None)
         if reason:
             self._running.discard(slot)
+            self._history[slot] = None
         return StepOutcome(str(obs), float(rew), bool(term), bool(trunc), reason,
-                           invalid=bool(info and info.get("invalid")))
+                           invalid=bool(info and info.get("invalid")),
+                           undo=bool(info and info.get("undo")))
 
     def _drop(self, slot: int) -> None:
         """Forget the env of ``slot`` after it raised (the next reset builds a new one) and
@@ -180,6 +211,9 @@ class PythonDriver:
 
     def finish(self, items: list[tuple[int, str]]) -> None:
         self._running.difference_update(slot for slot, _ in items)
+        if self.undo is not None:
+            for slot, _ in items:
+                self._history[slot] = None
 
     async def oracle_action(self, slot: int) -> str | None:
         fn = getattr(self._env(slot).unwrapped, "oracle_action", None)

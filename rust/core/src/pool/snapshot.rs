@@ -11,7 +11,11 @@
 //! picks which slot plays what (as for [`EpisodePool::reset`]), so a fork names its
 //! targets, and a target must hold no running episode (never reset, or finished). Its
 //! previous episode, if any, is replaced.
+//!
+//! A slot's undo history ([`super::undo`]) is part of its state: a snapshot copies it, a
+//! restore or fork puts the copy back with the env.
 
+use super::undo::History;
 use super::{EpisodePool, Slot, PAR_MIN_ROWS};
 use crate::env::Env;
 use crate::episode::{Episode, EpisodeStatus};
@@ -28,6 +32,7 @@ pub type SnapshotHandle = u64;
 pub(super) struct Snapshot {
     env: Box<dyn Env>,
     episode: Episode,
+    undo: Option<Box<History>>,
 }
 
 impl Snapshot {
@@ -36,6 +41,7 @@ impl Snapshot {
         Some(Snapshot {
             env: self.env.snapshot()?,
             episode: self.episode.clone(),
+            undo: copy_history(&self.undo),
         })
     }
 
@@ -66,7 +72,13 @@ fn take(slot: &Slot, id: usize, op: &'static str, env_id: &str) -> Result<Snapsh
     Ok(Snapshot {
         env,
         episode: slot.episode.clone(),
+        undo: copy_history(&slot.undo),
     })
+}
+
+/// A copy of an undo history (none where a saved env cannot be copied: no undo then).
+fn copy_history(h: &Option<Box<History>>) -> Option<Box<History>> {
+    h.as_ref().and_then(|h| h.copy()).map(Box::new)
 }
 
 fn running(slot: &Slot, id: usize, op: &'static str) -> Result<()> {
@@ -95,6 +107,7 @@ fn unsupported(env_id: &str) -> CoreError {
 fn put(slot: &mut Slot, snap: Snapshot) {
     slot.env = Some(snap.env);
     slot.episode = snap.episode;
+    slot.undo = snap.undo;
 }
 
 impl EpisodePool {
