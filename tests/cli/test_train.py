@@ -110,3 +110,19 @@ def test_train_reports_to_wandb_offline_under_the_run_folder(tmp_path):
     assert [r["_step"] for r in train] == [1, 2]
     assert {"success_rate", "horizon/max_turns", "timing_s/step"} <= set(train[-1])
     assert any("eval/success_rate" in r for r in rows)
+
+
+def test_undo_flag_turns_the_mechanism_on_in_the_rollout_settings():
+    import argparse
+
+    from agentgym.cli.train import _train_config, add_args
+    from agentgym.learner.trainer import TrainerConfig
+
+    p = argparse.ArgumentParser()
+    add_args(p)
+    cfg = _train_config(p.parse_args(["--undo"]))
+    assert cfg["rollout"]["undo"] is True and cfg["rollout"]["max_undos"] == 3
+    assert cfg["rollout"]["truncated_turn"] == "end"  # the main job's own setting kept
+    TrainerConfig.from_dict(cfg)
+    assert _train_config(p.parse_args(["--undo", "1"]))["rollout"]["max_undos"] == 1
+    assert "undo" not in _train_config(p.parse_args([])).get("rollout", {})
