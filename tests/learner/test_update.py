@@ -412,3 +412,17 @@ def test_config_validation_and_round_trip():
     with pytest.raises(ValueError, match="value_model"):
         policy_update(model, make_optimizer(model, cfg), pack(two_turn_trajs(1, 2)),
                       LearnerConfig(adv_estimator="gae"))
+
+
+def test_log_prob_chunks_are_sized_by_the_memory_of_their_logits():
+    """``logprob_chunk_mib`` of float32 logits: 1,365 tokens at SmolLM2's 49,152-token
+    vocabulary, more than a micro-batch at a 1,024-token one, and 0 (no chunks) when off."""
+    from agentgym.learner.update import LearnerConfig, _chunk_tokens
+
+    big = torch.nn.Module()
+    big.get_output_embeddings = lambda: torch.nn.Linear(2, 49_152, bias=False)
+    assert _chunk_tokens(big, LearnerConfig()) == 1365
+    assert _chunk_tokens(tiny_qwen2(), LearnerConfig()) == 256 * 2**20 // (4 * VOCAB)
+    assert _chunk_tokens(big, LearnerConfig(logprob_chunk_mib=0)) == 0
+    with pytest.raises(ValueError, match="logprob_chunk_mib"):
+        LearnerConfig(logprob_chunk_mib=-1)

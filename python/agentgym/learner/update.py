@@ -93,9 +93,11 @@ class LearnerConfig:
     max_seqs_per_microbatch: int | None = None
     pad_token_id: int = 0
     bf16: bool = False  # torch.autocast(bfloat16) for forward passes (CPU or GPU)
-    # model tokens whose full-vocabulary logits exist at once (LM head, log-softmax and
-    # entropy in chunks, recomputed in the backward pass); 0: all at once
-    logprob_chunk_tokens: int = 1024
+    # the most memory (MiB) one chunk of float32 full-vocabulary logits may take: the LM
+    # head, log-softmax and entropy run over that many model tokens at a time (recomputed
+    # in the backward pass); 256 MiB is 1,365 tokens at a 49,152-token vocabulary and more
+    # than any micro-batch at 1,024. 0: all at once
+    logprob_chunk_mib: float = 256.0
     # off-policy / staleness
     old_logprob_source: str = "behaviour"  # behaviour | recompute (proximal policy + TIS)
     tis_cap: float | None = 2.0  # truncated IS cap when old_logprob_source == "recompute"
@@ -120,7 +122,7 @@ class LearnerConfig:
             (self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c must be > 1"),
             (self.ppo_epochs >= 1 and self.num_mini_batches >= 1, "epochs/mini-batches >= 1"),
             (self.max_tokens_per_microbatch > 0, "max_tokens_per_microbatch must be > 0"),
-            (self.logprob_chunk_tokens >= 0, "logprob_chunk_tokens must be >= 0"),
+            (self.logprob_chunk_mib >= 0, "logprob_chunk_mib must be >= 0"),
             (0 <= self.gamma <= 1 and 0 <= self.lam <= 1, "gamma and lam must be in [0, 1]"),
             (self.temperature > 0, "temperature must be > 0"),
             (self.truncated != "bootstrap" or self.adv_estimator == "gae",
@@ -276,6 +278,19 @@ def compute_logprobs(
     logp = _scatter_rows(logp, select)
     entropy = _scatter_rows(entropy, select) if entropy is not None else None
     return logp, entropy
+
+
+def _chunk_tokens(model: torch.nn.Module, config: LearnerConfig) -> int:
+    """Model tokens per log-prob chunk: ``logprob_chunk_mib`` of float32 logits at the
+    model's vocabulary size (0: no chunking)."""
+    if config.logprob_chunk_mib <= 0:
+        return 0
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    vocab = getattr(head, "out_features", None) or getattr(
+        getattr(model, "config", None), "vocab_size", None)
+    if not vocab:
+        return 0
+    return max(1, int(config.logprob_chunk_mib * 2**20) // (4 * int(vocab)))
 
 
 def _scatter_rows(values: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -462,7 +477,7 @@ def _logprob_pass(model, plan, pb: PackedBatch, config: LearnerConfig, dp) -> np
     return _packed_pass(
         lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
                                     with_entropy=False, bf16=config.bf16,
-                                    chunk_tokens=config.logprob_chunk_tokens)[0],
+                                    chunk_tokens=_chunk_tokens(model, config))[0],
         plan, pb, config, dp)
 
 
@@ -558,7 +573,7 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
     agg = {"num_tokens": n_tok, "num_seqs": n_seq, "norm_constant": norm_c}
     logp, entropy = compute_logprobs(model, mb, temperature=config.temperature,
                                      with_entropy=True, bf16=config.bf16,
-                                     chunk_tokens=config.logprob_chunk_tokens)
+                                     chunk_tokens=_chunk_tokens(model, config))
     weights = mb.get("weights")
     old = mb.old_logprobs
     prox = mb.get("prox_logprobs")
