@@ -126,3 +126,22 @@ def test_undo_flag_turns_the_mechanism_on_in_the_rollout_settings():
     TrainerConfig.from_dict(cfg)
     assert _train_config(p.parse_args(["--undo", "1"]))["rollout"]["max_undos"] == 1
     assert "undo" not in _train_config(p.parse_args([])).get("rollout", {})
+
+
+def test_reflection_flag_sets_the_rollout_settings():
+    import argparse
+
+    from agentgym.cli.collect import add_args as collect_args
+    from agentgym.cli.train import _train_config, add_args
+    from agentgym.learner.trainer import TrainerConfig
+
+    p = argparse.ArgumentParser()
+    add_args(p)
+    cfg = _train_config(p.parse_args(["--reflection", "2", "--undo"]))
+    assert cfg["rollout"]["reflection"] == 2 and cfg["rollout"]["undo"] is True
+    assert TrainerConfig.from_dict(cfg).rollout["reflection"] == 2
+    assert "reflection" not in _train_config(p.parse_args([])).get("rollout", {})
+    c = argparse.ArgumentParser()
+    collect_args(c)
+    args = c.parse_args(["--env", "maze", "--tasks", "2", "--out", "x", "--reflection", "1"])
+    assert args.reflection == 1

@@ -22,7 +22,8 @@ def trajectories():
     a = make_trajectory([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], task_id=4, group_id=4,
                         sample_index=1, logprobs=[0, 0, -0.5, -0.25, 0, -1.0],
                         turn_rewards=[0.0, 1.0], reward=1.0, seed=123,
-                        timings={"total_s": 0.75, "gen_s": 0.5, "undo_turns": 2.0},
+                        timings={"total_s": 0.75, "gen_s": 0.5, "undo_turns": 2.0,
+                                 "attempts": 3.0},
                         policy_version=2)
     b = make_trajectory([5, 6, 11], [0, 0, 0], task_id="craft a stick", group_id=0,
                         stop_reason="env_error", error="boom",
@@ -49,6 +50,13 @@ def test_a_table_of_schema_version_2_reads_without_undo_turns():
     old = table.drop_columns(["undo_turns"])  # the rows before undo (schema version 2)
     a, b = rows_to_trajectories(old)
     assert "undo_turns" not in a.timings and a.token_ids == trajectories()[0].token_ids
+
+
+def test_a_table_of_schema_version_3_reads_with_one_attempt():
+    table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
+    assert table.column("attempts").to_pylist() == [3, 1]
+    a, b = rows_to_trajectories(table.drop_columns(["attempts"]))
+    assert "attempts" not in a.timings and "attempts" not in b.timings
 
 
 def test_messages_are_the_mask_segments_decoded(tokenizer):

@@ -77,6 +77,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--undo", type=int, nargs="?", const=3, metavar="MAX_UNDOS", default=None,
                    help="let the model reply 'undo' / 'undo N' (envs that snapshot; at most "
                         "MAX_UNDOS an episode, default 3): docs/mechanisms.md")
+    p.add_argument("--reflection", type=int, metavar="N", default=None,
+                   help="reflection retries: up to N more attempts after an unsolved one, "
+                        "from the episode's start (envs that snapshot): docs/mechanisms.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -129,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     }.items() if v is not None}
     if args.undo is not None:
         rollout.update(undo=True, max_undos=args.undo)
+    if args.reflection is not None:
+        rollout["reflection"] = args.reflection
     backend_kwargs = parse_key_values(args.backend_kwarg)
     if args.backend == "scripted":
         backend_kwargs.setdefault("policy", args.policy)

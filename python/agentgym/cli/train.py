@@ -97,6 +97,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--undo", type=int, nargs="?", const=3, metavar="MAX_UNDOS", default=None,
                    help="let the model reply 'undo' / 'undo N' (envs that snapshot; at most "
                         "MAX_UNDOS an episode, default 3): docs/mechanisms.md")
+    p.add_argument("--reflection", type=int, metavar="N", default=None,
+                   help="reflection retries: up to N more attempts after an unsolved one, "
+                        "from the episode's start (envs that snapshot): docs/mechanisms.md")
     p.add_argument("--resume", help="checkpoint (or run folder) to resume from")
     p.add_argument("--output", "-o", help="run folder (default runs/<timestamp>)")
     p.add_argument("--report-to", metavar="TRACKERS",
@@ -157,6 +160,8 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["warmup"] = None
     if args.undo is not None:
         cfg["rollout"] = {**cfg.get("rollout", {}), "undo": True, "max_undos": args.undo}
+    if args.reflection is not None:
+        cfg["rollout"] = {**cfg.get("rollout", {}), "reflection": args.reflection}
     if args.report_to is not None:
         cfg.update(_report_to(args.report_to, cfg.get("wandb")))
     if args.ray is not None or args.num_rollout_workers:

@@ -50,7 +50,7 @@ __all__ = ["ROW_FIELDS", "Collector", "collect"]
 #: Rollout settings that shape the rows: part of a run's identity.
 ROW_FIELDS = ("max_turns", "max_new_tokens", "max_total_tokens", "temperature", "top_p",
               "top_k", "action_format", "system_prompt", "seed", "undo", "max_undos",
-              "undo_depth")
+              "undo_depth", "reflection", "reflection_discount", "reflection_prompt")
 
 
 def _task_spec(tasks: Sequence[int | str]) -> Any:

@@ -35,7 +35,7 @@ from agentgym.data.trajectories import (
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
            "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -67,6 +67,7 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("cut_turns", pa.uint32(), "replies cut at max_new_tokens that stepped the env"),
     ("invalid_turns", pa.uint32(), "turns whose action the env refused as unreadable"),
     ("undo_turns", pa.uint32(), "accepted undo turns (RolloutConfig.undo)"),
+    ("attempts", pa.uint32(), "attempts played (RolloutConfig.reflection; 1 without a retry)"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
 )
@@ -146,6 +147,7 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "cut_turns": pa.array(info.cut_turns, pa.uint32()),
         "invalid_turns": pa.array(info.invalid_turns, pa.uint32()),
         "undo_turns": pa.array(info.undo_turns, pa.uint32()),
+        "attempts": pa.array(info.attempts, pa.uint32()),
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
@@ -214,7 +216,10 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         invalid_turns=table.column("invalid_turns").to_pylist(),
         # absent from shards of schema version 2 (before undo): none
         undo_turns=(table.column("undo_turns").to_pylist()
-                    if "undo_turns" in table.column_names else [0] * table.num_rows))
+                    if "undo_turns" in table.column_names else [0] * table.num_rows),
+        # absent from shards of schema versions 2 and 3 (before reflection): one attempt
+        attempts=(table.column("attempts").to_pylist()
+                  if "attempts" in table.column_names else [1] * table.num_rows))
     return packed, info
 
 

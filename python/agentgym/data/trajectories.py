@@ -328,13 +328,17 @@ class RowInfo:
     invalid_turns: list[int]
     #: ``timings["undo_turns"]``: accepted ``undo`` turns (``RolloutConfig.undo``).
     undo_turns: list[int]
+    #: ``timings["attempts"]``: attempts the episode played (``RolloutConfig.reflection``;
+    #: 1 without a retry).
+    attempts: list[int]
 
     def __len__(self) -> int:
         return len(self.task_id)
 
     def timings(self, i: int) -> dict[str, float]:
         """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
-        ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` only where there were any."""
+        ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` only where there were any, and
+        ``attempts`` only where there was more than one."""
         t = {"total_s": self.time_total_s[i], "gen_s": self.time_gen_s[i]}
         if self.cut_turns[i]:
             t["cut_turns"] = float(self.cut_turns[i])
@@ -342,6 +346,8 @@ class RowInfo:
             t["invalid_turns"] = float(self.invalid_turns[i])
         if self.undo_turns[i]:
             t["undo_turns"] = float(self.undo_turns[i])
+        if self.attempts[i] > 1:
+            t["attempts"] = float(self.attempts[i])
         return t
 
     @classmethod
@@ -353,7 +359,8 @@ class RowInfo:
                    time_gen_s=[t.timings.get("gen_s", 0.0) for t in trajs],
                    cut_turns=[int(t.timings.get("cut_turns", 0)) for t in trajs],
                    invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs],
-                   undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs])
+                   undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs],
+                   attempts=[int(t.timings.get("attempts", 1)) for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:

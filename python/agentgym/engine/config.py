@@ -28,6 +28,15 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     undone already, the undo turn's reward cancels theirs, at most ``max_undos`` accepted
     undos per episode and ``undo_depth`` turns back (docs/mechanisms.md). An env that cannot
     snapshot raises ``SnapshotUnsupportedError`` before any episode starts.
+
+    ``reflection`` (0, off, by default) allows that many extra attempts: an attempt the env
+    ended unsolved, or the horizon ended, puts the env back at the episode's start, appends
+    the note ``reflection_prompt`` (a user turn; default
+    :data:`~agentgym.engine.reflection.REFLECTION_PROMPT`) and the model's next reply is
+    its reflection and the new attempt's first action. The episode's reward is the last
+    attempt's return times ``reflection_discount ** (attempts - 1)``; the horizon counts the
+    turns of each attempt (docs/mechanisms.md). An env that cannot snapshot raises
+    ``SnapshotUnsupportedError`` before any episode starts.
     """
 
     max_turns: int | None = 10
@@ -62,6 +71,14 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     max_undos: int = 3
     #: Turns kept per episode for undoing (``undo`` only): the most one ``undo N`` reaches.
     undo_depth: int = 16
+    #: Reflection retries: extra attempts after an unsolved one (0 = off; docs/mechanisms.md).
+    reflection: int = 0
+    #: The reward of an episode of ``k`` attempts: its last attempt's return times this
+    #: ``** (k - 1)``.
+    reflection_discount: float = 0.9
+    #: The note before a retry (``str.format`` fields ``attempt``, ``attempts_left``,
+    #: ``outcome``, ``observation``); None: ``agentgym.engine.reflection.REFLECTION_PROMPT``.
+    reflection_prompt: str | None = None
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
@@ -71,3 +88,12 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
             raise ValueError(f"max_undos must be >= 0, got {self.max_undos}")
         if self.undo_depth < 1:
             raise ValueError(f"undo_depth must be >= 1, got {self.undo_depth}")
+        if self.reflection < 0:
+            raise ValueError(f"reflection must be >= 0, got {self.reflection}")
+        if not 0.0 <= self.reflection_discount <= 1.0:
+            raise ValueError(f"reflection_discount must be in [0, 1], got "
+                             f"{self.reflection_discount}")
+        if self.reflection_prompt is not None:
+            from agentgym.engine.reflection import check_prompt
+
+            check_prompt(self.reflection_prompt)

@@ -32,6 +32,8 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         "invalid_turns/share": float(invalid.sum() / turns.sum()) if turns.sum() else 0.0,
         # accepted undo turns per episode (RolloutConfig.undo)
         "undo_turns/mean": float(np.mean([t.timings.get("undo_turns", 0.0) for t in trajs])),
+        # attempts per episode (RolloutConfig.reflection; 1 without a retry)
+        "attempts/mean": float(np.mean([t.timings.get("attempts", 1.0) for t in trajs])),
         "timing_s/gen": wall_s,
         "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
         "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

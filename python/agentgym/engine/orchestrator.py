@@ -47,6 +47,7 @@ from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
+from agentgym.engine.reflection import final_reward, note, retries
 from agentgym.engine.undo import undo_rules
 from agentgym.pool import episode_seed, episode_seeds
 from agentgym.progress import progress_bar
@@ -78,6 +79,13 @@ class _Episode:
     invalid_turns: int = 0
     #: Accepted ``undo`` turns (``RolloutConfig.undo``; counted like ``invalid_turns``).
     undo_turns: int = 0
+    #: Attempts begun (``RolloutConfig.reflection``; 1 without a retry).
+    attempts: int = 1
+    #: The running attempt's return (driven envs under reflection; a native env's pool
+    #: keeps it in the episode record).
+    attempt_return: float = 0.0
+    #: The observation after reset (reflection only): the note before a retry repeats it.
+    start_obs: str | None = None
 
 
 @dataclass(slots=True)
@@ -198,6 +206,8 @@ class _Run:
         loop = asyncio.get_running_loop()  # a run lives inside one ``stream`` call
         self.pool = driver.core_pool
         self.undo = cfg.undo
+        #: Reflection retries (``_play_reflect``): decided once per episode, not per turn.
+        self.reflect = cfg.reflection > 0
         if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
@@ -230,6 +240,14 @@ class _Run:
         for k, o in enumerate(obs):
             if isinstance(o, BaseException):
                 out[k] = o
+        if self.reflect and ok:  # each episode's start, kept for its retries
+            failed = await self.driver.save_starts([live[k].slot for k in ok])
+            for k, err in zip(ok, failed):
+                if err is None:
+                    live[k].start_obs = obs[k]
+                else:
+                    out[k] = err
+            ok = [k for k, err in zip(ok, failed) if err is None]
         if ok and self.head is not None:
             prompts = self.codec.prompts(self.store, [live[k].key for k in ok], self.head,
                                          [obs[k] for k in ok])
@@ -280,6 +298,9 @@ class _Run:
                 if self.undo:
                     for t, o in zip(live, outs):
                         t.episode.undo_turns += o.undo
+                if self.reflect:
+                    for t, o in zip(live, outs):
+                        t.episode.attempt_return += o.reward
                 self._apply(live, *self.codec.record_turn_batch(
                     self.store, live, outs, self.cfg.max_total_tokens))
         return [not t.episode.closed for t in turns]
@@ -292,14 +313,15 @@ class _Run:
             played = [e for e in eps if e.turns]
             if played:
                 counts = self.pool.invalid_turns([e.slot for e in played])
-                for e, n in zip(played, counts):
-                    e.invalid_turns = n
+                for e, n in zip(played, counts):  # += : earlier attempts' counts (reflection)
+                    e.invalid_turns += n
                 if self.undo:
                     for e, n in zip(played, self.pool.undo_turns([e.slot for e in played])):
-                        e.undo_turns = n
+                        e.undo_turns += n
+        overrides = self._reflection_rewards(eps) if self.reflect else None
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
-        self.store.finish_batch(keys, [e.stop_reason for e in eps])
+        self.store.finish_batch(keys, [e.stop_reason for e in eps], overrides)
         sink, packed, trajs = self.batch_sink, None, None
         if sink is None:
             rows = self.store.drain_rows()
@@ -319,7 +341,8 @@ class _Run:
                        time_gen_s=[e.gen_s for e in eps],
                        cut_turns=[e.cut_turns for e in eps],
                        invalid_turns=[e.invalid_turns for e in eps],
-                       undo_turns=[e.undo_turns for e in eps])
+                       undo_turns=[e.undo_turns for e in eps],
+                       attempts=[e.attempts for e in eps])
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
@@ -328,6 +351,26 @@ class _Run:
             return trajs
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
         return trajs if trajs is not None else [None] * len(eps)
+
+    def _reflection_rewards(self, eps: list[_Episode]) -> np.ndarray | None:
+        """The rewards of the closing episodes that retried (NaN: the store's own sum) and
+        their start snapshots released."""
+        self.driver.drop_starts([e.slot for e in eps])
+        retried = [k for k, e in enumerate(eps) if e.attempts > 1]
+        if not retried:
+            return None
+        out = np.full(len(eps), np.nan, np.float32)
+        discount = self.cfg.reflection_discount
+        for k in retried:
+            e = eps[k]
+            out[k] = final_reward(self._attempt_return(e), e.attempts, discount)
+        return out
+
+    def _attempt_return(self, ep: _Episode) -> float:
+        """The return of ``ep``'s running (or just ended) attempt."""
+        if self.pool is not None:  # the pool's episode record restarts with each attempt
+            return float(self.pool.episode(ep.slot)[5])
+        return ep.attempt_return
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams, start: int = 0,
@@ -361,9 +404,43 @@ class _Run:
         return (self.driver, ep.slot, ep.seed, ep.sample_index)
 
     async def _play(self, ep: _Episode) -> None:
-        cfg = self.cfg
         ep.ids = await self.begin_batcher.submit(ep)
         ep.prompt_len = len(ep.ids)
+        await self._attempt(ep)
+
+    async def _play_reflect(self, ep: _Episode) -> None:
+        """``_play`` with reflection retries: after an attempt the env ended unsolved or
+        the horizon ended, while attempts remain, the env goes back to the episode's start,
+        the note (mask 0) is appended and the next attempt plays on in the same
+        trajectory. No retry when the note and a reply would not fit the context."""
+        await self._play(ep)
+        cfg, cap = self.cfg, self.cfg.max_total_tokens
+        while ep.attempts <= cfg.reflection and not ep.closed:
+            ret = self._attempt_return(ep)
+            if not retries(ep.stop_reason, ret):
+                return
+            text = note(cfg.reflection_prompt, ep.attempts, cfg.reflection - ep.attempts,
+                        ep.stop_reason, ret, ep.start_obs or "")
+            ids = self.codec.observation_ids([text])[0]
+            if len(ep.ids) + len(ids) >= cap:
+                return
+            if self.pool is not None:  # the pool's counters restart with the slot
+                ep.invalid_turns += self.pool.invalid_turns([ep.slot])[0]
+                if self.undo:
+                    ep.undo_turns += self.pool.undo_turns([ep.slot])[0]
+            await self.driver.restart(ep.slot)
+            if ep.closed:
+                return
+            self.store.append(ep.key, np.array(ids, np.uint32), False)
+            ep.ids.extend(ids)
+            ep.attempts += 1
+            ep.attempt_return = 0.0
+            ep.stop_reason = None
+            await self._attempt(ep)
+
+    async def _attempt(self, ep: _Episode) -> None:
+        """Turns until the episode (or, with reflection, the attempt) stops."""
+        cfg = self.cfg
         # Hot loop (once per turn): attribute lookups hoisted. Without a turn timeout the
         # first attempt calls the backend directly (no wrapper coroutine per turn).
         cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id
@@ -418,11 +495,12 @@ class _Run:
         ep.policy_version = self.engine.backend.policy_version  # the version it began under
         # the store's row carries it too (the packed rows of ``stream_batches``)
         self.store.begin(ep.key, ep.group_id, ep.sample_index, ep.policy_version, ep.key)
+        play = self._play_reflect if self.reflect else self._play
         try:
             if self.cfg.episode_timeout_s is not None:
-                await asyncio.wait_for(self._play(ep), self.cfg.episode_timeout_s)
+                await asyncio.wait_for(play(ep), self.cfg.episode_timeout_s)
             else:
-                await self._play(ep)
+                await play(ep)
         except (asyncio.TimeoutError, TimeoutError):
             ep.stop_reason, ep.error = "timeout", "episode or turn timed out"
         except asyncio.CancelledError:
@@ -442,6 +520,8 @@ class _Run:
     def _close_now(self, ep: _Episode) -> None:
         ep.closed = True
         self.driver.finish([(ep.slot, ep.stop_reason or "aborted")])
+        if self.reflect:
+            self.driver.drop_starts([ep.slot])
         if self.store.is_live(ep.key):
             self.store.discard(ep.key)
 
@@ -506,13 +586,15 @@ class RolloutEngine:
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
         undo = undo_rules(cfg)
+        restarts = cfg.reflection > 0
         key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
-               repr(sorted(env_kwargs.items())), undo)
+               repr(sorted(env_kwargs.items())), undo, restarts)
         if key not in self._drivers:
-            # with undo rules, an env that cannot snapshot raises SnapshotUnsupportedError
-            # here, before any episode starts
+            # with undo rules or reflection retries, an env that cannot snapshot raises
+            # SnapshotUnsupportedError here, before any episode starts
             driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers,
-                                 cfg.inline_env_budget_s, undo=undo, **env_kwargs)
+                                 cfg.inline_env_budget_s, undo=undo, restarts=restarts,
+                                 **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 

@@ -57,13 +57,18 @@ def supports_snapshots(env: Any) -> bool:
     return False
 
 
-def check_snapshots(env: Any, env_id: str) -> None:
+#: What reflection retries are called in a ``SnapshotUnsupportedError``.
+RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
+
+
+def check_snapshots(env: Any, env_id: str,
+                    what: str = "the undo action (RolloutConfig.undo)") -> None:
     """Raise :class:`SnapshotUnsupportedError` unless ``env`` can snapshot (checked when a
-    driver is built with undo rules, before any episode starts)."""
+    driver is built with undo rules or reflection retries, before any episode starts);
+    ``what`` names the mechanism in the message."""
     if not supports_snapshots(env):
         raise SnapshotUnsupportedError(
-            f"{env_id}: the undo action (RolloutConfig.undo) needs env snapshots, and this env "
-            "cannot snapshot its state")
+            f"{env_id}: {what} needs env snapshots, and this env cannot snapshot its state")
 
 
 class UndoHistory:

@@ -6,7 +6,8 @@ from collections import defaultdict
 
 from agentgym import _core
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
-from agentgym.engine.undo import UndoRules
+from agentgym.engine.undo import RESTARTS_NEED, UndoRules
+from agentgym.errors import SnapshotUnsupportedError
 from agentgym.pool import EnvPool
 
 
@@ -19,10 +20,11 @@ class NativeDriver:
     """Drives ``capacity`` slots of a native env through one ``EnvPool``: the resets and
     steps of one event-loop tick are one Rust call each (GIL released). The engine steps
     ``core_pool`` itself, together with the turn's token bookkeeping. ``undo`` rules are
-    the pool's (the Rust pool answers ``undo`` actions inside the same batched step)."""
+    the pool's (the Rust pool answers ``undo`` actions inside the same batched step).
+    ``restarts`` (reflection retries): each episode's start is kept as a pool snapshot."""
 
     def __init__(self, env_id: str, capacity: int, *, undo: UndoRules | None = None,
-                 **env_kwargs):
+                 restarts: bool = False, **env_kwargs):
         self.env_id = env_id
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
@@ -31,6 +33,12 @@ class NativeDriver:
         if undo is not None:  # SnapshotUnsupportedError here, before any episode
             self.core_pool.set_undo(undo.max_undos, undo.depth)
         self._oracle = self.core_pool.oracle_action
+        #: Each slot's start snapshot handle (``restarts`` only).
+        self._starts: dict[int, int] = {}
+        if restarts and not self.core_pool.snapshots_supported:
+            raise SnapshotUnsupportedError(
+                f"{env_id}: {RESTARTS_NEED} needs env snapshots, and this env cannot "
+                "snapshot its state")
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
         """Reset many rows in one Rust call; a row whose env refused its task, could not be
@@ -71,6 +79,24 @@ class NativeDriver:
 
     async def valid_actions(self, slot: int) -> list[str]:
         return self.pool.valid_actions(slot)
+
+    async def save_starts(self, slots: list[int]) -> list[Exception | None]:
+        """Keep each slot's state (an episode just reset) as its start, for
+        :meth:`restart`: one pool snapshot call."""
+        self.drop_starts(slots)
+        self._starts.update(zip(slots, self.core_pool.snapshot(slots)))
+        return [None] * len(slots)
+
+    async def restart(self, slot: int) -> None:
+        """Put ``slot`` back at its start (env and episode record: turns, horizon, status,
+        return, refused turns, undo history)."""
+        self.core_pool.restore([slot], [self._starts[slot]])
+
+    def drop_starts(self, slots: list[int]) -> None:
+        """Release the start snapshots of ``slots`` (those that have one)."""
+        handles = [self._starts.pop(s) for s in slots if s in self._starts]
+        if handles:
+            self.core_pool.release(handles)
 
     def close(self) -> None:
         pass

@@ -7,17 +7,22 @@ from __future__ import annotations
 import asyncio
 
 from agentgym.engine.drivers.base import ResetItem, StepOutcome
-from agentgym.engine.undo import UndoRules, check_snapshots
+from agentgym.engine.undo import RESTARTS_NEED, UndoRules, check_snapshots
 
 
 class ProcessDriver:
     """``capacity`` episodes of a Python env spread over ``num_workers`` processes. With
-    ``undo`` rules the workers answer ``undo`` actions (``UndoHistory`` beside each env)."""
+    ``undo`` rules the workers answer ``undo`` actions (``UndoHistory`` beside each env).
+    ``restarts`` (reflection retries): :meth:`restart` resets the slot's env with the
+    episode's own task, seed and horizon (the worker keeps no state copies; its replay log
+    starts anew), which gives a seeded env its start state again; an env that cannot
+    snapshot is refused here all the same, as on the other drivers."""
 
     core_pool = None
 
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
-                 timeout_s: float = 120.0, *, undo: UndoRules | None = None, **env_kwargs):
+                 timeout_s: float = 120.0, *, undo: UndoRules | None = None,
+                 restarts: bool = False, **env_kwargs):
         import agentgym
         from agentgym.runtime.workers import ProcessEnvPool
 
@@ -27,9 +32,13 @@ class ProcessDriver:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
             if undo is not None:  # before any worker starts
                 check_snapshots(probe, env_id)
+            if restarts:
+                check_snapshots(probe, env_id, RESTARTS_NEED)
         finally:
             probe.close()
         per_worker = -(-capacity // num_workers)
+        #: Each slot's ``(task, seed, max_turns)`` (``restarts`` only).
+        self._starts: dict[int, tuple] | None = {} if restarts else None
         self.pool = ProcessEnvPool(env_id, num_workers, per_worker, timeout_s=timeout_s,
                                    undo=undo, **env_kwargs)
 
@@ -40,7 +49,23 @@ class ProcessDriver:
 
     async def _reset(self, slot: int, task, seed: int, max_turns: int | None) -> str:
         obs, _ = await self.pool.reset(slot, task, seed, max_turns=max_turns)
+        if self._starts is not None:
+            self._starts[slot] = (task, seed, max_turns)
         return str(obs)
+
+    async def save_starts(self, slots: list[int]) -> list[Exception | None]:
+        """Nothing to copy: :meth:`restart` resets with the start's task and seed."""
+        return [None] * len(slots)
+
+    async def restart(self, slot: int) -> None:
+        """Reset ``slot``'s env with its episode's task, seed and horizon."""
+        task, seed, max_turns = self._starts[slot]
+        await self.pool.reset(slot, task, seed, max_turns=max_turns)
+
+    def drop_starts(self, slots: list[int]) -> None:
+        """Forget the starts of ``slots``."""
+        for slot in slots:
+            self._starts.pop(slot, None)
 
     async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
         """Step each row in its worker (concurrently)."""

@@ -7,7 +7,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
-from agentgym.engine.undo import UndoHistory, UndoRules, check_snapshots
+from agentgym.engine.undo import (
+    RESTARTS_NEED,
+    UndoHistory,
+    UndoRules,
+    _method,
+    check_snapshots,
+)
 from agentgym.errors import InvalidTaskError
 
 
@@ -32,6 +38,8 @@ class PythonDriver:
     With ``undo`` rules each episode keeps an :class:`~agentgym.engine.undo.UndoHistory`
     and ``undo`` / ``undo N`` actions are undos; an env that cannot snapshot raises
     :class:`~agentgym.errors.SnapshotUnsupportedError` here, before any episode.
+    ``restarts`` (reflection retries): each episode's start state is kept (``snapshot()``)
+    for :meth:`restart`; an env that cannot snapshot raises here as well.
     """
 
     probe_every = 64
@@ -40,7 +48,7 @@ class PythonDriver:
 
     def __init__(self, env_id: str, capacity: int, max_workers: int = 8,
                  inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
-                 **env_kwargs):
+                 restarts: bool = False, **env_kwargs):
         import agentgym
 
         self.env_id = env_id
@@ -56,6 +64,14 @@ class PythonDriver:
                 _close_quietly(first)
                 raise
             self._step_one = self._step_undo  # the plain path stays as it is
+        if restarts:
+            try:
+                check_snapshots(first, env_id, RESTARTS_NEED)
+            except Exception:
+                _close_quietly(first)
+                raise
+        #: Each slot's ``(start state, start observation)`` (``restarts`` only).
+        self._starts: dict[int, tuple] = {}
         self.instructions = getattr(first, "instructions", "") or getattr(
             first.unwrapped, "instructions", ""
         )
@@ -214,6 +230,37 @@ class PythonDriver:
         if self.undo is not None:
             for slot, _ in items:
                 self._history[slot] = None
+
+    async def save_starts(self, slots: list[int]) -> list[Exception | None]:
+        """Keep each slot's state (an episode just reset) as its start, for
+        :meth:`restart`; a slot whose env failed to copy itself gets the exception."""
+        out: list[Exception | None] = []
+        for slot in slots:
+            try:
+                env = self._envs[slot]
+                history = self._history[slot]
+                self._starts[slot] = (_method(env, "snapshot")(),
+                                      history.observation if history is not None else None)
+                out.append(None)
+            except Exception as e:  # ends only this episode (env_error)
+                self._starts.pop(slot, None)
+                out.append(e)
+        return out
+
+    async def restart(self, slot: int) -> None:
+        """Put ``slot``'s env back at its start; the horizon counts anew (and, with undo
+        rules, the undo history and cap)."""
+        saved, observation = self._starts[slot]
+        _method(self._envs[slot], "restore")(saved)
+        self._turns[slot] = 0
+        self._running.add(slot)
+        if self.undo is not None:
+            self._history[slot] = UndoHistory(self.undo, observation)
+
+    def drop_starts(self, slots: list[int]) -> None:
+        """Forget the start states of ``slots``."""
+        for slot in slots:
+            self._starts.pop(slot, None)
 
     async def oracle_action(self, slot: int) -> str | None:
         fn = getattr(self._env(slot).unwrapped, "oracle_action", None)
