@@ -263,3 +263,25 @@ def test_infer_plays_with_the_configs_rollout_settings(tmp_path, tiny_model_dir)
     for t in res.trajectories:
         first = t.loss_mask.index(1)
         assert tok.decode(t.token_ids[:first]).endswith("assistant\n" + prefix)
+
+
+def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
+    """``mechanisms`` names (or names with counts) become the rollout settings that turn
+    them on; an unknown name is refused; ``infer`` plays with them (a reflection retry
+    after an unsolved attempt shows in the trajectory's attempts)."""
+    from agentgym.agents import mechanism_settings
+
+    assert mechanism_settings(["undo"]) == {"undo": True, "max_undos": 3}
+    assert mechanism_settings({"undo": 1, "reflection": 2}) == {
+        "undo": True, "max_undos": 1, "reflection": 2}
+    assert mechanism_settings("reflection") == {"reflection": 1}
+    assert mechanism_settings(None) == {}
+    with pytest.raises(ValueError, match="unknown mechanism 'plan'"):
+        mechanism_settings(["plan"])
+    agent = LLMAgent(base_model=tiny_model_dir, backend="transformers", max_new_tokens=3,
+                     output_dir=str(tmp_path / "run"))
+    res = agent.infer("maze", tasks=2, max_turns=1, mechanisms={"reflection": 1})
+    assert len(res.trajectories) == 2
+    for t in res.trajectories:
+        # an untrained policy rarely solves a maze in one turn: it gets its second attempt
+        assert t.success or t.timings.get("attempts") == 2.0

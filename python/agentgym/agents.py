@@ -30,7 +30,7 @@ from typing import Any
 
 from agentgym.learner.train_config import TrainerConfig, load_config_file
 
-__all__ = ["InferenceResult", "LLMAgent", "resolve_env"]
+__all__ = ["MECHANISMS", "InferenceResult", "LLMAgent", "mechanism_settings", "resolve_env"]
 
 _user_envs = itertools.count()
 
@@ -67,6 +67,36 @@ def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
         return spec.id, dict(getattr(spec, "kwargs", {}) or {})
     raise TypeError(f"cannot tell which environment {env!r} is: pass an env id string, a "
                     "native env (with .env_id) or an agentgym.envs.BaseEnv instance")
+
+
+#: The agent mechanisms by name and the rollout settings each one turns on (a count
+#: replaces the default: undos allowed an episode, extra attempts). docs/mechanisms.md.
+MECHANISMS: dict[str, tuple[str, str | None, int]] = {
+    "undo": ("undo", "max_undos", 3),
+    "reflection": ("reflection", None, 1),
+}
+
+
+def mechanism_settings(mechanisms: Any) -> dict[str, Any]:
+    """:class:`~agentgym.engine.RolloutConfig` fields of ``mechanisms``: names
+    (``["undo", "reflection"]``) or names with a count (``{"undo": 2, "reflection": 1}``).
+    A ``ValueError`` names an unknown mechanism."""
+    if not mechanisms:
+        return {}
+    items = mechanisms.items() if isinstance(mechanisms, dict) else \
+        [(m, None) for m in ([mechanisms] if isinstance(mechanisms, str) else mechanisms)]
+    out: dict[str, Any] = {}
+    for name, count in items:
+        if name not in MECHANISMS:
+            raise ValueError(f"unknown mechanism {name!r}; expected one of "
+                             f"{', '.join(MECHANISMS)}")
+        switch, counter, default = MECHANISMS[name]
+        n = default if count is None else int(count)
+        if counter is None:
+            out[switch] = n
+        else:
+            out.update({switch: True, counter: n})
+    return out
 
 
 @dataclass
@@ -118,10 +148,12 @@ class LLMAgent:
                                         "backend": self.backend, "env": env_id, **merged})
 
     def train(self, env: Any, method: str | None = None, max_steps: int | None = None,
-              **overrides: Any) -> dict[str, Any]:
+              mechanisms: Any = None, **overrides: Any) -> dict[str, Any]:
         """Train on ``env`` with ``method`` (ScalingInter-RL — the default —, GRPO, PPO,
         REINFORCE++, RLOO) for ``max_steps`` steps (default: the config's, 100); returns
-        the run summary (paths, eval success start/end).
+        the run summary (paths, eval success start/end). ``mechanisms``: agent mechanisms
+        for the rollouts (``["undo", "reflection"]`` or ``{"undo": 2, "reflection": 1}``,
+        :func:`mechanism_settings`).
         Training continues from the current weights when called again."""
         from agentgym.learner.trainer import Trainer
 
@@ -130,6 +162,10 @@ class LLMAgent:
             overrides["method"] = method
         if max_steps is not None:
             overrides["max_steps"] = max_steps
+        if mechanisms:
+            overrides["rollout"] = {**self.config.get("rollout", {}),
+                                    **overrides.get("rollout", {}),
+                                    **mechanism_settings(mechanisms)}
         cfg = self._config(env_id, env_kwargs, overrides)
         self.trainer = Trainer(cfg)
         summary = self.trainer.train()
@@ -146,10 +182,13 @@ class LLMAgent:
     async def ainfer(self, env: Any, tasks: int | list | None = None, *, n_samples: int = 1,
                      max_turns: int | None = None, temperature: float = 0.0,
                      max_new_tokens: int | None = None, backend: Any = None,
-                     **rollout: Any) -> InferenceResult:
+                     mechanisms: Any = None, **rollout: Any) -> InferenceResult:
         """Async :meth:`infer`. ``backend``: an open :class:`~agentgym.backends.Backend` of
         this agent's model to play with, left open (one engine serves several envs); default:
-        one made for this call and closed after it."""
+        one made for this call and closed after it. ``mechanisms`` as in :meth:`train`;
+        ``rollout``: other :class:`~agentgym.engine.RolloutConfig` fields (``reflection=2``
+        is the same as ``mechanisms={"reflection": 2}``)."""
+        rollout = {**mechanism_settings(mechanisms), **rollout}
         import asyncio
 
         from agentgym.engine.runner import open_runner
