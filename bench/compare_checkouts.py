@@ -103,14 +103,9 @@ def main(argv=None) -> dict:
     report["load_avg_end"] = os.getloadavg()[0]
     text = json.dumps(report)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(report, indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
+        from agentgym.runtime.files import write_text_atomic
+
+        write_text_atomic(args.out, json.dumps(report, indent=2) + "\n")
     print(text)
     return report
 

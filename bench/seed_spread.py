@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -71,14 +70,9 @@ def main(argv=None) -> dict:
         fig.savefig(args.plot, dpi=120)
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
+        from agentgym.runtime.files import write_text_atomic
+
+        write_text_atomic(args.out, text)
     print(json.dumps(report))
     return report
 

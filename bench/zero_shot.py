@@ -278,13 +278,9 @@ def _transcript_blocks(text: str) -> dict[str, str]:
 
 def _write(path: Path, text: str) -> None:
     """Write, fsync, rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from agentgym.runtime.files import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from agentgym.cli.key_values import parse_key_values
+from agentgym.cli.mechanisms import add_mechanism_args, mechanism_rollout
 
 __all__ = ["HELP", "add_args", "parse_tasks", "run"]
 
@@ -74,12 +75,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "per worker)")
     p.add_argument("--worker-cpus", type=float, default=1.0, help="Ray CPUs per worker")
     p.add_argument("--worker-gpus", type=float, default=0.0, help="Ray GPUs per worker")
-    p.add_argument("--undo", type=int, nargs="?", const=3, metavar="MAX_UNDOS", default=None,
-                   help="let the model reply 'undo' / 'undo N' (envs that snapshot; at most "
-                        "MAX_UNDOS an episode, default 3): docs/mechanisms.md")
-    p.add_argument("--reflection", type=int, metavar="N", default=None,
-                   help="reflection retries: up to N more attempts after an unsolved one, "
-                        "from the episode's start (envs that snapshot): docs/mechanisms.md")
+    add_mechanism_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -130,10 +126,7 @@ def run(args: argparse.Namespace) -> int:
         "top_p": args.top_p, "seed": args.seed, "system_prompt": args.system_prompt,
         "max_concurrency": args.max_concurrency, "env_workers": args.env_workers,
     }.items() if v is not None}
-    if args.undo is not None:
-        rollout.update(undo=True, max_undos=args.undo)
-    if args.reflection is not None:
-        rollout["reflection"] = args.reflection
+    rollout.update(mechanism_rollout(args))
     backend_kwargs = parse_key_values(args.backend_kwarg)
     if args.backend == "scripted":
         backend_kwargs.setdefault("policy", args.policy)

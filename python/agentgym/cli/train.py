@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.cli.key_values import parse_key_values
+from agentgym.cli.mechanisms import add_mechanism_args, mechanism_rollout
 
 __all__ = ["HELP", "MAIN_JOB", "add_args", "run"]
 
@@ -94,12 +95,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-rollouts", action="store_true", default=None,
                    help="overlap the next rollout with the current update")
     p.add_argument("--no-warmup", action="store_true", help="skip the tiny model's warm-up")
-    p.add_argument("--undo", type=int, nargs="?", const=3, metavar="MAX_UNDOS", default=None,
-                   help="let the model reply 'undo' / 'undo N' (envs that snapshot; at most "
-                        "MAX_UNDOS an episode, default 3): docs/mechanisms.md")
-    p.add_argument("--reflection", type=int, metavar="N", default=None,
-                   help="reflection retries: up to N more attempts after an unsolved one, "
-                        "from the episode's start (envs that snapshot): docs/mechanisms.md")
+    add_mechanism_args(p)
     p.add_argument("--resume", help="checkpoint (or run folder) to resume from")
     p.add_argument("--output", "-o", help="run folder (default runs/<timestamp>)")
     p.add_argument("--report-to", metavar="TRACKERS",
@@ -158,10 +154,8 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["learner"] = {**cfg.get("learner", {}), "lr": args.lr}
     if args.no_warmup:
         cfg["warmup"] = None
-    if args.undo is not None:
-        cfg["rollout"] = {**cfg.get("rollout", {}), "undo": True, "max_undos": args.undo}
-    if args.reflection is not None:
-        cfg["rollout"] = {**cfg.get("rollout", {}), "reflection": args.reflection}
+    if mechanisms := mechanism_rollout(args):
+        cfg["rollout"] = {**cfg.get("rollout", {}), **mechanisms}
     if args.report_to is not None:
         cfg.update(_report_to(args.report_to, cfg.get("wandb")))
     if args.ray is not None or args.num_rollout_workers:

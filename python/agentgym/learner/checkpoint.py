@@ -16,7 +16,6 @@ way), so a crash never leaves a half-written one behind ``latest``.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.runtime.files import fsync_dir, fsync_tree
+from agentgym.runtime.files import fsync_tree, write_text_atomic
 
 __all__ = ["capture_rng", "find_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
 
@@ -83,13 +82,7 @@ def save_checkpoint(
     fsync_tree(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    latest = root / ".latest.tmp"
-    with open(latest, "w", encoding="utf-8") as f:
-        f.write(final.name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(latest, root / "latest")
-    fsync_dir(root)
+    write_text_atomic(root / "latest", final.name + "\n")
     if keep is not None:
         olds = sorted((p for p in root.glob("step_*") if p.is_dir()),
                       key=lambda p: int(p.name.split("_")[1]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync_dir", "fsync_tree"]
+__all__ = ["fsync_dir", "fsync_tree", "write_text_atomic"]
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
@@ -29,3 +29,17 @@ def fsync_tree(folder: str | os.PathLike) -> None:
             with open(Path(root) / name, "rb") as f:
                 os.fsync(f.fileno())
         fsync_dir(root)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one:
+    a temporary file beside it, fsync, rename, fsync of the folder (made if missing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -1,0 +1,25 @@
+"""The agent-mechanism options (``--undo``, ``--reflection``) shared by ``train`` and
+``collect``: docs/mechanisms.md."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_mechanism_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--undo", type=int, nargs="?", const=3, metavar="MAX_UNDOS", default=None,
+                   help="let the model reply 'undo' / 'undo N' (envs that snapshot; at most "
+                        "MAX_UNDOS an episode, default 3): docs/mechanisms.md")
+    p.add_argument("--reflection", type=int, metavar="N", default=None,
+                   help="reflection retries: up to N more attempts after an unsolved one, "
+                        "from the episode's start (envs that snapshot): docs/mechanisms.md")
+
+
+def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
+    """The rollout settings of the mechanism options given (none: ``{}``)."""
+    from agentgym.agents import mechanism_settings
+
+    chosen = {name: getattr(args, name) for name in ("undo", "reflection")
+              if getattr(args, name) is not None}
+    return mechanism_settings(chosen)
