@@ -392,4 +392,5 @@ def test_reseed_reaches_the_workers_with_the_next_stream(pool):
     reqs = pool.requests(4, n_samples=2)
     assert sorted({r.group_id for r in reqs}) == [3, 4, 5, 6]
     got = play(pool, reqs)
-    assert keys(got) == expected(reqs) and all(t.stop_reason == "done" for t in got)
+    assert keys(got) == expected(reqs)
+    assert all(t.stop_reason in ("done", "horizon") and t.error is None for t in got)
