@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym import _core
+from agentgym.envs.base import env_method
 from agentgym.errors import SnapshotUnsupportedError
 
 
@@ -41,13 +42,6 @@ def undo_rules(cfg) -> UndoRules | None:
     return UndoRules(cfg.max_undos, cfg.undo_depth) if cfg.undo else None
 
 
-def _method(env: Any, name: str) -> Any:
-    fn = getattr(env, name, None)
-    if fn is None:
-        fn = getattr(getattr(env, "unwrapped", None), name, None)
-    return fn
-
-
 def supports_snapshots(env: Any) -> bool:
     """Whether a Gymnasium env (or what it wraps) says it can snapshot its state."""
     for obj in (env, getattr(env, "unwrapped", None)):
@@ -57,18 +51,23 @@ def supports_snapshots(env: Any) -> bool:
     return False
 
 
-#: What reflection retries are called in a ``SnapshotUnsupportedError``.
+#: What the mechanisms that need env snapshots are called in a
+#: ``SnapshotUnsupportedError``.
+UNDO_NEEDS = "the undo action (RolloutConfig.undo)"
 RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
 
 
-def check_snapshots(env: Any, env_id: str,
-                    what: str = "the undo action (RolloutConfig.undo)") -> None:
-    """Raise :class:`SnapshotUnsupportedError` unless ``env`` can snapshot (checked when a
-    driver is built with undo rules or reflection retries, before any episode starts);
-    ``what`` names the mechanism in the message."""
-    if not supports_snapshots(env):
+def require_snapshots(supported: bool, env_id: str, undo: UndoRules | None,
+                      restarts: bool) -> None:
+    """Raise :class:`SnapshotUnsupportedError` when the env cannot snapshot (``supported``
+    False) and undo rules or reflection retries are on: checked when a driver is built,
+    before any episode starts; the message names each mechanism that needs it."""
+    needs = [what for what, on in ((UNDO_NEEDS, undo is not None), (RESTARTS_NEED, restarts))
+             if on]
+    if needs and not supported:
         raise SnapshotUnsupportedError(
-            f"{env_id}: {what} needs env snapshots, and this env cannot snapshot its state")
+            f"{env_id}: {' and '.join(needs)} need{'s' if len(needs) == 1 else ''} env "
+            "snapshots, and this env cannot snapshot its state")
 
 
 class UndoHistory:
@@ -106,7 +105,7 @@ class UndoHistory:
         saved = None
         if not self.broken:
             try:
-                saved = _method(env, "snapshot")()
+                saved = env_method(env, "snapshot")()
             except SnapshotUnsupportedError:
                 self.broken = True
                 self.entries.clear()
@@ -133,7 +132,7 @@ class UndoHistory:
         for _ in range(n):
             saved, reward, observation = self.entries.pop()
             undone += reward
-        _method(env, "restore")(saved)
+        env_method(env, "restore")(saved)
         self.observation = observation
         self.undos += 1
         return _core.undo_reply(n, observation), -undone, False, False, {"undo": True}

@@ -147,6 +147,15 @@ def begin_episode(adapter: gym.Env, options: dict | None, num_tasks: int | None)
         task = int(adapter.np_random.integers(min(num_tasks, 2**63 - 1)))
     return task, int(adapter.np_random.integers(2**63))
 
+def env_method(env: Any, name: str) -> Any:
+    """Method ``name`` of a Gymnasium env, or of the env it wraps (``unwrapped``); None
+    when neither has it."""
+    fn = getattr(env, name, None)
+    if fn is None:
+        fn = getattr(getattr(env, "unwrapped", None), name, None)
+    return fn
+
+
 class BaseEnvAdapter(gym.Env):
     """Gymnasium view of a :class:`BaseEnv` (text observations and actions).
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from agentgym.envs.base import env_method
 from agentgym.errors import (
     AgentGymError,
     EnvError,
@@ -77,13 +78,6 @@ def _child_pids(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 pass
     return out
-
-
-def _method(env: Any, name: str) -> Any:
-    fn = getattr(env, name, None)
-    if fn is None:
-        fn = getattr(getattr(env, "unwrapped", None), name, None)
-    return fn
 
 
 def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
@@ -160,7 +154,7 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
             return [obs, float(r), bool(term), bool(trunc), info]
         if op in ("valid_actions", "oracle_action"):
             running_env(local)
-            fn = _method(env_of(local), op)
+            fn = env_method(env_of(local), op)
             return fn() if fn is not None else ([] if op == "valid_actions" else None)
         if op == "instructions":
             return str(getattr(env_of(local), "instructions", "") or "")

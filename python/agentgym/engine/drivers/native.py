@@ -6,8 +6,7 @@ from collections import defaultdict
 
 from agentgym import _core
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
-from agentgym.engine.undo import RESTARTS_NEED, UndoRules
-from agentgym.errors import SnapshotUnsupportedError
+from agentgym.engine.undo import UndoRules, require_snapshots
 from agentgym.pool import EnvPool
 
 
@@ -30,15 +29,13 @@ class NativeDriver:
         self.instructions = self.pool.instructions
         self.core_pool: _core.EnvPool = self.pool._pool
         self.undo = undo
-        if undo is not None:  # SnapshotUnsupportedError here, before any episode
+        # SnapshotUnsupportedError here, before any episode
+        require_snapshots(self.core_pool.snapshots_supported, env_id, undo, restarts)
+        if undo is not None:
             self.core_pool.set_undo(undo.max_undos, undo.depth)
         self._oracle = self.core_pool.oracle_action
         #: Each slot's start snapshot handle (``restarts`` only).
         self._starts: dict[int, int] = {}
-        if restarts and not self.core_pool.snapshots_supported:
-            raise SnapshotUnsupportedError(
-                f"{env_id}: {RESTARTS_NEED} needs env snapshots, and this env cannot "
-                "snapshot its state")
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
         """Reset many rows in one Rust call; a row whose env refused its task, could not be

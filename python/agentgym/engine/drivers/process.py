@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from agentgym.engine.drivers.base import ResetItem, StepOutcome
-from agentgym.engine.undo import RESTARTS_NEED, UndoRules, check_snapshots
+from agentgym.engine.undo import UndoRules, require_snapshots, supports_snapshots
 
 
 class ProcessDriver:
@@ -30,10 +30,8 @@ class ProcessDriver:
         probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
         try:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
-            if undo is not None:  # before any worker starts
-                check_snapshots(probe, env_id)
-            if restarts:
-                check_snapshots(probe, env_id, RESTARTS_NEED)
+            # before any worker starts
+            require_snapshots(supports_snapshots(probe), env_id, undo, restarts)
         finally:
             probe.close()
         per_worker = -(-capacity // num_workers)

@@ -7,13 +7,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
-from agentgym.engine.undo import (
-    RESTARTS_NEED,
-    UndoHistory,
-    UndoRules,
-    _method,
-    check_snapshots,
-)
+from agentgym.engine.undo import UndoHistory, UndoRules, require_snapshots, supports_snapshots
+from agentgym.envs.base import env_method
 from agentgym.errors import InvalidTaskError
 
 
@@ -57,19 +52,13 @@ class PythonDriver:
         self.undo = undo
         #: Each slot's undo history while its episode runs (undo rules only).
         self._history: list[UndoHistory | None] = [None] * capacity
+        try:
+            require_snapshots(supports_snapshots(first), env_id, undo, restarts)
+        except Exception:
+            _close_quietly(first)
+            raise
         if undo is not None:
-            try:
-                check_snapshots(first, env_id)
-            except Exception:
-                _close_quietly(first)
-                raise
             self._step_one = self._step_undo  # the plain path stays as it is
-        if restarts:
-            try:
-                check_snapshots(first, env_id, RESTARTS_NEED)
-            except Exception:
-                _close_quietly(first)
-                raise
         #: Each slot's ``(start state, start observation)`` (``restarts`` only).
         self._starts: dict[int, tuple] = {}
         self.instructions = getattr(first, "instructions", "") or getattr(
@@ -239,7 +228,7 @@ class PythonDriver:
             try:
                 env = self._envs[slot]
                 history = self._history[slot]
-                self._starts[slot] = (_method(env, "snapshot")(),
+                self._starts[slot] = (env_method(env, "snapshot")(),
                                       history.observation if history is not None else None)
                 out.append(None)
             except Exception as e:  # ends only this episode (env_error)
@@ -251,7 +240,7 @@ class PythonDriver:
         """Put ``slot``'s env back at its start; the horizon counts anew (and, with undo
         rules, the undo history and cap)."""
         saved, observation = self._starts[slot]
-        _method(self._envs[slot], "restore")(saved)
+        env_method(self._envs[slot], "restore")(saved)
         self._turns[slot] = 0
         self._running.add(slot)
         if self.undo is not None:
