@@ -64,7 +64,12 @@ from agentgym.data.trajectories import (
 )
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.metrics import batch_metrics
-from agentgym.engine.orchestrator import EpisodeBatch, EpisodeRequest, RolloutBatch
+from agentgym.engine.orchestrator import (
+    EpisodeBatch,
+    EpisodeRequest,
+    RolloutBatch,
+    group_requests,
+)
 from agentgym.errors import AgentGymError
 
 __all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
@@ -431,11 +436,8 @@ class RayRolloutPool:
                  n_samples: int | None = None) -> list[EpisodeRequest]:
         """``tasks`` x ``n_samples`` requests, each task a fresh group (as
         :meth:`RolloutEngine.requests`)."""
-        n = self.config.n_samples if n_samples is None else n_samples
-        task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
-        groups = [next(self._groups) for _ in task_list]
-        return [EpisodeRequest(task, g, s) for task, g in zip(task_list, groups)
-                for s in range(n)]
+        return group_requests(self._groups, tasks,
+                              self.config.n_samples if n_samples is None else n_samples)
 
     def reseed(self, group_start: int, key_start: int | None = None,
                run_id: str | None = None, sampling_seed: int | None = None) -> None:

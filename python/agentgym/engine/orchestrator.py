@@ -25,7 +25,7 @@ import gc
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -141,6 +141,16 @@ def episode_of_request(request_id: str) -> str:
     parts = request_id.rsplit("-", 2)
     return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() \
         else request_id
+
+
+def group_requests(groups: Iterator[int], tasks: int | Sequence[int | str],
+                   n_samples: int) -> list[EpisodeRequest]:
+    """``tasks`` (an int ``n``: ``range(n)``) x ``n_samples`` requests, each task a fresh
+    group id drawn from ``groups``."""
+    task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
+    ids = [next(groups) for _ in task_list]
+    return [EpisodeRequest(task, g, s) for task, g in zip(task_list, ids)
+            for s in range(n_samples)]
 
 
 #: ``Turn(...)`` without the Python-level ``__new__`` of a named tuple (once per turn).
@@ -602,11 +612,8 @@ class RolloutEngine:
                  n_samples: int | None = None) -> list[EpisodeRequest]:
         """``tasks`` x ``n_samples`` requests, each task a fresh group (the engine's group
         counter advances, so consecutive calls play new episodes)."""
-        n = self.config.n_samples if n_samples is None else n_samples
-        task_list = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
-        groups = [next(self._groups) for _ in task_list]
-        return [EpisodeRequest(task, g, s) for task, g in zip(task_list, groups)
-                for s in range(n)]
+        return group_requests(self._groups, tasks,
+                              self.config.n_samples if n_samples is None else n_samples)
 
     def _episodes(self, requests: Iterable[EpisodeRequest],
                   cfg: RolloutConfig) -> list[_Episode]:
