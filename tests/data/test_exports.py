@@ -57,6 +57,9 @@ def test_exports_match_a_hand_built_trajectory():
         "sample_index": ([1, 0], np.uint32),
         "policy_version": ([4, 3], np.uint32),
         "prompt_len": ([3, 2], np.uint32),
+        "branch_parent": ([1, 0], np.uint32),  # unbranched: the row's own sample index
+        "branch_turn": ([0, 0], np.uint32),
+        "branch_pos": ([0, 0], np.uint32),
     }
     packed = pack([a, b])
     assert {f.name for f in fields(packed)} == want.keys()

@@ -1,5 +1,6 @@
 """Advantage estimators on hand-made packed batches."""
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -200,3 +201,39 @@ def test_vectorised_gae_and_returns_equal_the_per_token_recursion(seed):
         g, _ = gae(r, np.zeros_like(v), mask, offsets, gamma=gamma, lam=1.0)
         np.testing.assert_allclose(discounted_returns(r, mask, offsets, gamma), g,
                                    rtol=1e-5, atol=1e-5)
+
+
+def _tree_row(sample, reward, parent, root: bool, group=0):
+    """A row of a hand-built tree: a 4-token prefix (2 prompt, 2 model tokens; masked in a
+    child's copy) forked after turn 1, then 2 tokens of its own."""
+    prefix_mask = [0, 0, 1, 1] if root else [0, 0, 0, 0]
+    return make_trajectory([1, 2, 3, 4, 5 + sample, 9], prefix_mask + [1, 1], reward=reward,
+                           group_id=group, sample_index=sample, turn_rewards=[0.0, reward],
+                           branch_parent=parent, branch_turn=1, branch_pos=4)
+
+
+def test_branched_advantages_on_a_hand_built_tree():
+    rows = [_tree_row(0, 1.0, 0, True), _tree_row(1, 0.0, 0, False),
+            _tree_row(2, 1.0, 2, True), _tree_row(3, 1.0, 2, False),
+            traj(1.0, group=1, sample_index=0), traj(0.0, group=1, sample_index=1)]
+    pb = pack(rows)
+    assert pb.branch_parent.tolist() == [0, 0, 2, 2, 0, 1]
+    res = compute_advantages(pb, "grpo", norm_by_std=False)
+    # Episode group 0 (Dr.GRPO): mean 0.75 -> 0.25, -0.75, 0.25, 0.25. Step groups: {0, 1}
+    # mean 0.5 -> +0.5, -0.5; {2, 3} -> 0, 0. Prefixes: root 0 trains its family's mean
+    # episode advantage (0.25 - 0.75) / 2 = -0.25, root 2 (0.25 + 0.25) / 2 = 0.25; the
+    # children's copies are masked.
+    want = [0, 0, -0.25, -0.25, 0.75, 0.75,
+            0, 0, 0, 0, -1.25, -1.25,
+            0, 0, 0.25, 0.25, 0.25, 0.25,
+            0, 0, 0, 0, 0.25, 0.25,
+            0, 0, 0.5, 0.5, 0, 0, -0.5, -0.5]
+    assert res.advantages.tolist() == pytest.approx(want)
+    no_step = compute_advantages(pb, "grpo", norm_by_std=False, branch_step_weight=0.0)
+    assert no_step.advantages[4:6].tolist() == pytest.approx([0.25, 0.25])
+    assert no_step.advantages[10:12].tolist() == pytest.approx([-0.75, -0.75])
+    # A failed child leaves both groups' statistics: its family is the root alone.
+    rows[1] = msgspec.structs.replace(rows[1], stop_reason="env_error", loss_mask=[0] * 6)
+    failed = compute_advantages(pack(rows), "grpo", norm_by_std=False)
+    # group 0's valid rewards 1, 1, 1: every advantage 0
+    assert not failed.advantages[:24].any()

@@ -1,5 +1,5 @@
-"""The agent-mechanism options (``--undo``, ``--reflection``) shared by ``train`` and
-``collect``: docs/mechanisms.md."""
+"""The agent-mechanism options (``--undo``, ``--reflection``, ``--branch-at``) shared by
+``train`` and ``collect``: docs/mechanisms.md."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ def add_mechanism_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reflection", type=int, metavar="N", default=None,
                    help="reflection retries: up to N more attempts after an unsolved one, "
                         "from the episode's start (envs that snapshot): docs/mechanisms.md")
+    p.add_argument("--branch-at", type=int, metavar="K", default=None,
+                   help="branched groups: play each group as trees that fork after K turns "
+                        "(envs that snapshot): docs/mechanisms.md")
+    p.add_argument("--branch-width", type=int, metavar="W", default=None,
+                   help="samples per tree with --branch-at (default 2)")
 
 
 def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
@@ -22,4 +27,11 @@ def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
 
     chosen = {name: getattr(args, name) for name in ("undo", "reflection")
               if getattr(args, name) is not None}
-    return mechanism_settings(chosen)
+    if args.branch_at is not None:
+        chosen["branching"] = args.branch_at
+    out = mechanism_settings(chosen)
+    if args.branch_width is not None:
+        if args.branch_at is None:
+            raise SystemExit("--branch-width needs --branch-at")
+        out["branch_width"] = args.branch_width
+    return out

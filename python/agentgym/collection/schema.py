@@ -35,7 +35,7 @@ from agentgym.data.trajectories import (
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
            "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -68,6 +68,12 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("invalid_turns", pa.uint32(), "turns whose action the env refused as unreadable"),
     ("undo_turns", pa.uint32(), "accepted undo turns (RolloutConfig.undo)"),
     ("attempts", pa.uint32(), "attempts played (RolloutConfig.reflection; 1 without a retry)"),
+    ("branch_parent", pa.uint32(), "branched groups (RolloutConfig.branch_at): sample_index of "
+                                   "the sample that played the shared prefix (its own when "
+                                   "not branched)"),
+    ("branch_turn", pa.uint32(), "turns of the shared prefix (0: not branched)"),
+    ("branch_pos", pa.uint32(), "tokens of the shared prefix (0: not branched; a child's "
+                                "copy of it has loss mask 0)"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
 )
@@ -148,6 +154,9 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "invalid_turns": pa.array(info.invalid_turns, pa.uint32()),
         "undo_turns": pa.array(info.undo_turns, pa.uint32()),
         "attempts": pa.array(info.attempts, pa.uint32()),
+        "branch_parent": pa.array(packed.branch_parent, pa.uint32()),
+        "branch_turn": pa.array(packed.branch_turn, pa.uint32()),
+        "branch_pos": pa.array(packed.branch_pos, pa.uint32()),
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
@@ -195,7 +204,13 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         stops = np.array([codes[r] for r in table.column("stop_reason").to_pylist()], np.uint8)
     except KeyError as e:
         raise BatchFormatError(f"unknown stop reason {e.args[0]!r}") from None
+    # shards of schema versions 2-4 (before branched groups) have no branch columns:
+    # from_dict reads their rows as unbranched
+    branch = {name: plain(name, np.uint32) for name in ("branch_parent", "branch_turn",
+                                                         "branch_pos")
+              if name in table.column_names}
     packed = PackedBatch.from_dict({
+        **branch,
         "token_ids": token_ids, "offsets": offsets, "loss_mask": loss_mask,
         "logprobs": logprobs, "rewards": plain("reward", np.float32),
         "turn_rewards": turn_rewards, "turn_offsets": turn_offsets,

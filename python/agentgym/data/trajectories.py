@@ -88,6 +88,12 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     after turn ``t``; ``reward`` their sum. A failed episode (``stop_reason`` in
     ``FAILED_STOP_REASONS``) keeps its tokens but has an all-zero mask.
 
+    A branched episode (``RolloutConfig.branch_at``: its group played as a tree) carries the
+    fork: ``branch_parent`` the sample index of the group's sample that played the shared
+    prefix (None: not branched), ``branch_turn`` the turns and ``branch_pos`` the tokens of
+    that prefix. Every child's copy of the prefix has loss mask 0 (the parent's trajectory
+    trains it once); the tokens, logprobs and turn rewards are the whole episode's.
+
     Instances are not tracked by the cyclic GC (msgspec ``gc=False``): a trajectory holds
     numbers, strings and lists of numbers, so it is never part of a reference cycle, and a
     rollout makes thousands whose token lists the collector would otherwise traverse again
@@ -110,6 +116,9 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     timings: dict[str, float] = msgspec.field(default_factory=dict)
     seed: int = 0
     error: str | None = None
+    branch_parent: int | None = None
+    branch_turn: int = 0
+    branch_pos: int = 0
 
     @property
     def success(self) -> bool:
@@ -137,11 +146,17 @@ PACKED_FIELDS: dict[str, Any] = {
     "sample_index": np.uint32,
     "policy_version": np.uint32,
     "prompt_len": np.uint32,
+    "branch_parent": np.uint32,
+    "branch_turn": np.uint32,
+    "branch_pos": np.uint32,
 }
 _PER_TRAJECTORY = (
     "rewards", "num_turns", "stop_reason", "group_id", "sample_index", "policy_version",
-    "prompt_len",
+    "prompt_len", "branch_parent", "branch_turn", "branch_pos",
 )
+#: The branch fields: a mapping without them (a table written before branched groups)
+#: reads as unbranched rows.
+_BRANCH_FIELDS = ("branch_parent", "branch_turn", "branch_pos")
 
 
 @dataclass
@@ -154,7 +169,10 @@ class PackedBatch:
     ``b`` is ``token_ids[offsets[b]:offsets[b + 1]]`` (``offsets`` int64[B+1]).
     Per trajectory (length B): ``rewards`` float32, ``num_turns`` uint32, ``stop_reason``
     uint8 (a code into ``STOP_REASONS``), ``group_id`` uint64, ``sample_index`` uint32,
-    ``policy_version`` uint32, ``prompt_len`` uint32 (tokens before the first model token).
+    ``policy_version`` uint32, ``prompt_len`` uint32 (tokens before the first model token),
+    ``branch_parent``, ``branch_turn``, ``branch_pos`` uint32 (the fork of a branched group,
+    see :class:`Trajectory`; unbranched: the row's own sample index, 0, 0, so that
+    ``(group_id, branch_parent)`` is always the row's step group).
     Per turn: ``turn_rewards`` float32, trajectory ``b``'s turns are
     ``turn_rewards[turn_offsets[b]:turn_offsets[b + 1]]``.
     """
@@ -172,14 +190,23 @@ class PackedBatch:
     sample_index: np.ndarray
     policy_version: np.ndarray
     prompt_len: np.ndarray
+    branch_parent: np.ndarray
+    branch_turn: np.ndarray
+    branch_pos: np.ndarray
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PackedBatch:
         """Build and validate from a mapping of the fields (e.g. ``TrajectoryStore.drain()``;
         entries that are not fields, such as the store's ``keys`` and ``task_id``, are not
-        kept). Arrays already of the field's dtype are not copied."""
+        kept). Arrays already of the field's dtype are not copied. Without the branch fields
+        the rows are unbranched."""
         values = {}
         for name, dtype in PACKED_FIELDS.items():
+            if name not in d and name in _BRANCH_FIELDS and "sample_index" in d:
+                base = np.asarray(d["sample_index"])
+                values[name] = (base.astype(dtype) if name == "branch_parent"
+                                else np.zeros(base.shape, dtype))
+                continue
             if name not in d:
                 raise BatchFormatError(f"packed batch is missing field {name!r}")
             arr = np.asarray(d[name])
@@ -426,6 +453,10 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
         sample_index=np.array([t.sample_index for t in trajs], np.uint32),
         policy_version=np.array([t.policy_version for t in trajs], np.uint32),
         prompt_len=np.array([t.prompt_len for t in trajs], np.uint32),
+        branch_parent=np.array([t.sample_index if t.branch_parent is None else t.branch_parent
+                                for t in trajs], np.uint32),
+        branch_turn=np.array([t.branch_turn for t in trajs], np.uint32),
+        branch_pos=np.array([t.branch_pos for t in trajs], np.uint32),
     )
     batch.validate()
     return batch
@@ -446,7 +477,8 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         logprobs=r.logprobs, prompt_len=r.prompt_len, turn_rewards=r.turn_rewards,
         reward=r.reward, num_turns=r.num_turns, stop_reason=names[r.stop_reason],
         policy_version=r.policy_version, timings=timings(i), seed=info.seed[i],
-        error=info.error[i]) for i, r in enumerate(rows)]
+        error=info.error[i], branch_parent=r.branch_parent if r.branch_pos else None,
+        branch_turn=r.branch_turn, branch_pos=r.branch_pos) for i, r in enumerate(rows)]
 
 
 def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:

@@ -37,6 +37,18 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     attempt's return times ``reflection_discount ** (attempts - 1)``; the horizon counts the
     turns of each attempt (docs/mechanisms.md). An env that cannot snapshot raises
     ``SnapshotUnsupportedError`` before any episode starts.
+
+    ``branch_at`` (0, off, by default) plays each group as trees: the samples of a group go
+    in runs of ``branch_width`` (sample indices ``k * width ... k * width + width - 1``);
+    the first of a run plays alone until it has played ``branch_at`` turns (or, with
+    ``branch_entropy``, until the first turn whose reply's mean surprisal reaches it), then
+    the env is forked into the others' slots and each continues from that state with its
+    own sampling. A child's copy of the shared prefix has loss mask 0 (trained once,
+    through its parent); trajectories carry ``branch_parent``, ``branch_turn`` and
+    ``branch_pos``. An episode that ends before the fork leaves its siblings to play from
+    the start. At most ``max_concurrency // branch_width`` trees run at once
+    (docs/mechanisms.md). An env that cannot snapshot raises ``SnapshotUnsupportedError``
+    before any episode starts.
     """
 
     max_turns: int | None = 10
@@ -79,6 +91,13 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: The note before a retry (``str.format`` fields ``attempt``, ``attempts_left``,
     #: ``outcome``, ``observation``); None: ``agentgym.engine.reflection.REFLECTION_PROMPT``.
     reflection_prompt: str | None = None
+    #: Branched groups: fork each tree after this many turns (0 = off; docs/mechanisms.md).
+    branch_at: int = 0
+    #: Samples per tree: the one that plays the prefix and ``branch_width - 1`` forks.
+    branch_width: int = 2
+    #: Fork at the first turn before ``branch_at`` whose reply's mean surprisal (minus its
+    #: mean token logprob, nats) is at least this (None: always at ``branch_at``).
+    branch_entropy: float | None = None
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
@@ -93,6 +112,17 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
         if not 0.0 <= self.reflection_discount <= 1.0:
             raise ValueError(f"reflection_discount must be in [0, 1], got "
                              f"{self.reflection_discount}")
+        if self.branch_at < 0:
+            raise ValueError(f"branch_at must be >= 0, got {self.branch_at}")
+        if self.branch_at:
+            if self.branch_width < 2:
+                raise ValueError(f"branch_width must be >= 2, got {self.branch_width}")
+            if self.max_concurrency < self.branch_width:
+                raise ValueError(f"max_concurrency ({self.max_concurrency}) must be at least "
+                                 f"branch_width ({self.branch_width}): one tree at a time")
+            if self.reflection:
+                raise ValueError("branch_at and reflection do not combine: a reflection "
+                                 "retry restarts the episode a fork shares")
         if self.reflection_prompt is not None:
             from agentgym.engine.reflection import check_prompt
 

@@ -86,6 +86,8 @@ class _Episode:
     attempt_return: float = 0.0
     #: The observation after reset (reflection only): the note before a retry repeats it.
     start_obs: str | None = None
+    #: Branched groups: the turn after which this tree's root forks (0: it does not).
+    fork_at: int = 0
 
 
 @dataclass(slots=True)
@@ -218,6 +220,10 @@ class _Run:
         self.undo = cfg.undo
         #: Reflection retries (``_play_reflect``): decided once per episode, not per turn.
         self.reflect = cfg.reflection > 0
+        #: Branched groups: each tree root's unstarted siblings, until it forks or ends,
+        #: and the tasks of the children it forked into.
+        self.siblings: dict[int, list[_Episode]] = {}
+        self.children: dict[int, list[asyncio.Future]] = {}
         if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
@@ -499,13 +505,78 @@ class _Run:
             if not await submit(new_turn(Turn, (key, slot, toks, res.logprobs, ended, ids, ep))):
                 break  # closed meanwhile (timeout/abort)
             ep.turns += 1
+            if ep.fork_at and ep.stop_reason is None and self._forks_now(ep, res.logprobs):
+                await self._fork(ep)
 
-    async def run_episode(self, ep: _Episode) -> Trajectory:
-        ep.t0 = time.perf_counter()
-        ep.policy_version = self.engine.backend.policy_version  # the version it began under
-        # the store's row carries it too (the packed rows of ``stream_batches``)
-        self.store.begin(ep.key, ep.group_id, ep.sample_index, ep.policy_version, ep.key)
-        play = self._play_reflect if self.reflect else self._play
+    # -- branched groups ------------------------------------------------------------------
+    def _forks_now(self, ep: _Episode, logprobs) -> bool:
+        """Whether tree root ``ep`` forks after the turn just played: at ``fork_at`` turns,
+        or earlier where the reply's mean surprisal reaches ``branch_entropy``."""
+        if ep.turns >= ep.fork_at:
+            return True
+        limit = self.cfg.branch_entropy
+        return limit is not None and bool(logprobs) and -sum(logprobs) / len(logprobs) >= limit
+
+    async def _fork(self, root: _Episode) -> None:
+        """Fork running tree root ``root`` into its siblings' slots: the driver copies the
+        env, the store copies the trajectory so far (the copies' loss mask 0), and each
+        sibling plays on from there as its own coroutine. A fork the driver refuses ends
+        those siblings with ``env_error``; the root plays on."""
+        root.fork_at = 0
+        kids = self.siblings.pop(root.key, [])
+        if not kids:
+            return
+        try:
+            await self.driver.fork(root.slot, [c.slot for c in kids])
+        except Exception as e:  # e.g. a Python env whose snapshot() raised
+            log.warning("episode %d could not fork: %r", root.key, e)
+            failure = f"fork failed: {type(e).__name__}: {e}"
+            self.children[root.key] = [asyncio.ensure_future(
+                self.run_episode(c, play=_failing(failure))) for c in kids]
+            return
+        self.store.fork(root.key, [c.key for c in kids], [c.sample_index for c in kids])
+        for c in kids:
+            c.ids = list(root.ids)
+            c.prompt_len, c.turns, c.cut_turns = root.prompt_len, root.turns, root.cut_turns
+            c.t0, c.gen_s, c.policy_version = root.t0, root.gen_s, root.policy_version
+            if self.pool is None:  # a native pool copied these with the episode record
+                c.invalid_turns, c.undo_turns = root.invalid_turns, root.undo_turns
+        self.children[root.key] = [asyncio.ensure_future(
+            self.run_episode(c, play=self._attempt, begun=True)) for c in kids]
+
+    async def run_tree(self, eps: list[_Episode], slots: Sequence[int]) -> list[Trajectory]:
+        """Play one tree of a branched group (``eps[0]`` its root, the rest its siblings,
+        ``slots`` theirs): the root until it forks, then every child concurrently; where the
+        root ended before forking, its siblings play from the start."""
+        for e, slot in zip(eps, slots):
+            e.slot = slot
+        root, rest = eps[0], eps[1:]
+        if rest:
+            root.fork_at = self.cfg.branch_at
+            self.siblings[root.key] = rest
+        try:
+            first = await self.run_episode(root)
+            tasks = self.children.pop(root.key, None)
+            if tasks is None:  # no fork: the siblings are independent samples
+                unforked = self.siblings.pop(root.key, [])
+                tasks = [asyncio.ensure_future(self.run_episode(c)) for c in unforked]
+            return [first, *await asyncio.gather(*tasks)]
+        finally:
+            self.siblings.pop(root.key, None)
+            for t in self.children.pop(root.key, ()):
+                t.cancel()
+
+    async def run_episode(self, ep: _Episode, play=None, begun: bool = False) -> Trajectory:
+        """Play ``ep`` to its end (``play``: the coroutine function that plays it, default
+        the episode from its reset) and close it. ``begun``: its store record, start time
+        and policy version exist already (a forked child)."""
+        if not begun:
+            ep.t0 = time.perf_counter()
+            ep.policy_version = self.engine.backend.policy_version  # the version it began under
+            # the store's row carries it too (the packed rows of ``stream_batches``)
+            self.store.begin(ep.key, ep.group_id, ep.sample_index, ep.policy_version, ep.key)
+        if play is None:
+            play = self._play_reflect if self.reflect else self._play
         try:
             if self.cfg.episode_timeout_s is not None:
                 await asyncio.wait_for(play(ep), self.cfg.episode_timeout_s)
@@ -534,6 +605,52 @@ class _Run:
             self.driver.drop_starts([ep.slot])
         if self.store.is_live(ep.key):
             self.store.discard(ep.key)
+
+
+def _tree_key(ep: _Episode, width: int) -> tuple[int, int]:
+    return ep.group_id, ep.sample_index // width
+
+
+def _trees(eps: list[_Episode], width: int) -> list[list[_Episode]]:
+    """``eps`` as trees of a branched group, in order of each tree's first episode: the
+    samples ``k * width ... k * width + width - 1`` of one group, by sample index."""
+    trees: dict[tuple[int, int], list[_Episode]] = {}
+    for ep in eps:
+        trees.setdefault(_tree_key(ep, width), []).append(ep)
+    return [sorted(t, key=lambda e: e.sample_index) for t in trees.values()]
+
+
+class _TreeBuilder:
+    """Trees of a streamed request feed: a tree is handed out once its ``width`` samples
+    have arrived; :meth:`rest` gives the incomplete ones when the feed ends."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self.open: dict[tuple[int, int], list[_Episode]] = {}
+
+    def add(self, ep: _Episode) -> list[_Episode] | None:
+        key = _tree_key(ep, self.width)
+        tree = self.open.setdefault(key, [])
+        tree.append(ep)
+        if len(tree) < self.width:
+            return None
+        del self.open[key]
+        return sorted(tree, key=lambda e: e.sample_index)
+
+    def rest(self) -> list[list[_Episode]]:
+        out = [sorted(t, key=lambda e: e.sample_index) for t in self.open.values()]
+        self.open.clear()
+        return out
+
+
+def _failing(message: str):
+    """A ``play`` for :meth:`_Run.run_episode` that fails at once: the episode ends with
+    ``env_error`` and ``message``."""
+
+    async def play(ep: _Episode) -> None:
+        raise RuntimeError(message)
+
+    return play
 
 
 class RolloutEngine:
@@ -596,15 +713,15 @@ class RolloutEngine:
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
         undo = undo_rules(cfg)
-        restarts = cfg.reflection > 0
+        restarts, forks = cfg.reflection > 0, cfg.branch_at > 0
         key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
-               repr(sorted(env_kwargs.items())), undo, restarts)
+               repr(sorted(env_kwargs.items())), undo, restarts, forks)
         if key not in self._drivers:
-            # with undo rules or reflection retries, an env that cannot snapshot raises
-            # SnapshotUnsupportedError here, before any episode starts
+            # with undo rules, reflection retries or branched groups, an env that cannot
+            # snapshot raises SnapshotUnsupportedError here, before any episode starts
             driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers,
                                  cfg.inline_env_budget_s, undo=undo, restarts=restarts,
-                                 **env_kwargs)
+                                 forks=forks, **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 
@@ -680,21 +797,31 @@ class RolloutEngine:
                 run.batch_sink = done.put_nowait
                 run.batch_trajectories = trajectories
             feeder = None
+            # Branched groups: a unit of work is one tree (``width`` samples, ``width``
+            # slots per worker), else one episode.
+            width = cfg.branch_width if cfg.branch_at else 1
             if isinstance(requests, AsyncIterable):
                 total = None  # known once the feed is exhausted
-                capacity = max(1, cfg.max_concurrency)
+                capacity = max(1, cfg.max_concurrency // width)
                 arrived: asyncio.Queue = asyncio.Queue()
 
                 async def feed() -> None:
                     n = 0
+                    trees = _TreeBuilder(width) if width > 1 else None
                     try:
                         async for r in requests:
-                            arrived.put_nowait(self._episodes([r], cfg)[0])
+                            ep = self._episodes([r], cfg)[0]
                             n += 1
+                            if trees is None:
+                                arrived.put_nowait(ep)
+                            elif (tree := trees.add(ep)) is not None:
+                                arrived.put_nowait(tree)
                     except asyncio.CancelledError:
                         raise
                     except BaseException as e:  # the caller's feed failed: surface it
                         done.put_nowait(_WorkerFailure(e))
+                    for tree in trees.rest() if trees is not None else ():
+                        arrived.put_nowait(tree)
                     for _ in range(capacity):
                         arrived.put_nowait(None)
                     done.put_nowait(_FeedEnd(n))
@@ -706,17 +833,26 @@ class RolloutEngine:
             else:
                 # Popped, not iterated: a finished episode (its context is the trajectory's
                 # token list) is freed once its trajectory is, however long the stream.
-                queue = collections.deque(self._episodes(requests, cfg))
-                total = len(queue)
-                capacity = max(1, min(cfg.max_concurrency, total))
+                eps = self._episodes(requests, cfg)
+                total = len(eps)
+                queue = collections.deque(eps if width == 1 else _trees(eps, width))
+                capacity = max(1, min(cfg.max_concurrency // width, len(queue)))
 
                 async def next_episode():
                     return queue.popleft() if queue else None
 
-            async def worker(slot: int) -> None:
+            async def worker(w: int) -> None:
                 try:
+                    if width > 1:
+                        slots = range(w * width, (w + 1) * width)
+                        while (tree := await next_episode()) is not None:
+                            trajs = await run.run_tree(tree, slots)
+                            if not batches:
+                                for traj in trajs:
+                                    done.put_nowait(traj)
+                        return
                     while (ep := await next_episode()) is not None:
-                        ep.slot = slot
+                        ep.slot = w
                         traj = await run.run_episode(ep)
                         if not batches:  # else the close batch queued it with its tick
                             done.put_nowait(traj)

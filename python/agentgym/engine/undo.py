@@ -55,15 +55,17 @@ def supports_snapshots(env: Any) -> bool:
 #: ``SnapshotUnsupportedError``.
 UNDO_NEEDS = "the undo action (RolloutConfig.undo)"
 RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
+FORKS_NEED = "branched groups (RolloutConfig.branch_at)"
 
 
 def require_snapshots(supported: bool, env_id: str, undo: UndoRules | None,
-                      restarts: bool) -> None:
+                      restarts: bool, forks: bool = False) -> None:
     """Raise :class:`SnapshotUnsupportedError` when the env cannot snapshot (``supported``
-    False) and undo rules or reflection retries are on: checked when a driver is built,
-    before any episode starts; the message names each mechanism that needs it."""
-    needs = [what for what, on in ((UNDO_NEEDS, undo is not None), (RESTARTS_NEED, restarts))
-             if on]
+    False) and undo rules, reflection retries or branched groups are on: checked when a
+    driver is built, before any episode starts; the message names each mechanism that needs
+    it."""
+    needs = [what for what, on in ((UNDO_NEEDS, undo is not None), (RESTARTS_NEED, restarts),
+                                   (FORKS_NEED, forks)) if on]
     if needs and not supported:
         raise SnapshotUnsupportedError(
             f"{env_id}: {' and '.join(needs)} need{'s' if len(needs) == 1 else ''} env "
@@ -87,6 +89,14 @@ class UndoHistory:
         self.broken = False
         self.turns = 0
         self.max_turns = max_turns
+
+    def copy(self) -> UndoHistory:
+        """An independent copy (a forked episode's): the saved states are shared, which is
+        safe because ``restore`` copies what it restores."""
+        other = UndoHistory(self.rules, self.observation, self.max_turns)
+        other.entries = deque(self.entries)
+        other.undos, other.broken, other.turns = self.undos, self.broken, self.turns
+        return other
 
     def step(self, env: Any, action: str) -> tuple[str, float, bool, bool, dict]:
         """One turn: an undo answered here, any other action stepped with the env's state

@@ -36,6 +36,23 @@ Episode outcomes (``stop_reason``):
 * ``overlong`` (stop_reason ``length``): ``"keep" | "zero" | "drop"`` likewise.
 
 Groups with a single valid member get advantage 0 under ``grpo``/``rloo`` (no baseline).
+
+Branched groups (rows with ``branch_pos > 0``: a group played as trees, see
+``RolloutConfig.branch_at``), under the outcome estimators (``grpo``, ``rloo``,
+``reinforce_pp_baseline``):
+
+* every row's own tokens (from ``branch_pos`` on) get its episode-group advantage plus
+  ``branch_step_weight`` times its *step-group* advantage: the same estimator over the rows
+  that continued from the same fork (``(group_id, branch_parent)``), which compares
+  children of one env state with each other (GiGPO's step groups, on states that were
+  forked, not found equal by chance);
+* the shared prefix is trained once, through the root (the row whose ``sample_index`` is
+  its ``branch_parent``; the children's copies have loss mask 0), with the mean episode
+  advantage of the family's valid rows: the prefix's value is its children's, as in
+  Tree-GRPO. One root and all its children in one group: the prefix gets 0.
+
+The token-level estimators train the prefix once through the root as well (the loss mask)
+and use no step groups.
 """
 
 from __future__ import annotations
@@ -310,6 +327,7 @@ def compute_advantages(
     kl_estimator: str = "kl",
     whiten_advantages: bool = True,
     extra_valid: np.ndarray | None = None,
+    branch_step_weight: float = 1.0,
 ) -> AdvantageResult:
     """Advantages for a packed batch (see the module docstring for every option).
 
@@ -317,7 +335,8 @@ def compute_advantages(
     subtracts ``kl_coef * KL(behaviour || ref)`` from each model token's reward for the
     token-level estimators (``reinforce_pp``, ``gae``). ``extra_valid`` (bool[B]) marks
     further trajectories as invalid (e.g. too stale). ``whiten_advantages`` applies to
-    ``gae`` (``reinforce_pp*`` always whiten, as defined).
+    ``gae`` (``reinforce_pp*`` always whiten, as defined). ``branch_step_weight``: the
+    step-group term of branched rows.
     """
     pb = batch
     if estimator not in ESTIMATORS:
@@ -341,13 +360,19 @@ def compute_advantages(
     returns = None
     if estimator in ("grpo", "rloo", "reinforce_pp_baseline"):
         if estimator == "grpo":
-            seq_adv = grpo_advantages(scores, pb.group_id, valid, norm_by_std=norm_by_std,
-                                      eps=eps)
+            def outcome(s, g, v):
+                return grpo_advantages(s, g, v, norm_by_std=norm_by_std, eps=eps)
         elif estimator == "rloo":
-            seq_adv = rloo_advantages(scores, pb.group_id, valid)
+            outcome = rloo_advantages
         else:
-            seq_adv = grpo_advantages(scores, pb.group_id, valid, norm_by_std=False)
-        adv = np.where(tok_valid, seq_adv[traj] if pb.num_tokens else 0.0, 0.0)
+            def outcome(s, g, v):
+                return grpo_advantages(s, g, v, norm_by_std=False)
+        seq_adv = outcome(scores, pb.group_id, valid)
+        if pb.num_tokens and (pb.branch_pos > 0).any():
+            tok_adv = _branched(pb, traj, scores, valid, seq_adv, outcome, branch_step_weight)
+        else:
+            tok_adv = seq_adv[traj] if pb.num_tokens else 0.0
+        adv = np.where(tok_valid, tok_adv, 0.0)
         if estimator == "reinforce_pp_baseline":
             adv = whiten(adv, tok_valid)
         adv = adv.astype(np.float32)
@@ -382,6 +407,29 @@ def compute_advantages(
 
     metrics = _metrics(scores, valid, adv, tok_valid, returns, pb)
     return AdvantageResult(adv.astype(np.float32), returns, valid, scores, seq_adv, metrics)
+
+
+def _branched(pb: PackedBatch, traj: np.ndarray, scores: np.ndarray, valid: np.ndarray,
+              seq_adv: np.ndarray, outcome, step_weight: float) -> np.ndarray:
+    """Per-token advantages of a batch with branched rows (module docs): own tokens
+    ``seq_adv + step_weight * step``, the root's prefix tokens its family's mean
+    ``seq_adv``."""
+    br = pb.branch_pos > 0
+    rows = np.flatnonzero(br)
+    keys = np.stack([pb.group_id[rows].astype(np.uint64),
+                     pb.branch_parent[rows].astype(np.uint64)], axis=1)
+    _, fam = np.unique(keys, axis=0, return_inverse=True)
+    fam = fam.reshape(-1)
+    step = np.zeros(len(pb), np.float64)
+    step[rows] = outcome(scores[rows], fam, valid[rows])
+    w = valid[rows].astype(np.float64)
+    n = np.bincount(fam, weights=w)
+    total = np.bincount(fam, weights=seq_adv[rows] * w)
+    prefix = np.zeros(len(pb), np.float64)
+    prefix[rows] = np.divide(total, n, out=np.zeros_like(total), where=n > 0)[fam]
+    in_prefix = br[traj] & (np.arange(pb.num_tokens) - pb.offsets[traj] < pb.branch_pos[traj])
+    own = seq_adv[traj] + step_weight * step[traj]
+    return np.where(in_prefix, prefix[traj], own)
 
 
 def _metrics(scores, valid, adv, tok_valid, returns, pb: PackedBatch) -> dict[str, float]:

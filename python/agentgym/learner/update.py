@@ -53,6 +53,8 @@ class LearnerConfig:
     adv_estimator: str = "grpo"  # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gae
     norm_adv_by_std: bool = True  # False: Dr.GRPO (r - group mean)
     adv_eps: float = 1e-6
+    # branched groups (RolloutConfig.branch_at): weight of the step-group advantage
+    branch_step_weight: float = 1.0
     gamma: float = 1.0
     lam: float = 1.0
     reward_placement: str = "turns"  # turns | outcome (token-level estimators)
@@ -418,6 +420,7 @@ def policy_update(
         kl_coef=config.kl_reward_coef if config.use_kl_in_reward else 0.0,
         kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
         whiten_advantages=config.whiten_advantages,
+        branch_step_weight=config.branch_step_weight,
     )
     prox_t = None
     if config.old_logprob_source == "recompute":

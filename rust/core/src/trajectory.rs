@@ -40,6 +40,21 @@ struct Record {
     turn_rewards: Vec<f32>,
     /// Tokens before the first model token; `None` until a model token arrives.
     first_model: Option<u32>,
+    /// Where this episode's tree forked (all 0: it did not; see [`TrajectoryStore::fork`]).
+    branch: Branch,
+}
+
+/// The fork a branched episode took part in: the root that played the shared prefix and
+/// the children that continue from it all carry the same values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Branch {
+    /// Sample index of the root: the one episode whose copy of the prefix keeps its loss
+    /// mask (the prefix is trained once).
+    pub parent: u32,
+    /// Turns played before the fork.
+    pub turn: u32,
+    /// Tokens of the shared prefix (0: not branched).
+    pub pos: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +87,13 @@ pub struct PackedBatch {
     pub stop_reason: Vec<u8>,
     /// Tokens before the first model token (all of them when there is none).
     pub prompt_len: Vec<u32>,
+    /// [`Branch::parent`]: the root's sample index for a branched episode, the episode's own
+    /// sample index otherwise (so `(group_id, branch_parent)` is always its step group).
+    pub branch_parent: Vec<u32>,
+    /// [`Branch::turn`] (0: not branched).
+    pub branch_turn: Vec<u32>,
+    /// [`Branch::pos`] (0: not branched).
+    pub branch_pos: Vec<u32>,
 }
 
 impl PackedBatch {
@@ -342,6 +364,62 @@ impl TrajectoryStore {
         Ok(true)
     }
 
+    /// Forks live episode `src` into new live episodes `dst` (one per sample index in
+    /// `samples`, same group, task and policy version): each starts with `src`'s tokens,
+    /// logprobs and turn rewards so far, with a zero loss mask over that shared prefix, so
+    /// that the prefix is trained once, through `src`. `src` and every child record the fork
+    /// ([`Branch`]: `src`'s sample index, its turns and tokens so far). An episode forks at
+    /// most once, and only after a model token. Nothing changes on error.
+    pub fn fork(&mut self, src: u64, dst: &[u64], samples: &[u32]) -> Result<()> {
+        if dst.len() != samples.len() {
+            return err(format!(
+                "fork got {} keys and {} sample indices; lengths must match",
+                dst.len(),
+                samples.len()
+            ));
+        }
+        let rec = self.record(src)?;
+        if rec.branch.pos != 0 {
+            return err(format!(
+                "episode {src} forked already (at turn {}); an episode forks once",
+                rec.branch.turn
+            ));
+        }
+        if rec.first_model.is_none() {
+            return err(format!(
+                "episode {src} has no model tokens yet; fork after its first turn"
+            ));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(dst.len());
+        if let Some(&k) = dst
+            .iter()
+            .find(|&&k| k == src || self.live.contains_key(&k) || !seen.insert(k))
+        {
+            return err(format!("episode {k} has already begun and is not finished"));
+        }
+        let rec = self.live.get_mut(&src).expect("checked above");
+        rec.branch = Branch {
+            parent: rec.meta.sample_index,
+            turn: rec.turn_rewards.len() as u32,
+            pos: rec.tokens.len() as u32,
+        };
+        let root = rec.clone();
+        self.live.reserve(dst.len());
+        for (&k, &sample) in dst.iter().zip(samples) {
+            let mut child = Record {
+                meta: EpisodeMeta {
+                    sample_index: sample,
+                    ..root.meta
+                },
+                first_model: None,
+                ..root.clone()
+            };
+            child.mask.fill(0);
+            self.live.insert(k, child);
+        }
+        Ok(())
+    }
+
     /// Close the current turn of `key` with its reward.
     pub fn add_turn(&mut self, key: u64, reward: f32) -> Result<()> {
         self.add_turns(&[key], &[reward])
@@ -475,6 +553,9 @@ fn pack(done: Vec<Completed>) -> PackedBatch {
         num_turns: Vec::with_capacity(b),
         stop_reason: Vec::with_capacity(b),
         prompt_len: Vec::with_capacity(b),
+        branch_parent: Vec::with_capacity(b),
+        branch_turn: Vec::with_capacity(b),
+        branch_pos: Vec::with_capacity(b),
     };
     out.offsets.push(0);
     out.turn_offsets.push(0);
@@ -487,6 +568,14 @@ fn pack(done: Vec<Completed>) -> PackedBatch {
         out.task_id.push(r.meta.task_id);
         out.prompt_len
             .push(r.first_model.unwrap_or(r.tokens.len() as u32));
+        let parent = if r.branch.pos == 0 {
+            r.meta.sample_index
+        } else {
+            r.branch.parent
+        };
+        out.branch_parent.push(parent);
+        out.branch_turn.push(r.branch.turn);
+        out.branch_pos.push(r.branch.pos);
         out.token_ids.extend_from_slice(&r.tokens);
         out.loss_mask.extend_from_slice(&r.mask);
         out.logprobs.extend_from_slice(&r.logprobs);

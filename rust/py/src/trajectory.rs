@@ -193,6 +193,23 @@ impl PyTrajectoryStore {
             .map_err(to_py)
     }
 
+    /// Fork live episode `src` into new live episodes `keys` (sample indices
+    /// `sample_indices`): each starts with `src`'s tokens, logprobs and turn rewards so far,
+    /// its copy of that prefix with loss mask 0 (the prefix is trained once, through
+    /// `src`); `src` and each child record the fork (`branch_parent`, `branch_turn`,
+    /// `branch_pos` of their rows).
+    fn fork(
+        &mut self,
+        py: Python<'_>,
+        src: u64,
+        keys: Vec<u64>,
+        sample_indices: Vec<u32>,
+    ) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.fork(src, &keys, &sample_indices))
+            .map_err(to_py)
+    }
+
     fn discard(&mut self, key: u64) -> PyResult<()> {
         self.inner.discard(key).map_err(to_py)
     }
@@ -320,12 +337,16 @@ fn packed_dict(py: Python<'_>, b: PackedBatch) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("num_turns", b.num_turns.into_pyarray(py))?;
     d.set_item("stop_reason", b.stop_reason.into_pyarray(py))?;
     d.set_item("prompt_len", b.prompt_len.into_pyarray(py))?;
+    d.set_item("branch_parent", b.branch_parent.into_pyarray(py))?;
+    d.set_item("branch_turn", b.branch_turn.into_pyarray(py))?;
+    d.set_item("branch_pos", b.branch_pos.into_pyarray(py))?;
     Ok(d)
 }
 
 /// One finished trajectory as `TrajectoryStore.drain_rows` and `packed_rows` return it,
 /// without its token ids: `loss_mask` a list of 0/1, `logprobs` and `turn_rewards` lists of
-/// floats (every +0.0 one shared object), `stop_reason` an index into `STOP_REASONS`. The
+/// floats (every +0.0 one shared object), `stop_reason` an index into `STOP_REASONS`,
+/// `branch_*` the fork it took part in (`TrajectoryStore.fork`; `branch_pos` 0: none). The
 /// lists hold only numbers and are not tracked by the cyclic GC.
 #[pyclass(frozen, get_all, name = "TrajectoryRow", module = "agentgym._core")]
 pub struct PyTrajectoryRow {
@@ -340,6 +361,9 @@ pub struct PyTrajectoryRow {
     reward: f32,
     num_turns: u32,
     stop_reason: u8,
+    branch_parent: u32,
+    branch_turn: u32,
+    branch_pos: u32,
 }
 
 /// Borrowed columns of a packed batch (the store's, or numpy arrays of a Python
@@ -358,6 +382,9 @@ struct Columns<'a> {
     num_turns: &'a [u32],
     stop_reason: &'a [u8],
     prompt_len: &'a [u32],
+    branch_parent: &'a [u32],
+    branch_turn: &'a [u32],
+    branch_pos: &'a [u32],
 }
 
 impl<'a> Columns<'a> {
@@ -376,6 +403,9 @@ impl<'a> Columns<'a> {
             num_turns: &b.num_turns,
             stop_reason: &b.stop_reason,
             prompt_len: &b.prompt_len,
+            branch_parent: &b.branch_parent,
+            branch_turn: &b.branch_turn,
+            branch_pos: &b.branch_pos,
         }
     }
 
@@ -394,6 +424,9 @@ impl<'a> Columns<'a> {
             ("num_turns", self.num_turns.len()),
             ("stop_reason", self.stop_reason.len()),
             ("prompt_len", self.prompt_len.len()),
+            ("branch_parent", self.branch_parent.len()),
+            ("branch_turn", self.branch_turn.len()),
+            ("branch_pos", self.branch_pos.len()),
             ("turn_offsets", self.turn_offsets.len().saturating_sub(1)),
         ];
         if let Some((name, len)) = per_row.iter().find(|(_, len)| *len != n) {
@@ -459,6 +492,11 @@ fn packed_rows<'py>(
         col::<u8>(batch, "stop_reason")?,
         col::<u32>(batch, "prompt_len")?,
     );
+    let (branch_parent, branch_turn, branch_pos) = (
+        col::<u32>(batch, "branch_parent")?,
+        col::<u32>(batch, "branch_turn")?,
+        col::<u32>(batch, "branch_pos")?,
+    );
     rows_list(
         py,
         &Columns {
@@ -475,6 +513,9 @@ fn packed_rows<'py>(
             num_turns: &num_turns,
             stop_reason: &stop_reason,
             prompt_len: &prompt_len,
+            branch_parent: &branch_parent,
+            branch_turn: &branch_turn,
+            branch_pos: &branch_pos,
         },
     )
 }
@@ -508,6 +549,9 @@ fn rows_list<'py>(py: Python<'py>, c: &Columns<'_>) -> PyResult<Bound<'py, pyo3:
                     reward: c.rewards[i],
                     num_turns: c.num_turns[i],
                     stop_reason: c.stop_reason[i],
+                    branch_parent: c.branch_parent[i],
+                    branch_turn: c.branch_turn[i],
+                    branch_pos: c.branch_pos[i],
                 },
             )
         })

@@ -20,17 +20,18 @@ class NativeDriver:
     steps of one event-loop tick are one Rust call each (GIL released). The engine steps
     ``core_pool`` itself, together with the turn's token bookkeeping. ``undo`` rules are
     the pool's (the Rust pool answers ``undo`` actions inside the same batched step).
-    ``restarts`` (reflection retries): each episode's start is kept as a pool snapshot."""
+    ``restarts`` (reflection retries): each episode's start is kept as a pool snapshot.
+    ``forks`` (branched groups): :meth:`fork` copies a running slot into others."""
 
     def __init__(self, env_id: str, capacity: int, *, undo: UndoRules | None = None,
-                 restarts: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, **env_kwargs):
         self.env_id = env_id
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
         self.core_pool: _core.EnvPool = self.pool._pool
         self.undo = undo
         # SnapshotUnsupportedError here, before any episode
-        require_snapshots(self.core_pool.snapshots_supported, env_id, undo, restarts)
+        require_snapshots(self.core_pool.snapshots_supported, env_id, undo, restarts, forks)
         if undo is not None:
             self.core_pool.set_undo(undo.max_undos, undo.depth)
         self._oracle = self.core_pool.oracle_action
@@ -94,6 +95,11 @@ class NativeDriver:
         handles = [self._starts.pop(s) for s in slots if s in self._starts]
         if handles:
             self.core_pool.release(handles)
+
+    async def fork(self, src: int, targets: list[int]) -> None:
+        """Copy running slot ``src`` (env, episode record, undo history) into the free
+        slots ``targets``, one Rust call; from then on each steps on its own."""
+        self.core_pool.fork(src, targets)
 
     def close(self) -> None:
         pass

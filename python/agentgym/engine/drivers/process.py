@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from agentgym.engine.drivers.base import ResetItem, StepOutcome
-from agentgym.engine.undo import UndoRules, require_snapshots, supports_snapshots
+from agentgym.engine.undo import FORKS_NEED, UndoRules, require_snapshots, supports_snapshots
+from agentgym.errors import SnapshotUnsupportedError
 
 
 class ProcessDriver:
@@ -16,13 +17,15 @@ class ProcessDriver:
     ``restarts`` (reflection retries): :meth:`restart` resets the slot's env with the
     episode's own task, seed and horizon (the worker keeps no state copies; its replay log
     starts anew), which gives a seeded env its start state again; an env that cannot
-    snapshot is refused here all the same, as on the other drivers."""
+    snapshot is refused here all the same, as on the other drivers. Branched groups
+    (``forks``) are refused for every env: a worker holds no copy of an env's state to fork
+    from, and rebuilding one by replaying the prefix is what snapshots exist to avoid."""
 
     core_pool = None
 
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
                  timeout_s: float = 120.0, *, undo: UndoRules | None = None,
-                 restarts: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, **env_kwargs):
         import agentgym
         from agentgym.runtime.workers import ProcessEnvPool
 
@@ -32,6 +35,10 @@ class ProcessDriver:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
             # before any worker starts
             require_snapshots(supports_snapshots(probe), env_id, undo, restarts)
+            if forks:
+                raise SnapshotUnsupportedError(
+                    f"{env_id}: {FORKS_NEED} need env snapshots, and envs in worker processes "
+                    "(env_workers > 0) give none; use env_workers=0")
         finally:
             probe.close()
         per_worker = -(-capacity // num_workers)

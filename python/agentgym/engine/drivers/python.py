@@ -34,7 +34,8 @@ class PythonDriver:
     and ``undo`` / ``undo N`` actions are undos; an env that cannot snapshot raises
     :class:`~agentgym.errors.SnapshotUnsupportedError` here, before any episode.
     ``restarts`` (reflection retries): each episode's start state is kept (``snapshot()``)
-    for :meth:`restart`; an env that cannot snapshot raises here as well.
+    for :meth:`restart`; an env that cannot snapshot raises here as well, and for ``forks``
+    (branched groups, :meth:`fork`).
     """
 
     probe_every = 64
@@ -43,7 +44,7 @@ class PythonDriver:
 
     def __init__(self, env_id: str, capacity: int, max_workers: int = 8,
                  inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
-                 restarts: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, **env_kwargs):
         import agentgym
 
         self.env_id = env_id
@@ -53,7 +54,7 @@ class PythonDriver:
         #: Each slot's undo history while its episode runs (undo rules only).
         self._history: list[UndoHistory | None] = [None] * capacity
         try:
-            require_snapshots(supports_snapshots(first), env_id, undo, restarts)
+            require_snapshots(supports_snapshots(first), env_id, undo, restarts, forks)
         except Exception:
             _close_quietly(first)
             raise
@@ -250,6 +251,21 @@ class PythonDriver:
         """Forget the start states of ``slots``."""
         for slot in slots:
             self._starts.pop(slot, None)
+
+    async def fork(self, src: int, targets: list[int]) -> None:
+        """Put the state of running slot ``src`` (its env's ``snapshot()``, turn count,
+        horizon and undo history) into the free slots ``targets``; each then steps on its
+        own (``restore`` copies what it restores)."""
+        if src not in self._running:
+            raise RuntimeError(f"slot {src} has no running episode to fork")
+        state = env_method(self._envs[src], "snapshot")()
+        history = self._history[src]
+        for t in targets:
+            env_method(self._env(t), "restore")(state)
+            self._turns[t], self._horizon[t] = self._turns[src], self._horizon[src]
+            self._running.add(t)
+            if history is not None:
+                self._history[t] = history.copy()
 
     async def oracle_action(self, slot: int) -> str | None:
         fn = getattr(self._env(slot).unwrapped, "oracle_action", None)

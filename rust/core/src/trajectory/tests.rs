@@ -305,3 +305,72 @@ fn append_turn_is_reply_close_reward_and_observation_in_one_call() {
     assert_eq!(pa.turn_rewards, pb.turn_rewards);
     assert_eq!(pa.prompt_len, pb.prompt_len);
 }
+
+#[test]
+fn a_fork_copies_the_prefix_with_its_mask_off_and_records_the_branch() {
+    let mut s = TrajectoryStore::new();
+    s.begin(1, meta(7)).unwrap(); // sample 0
+    s.append(1, &[1, 2], false, None).unwrap();
+    s.append(1, &[3, 4], true, Some(&[-0.5, -0.25])).unwrap();
+    s.add_turn(1, 0.5).unwrap();
+    s.append(1, &[5], false, None).unwrap();
+    s.fork(1, &[10, 11], &[1, 2]).unwrap();
+    // the root and each child go on independently
+    s.append(1, &[6], true, Some(&[-1.0])).unwrap();
+    s.add_turn(1, 1.0).unwrap();
+    s.append(10, &[8, 9], true, Some(&[-2.0, -3.0])).unwrap();
+    s.add_turn(10, 0.0).unwrap();
+    s.finish(1, StopReason::Done, None).unwrap();
+    s.finish(10, StopReason::Horizon, None).unwrap();
+    s.finish(11, StopReason::EnvError, None).unwrap();
+    let b = s.drain(None);
+    assert_eq!(b.keys, vec![1, 10, 11]);
+    assert_eq!(b.sample_index, vec![0, 1, 2]);
+    assert_eq!(b.group_id, vec![7, 7, 7]);
+    assert_eq!(b.token_ids, vec![1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 8, 9, 1, 2, 3, 4, 5]);
+    assert_eq!(b.offsets, vec![0, 6, 13, 18]);
+    // the root keeps its prefix mask; the children train only what they generate
+    assert_eq!(
+        b.loss_mask,
+        vec![0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(&b.logprobs[6..13], &[0.0, 0.0, -0.5, -0.25, 0.0, -2.0, -3.0]);
+    assert_eq!(b.turn_rewards, vec![0.5, 1.0, 0.5, 0.0, 0.5]);
+    assert_eq!(b.rewards, vec![1.5, 0.5, 0.5]);
+    assert_eq!(b.prompt_len, vec![2, 5, 5]);
+    assert_eq!(b.branch_parent, vec![0, 0, 0]);
+    assert_eq!(b.branch_turn, vec![1, 1, 1]);
+    assert_eq!(b.branch_pos, vec![5, 5, 5]);
+}
+
+#[test]
+fn an_unbranched_episode_is_its_own_parent() {
+    let mut s = TrajectoryStore::new();
+    s.begin(3, meta(5)).unwrap(); // sample 5
+    s.append(3, &[1], true, None).unwrap();
+    s.finish(3, StopReason::Done, None).unwrap();
+    let b = s.drain(None);
+    assert_eq!(
+        (b.branch_parent[0], b.branch_turn[0], b.branch_pos[0]),
+        (5, 0, 0)
+    );
+}
+
+#[test]
+fn a_bad_fork_changes_nothing() {
+    let mut s = TrajectoryStore::new();
+    s.begin(1, meta(7)).unwrap();
+    s.append(1, &[1, 2], false, None).unwrap();
+    is_traj_err(s.fork(1, &[2], &[1]), "no model tokens");
+    s.append(1, &[3], true, None).unwrap();
+    s.begin(2, meta(8)).unwrap();
+    is_traj_err(s.fork(1, &[2], &[1]), "already begun");
+    is_traj_err(s.fork(1, &[3, 3], &[1, 2]), "already begun");
+    is_traj_err(s.fork(1, &[1], &[1]), "already begun");
+    is_traj_err(s.fork(1, &[3], &[1, 2]), "lengths must match");
+    assert!(matches!(s.fork(9, &[3], &[1]), Err(CoreError::Trajectory(_))));
+    assert_eq!(s.num_live(), 2);
+    s.fork(1, &[3], &[1]).unwrap();
+    is_traj_err(s.fork(1, &[4], &[2]), "forks once");
+    assert_eq!(s.num_live(), 3);
+}
