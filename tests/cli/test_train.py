@@ -128,7 +128,7 @@ def test_undo_flag_turns_the_mechanism_on_in_the_rollout_settings():
     assert "undo" not in _train_config(p.parse_args([])).get("rollout", {})
 
 
-def test_reflection_flag_sets_the_rollout_settings():
+def test_mechanism_flags_set_the_rollout_settings():
     import argparse
 
     from agentgym.cli.collect import add_args as collect_args
@@ -145,3 +145,7 @@ def test_reflection_flag_sets_the_rollout_settings():
     collect_args(c)
     args = c.parse_args(["--env", "maze", "--tasks", "2", "--out", "x", "--reflection", "1"])
     assert args.reflection == 1
+    cfg = _train_config(p.parse_args(["--branch-at", "3", "--branch-width", "4"]))
+    assert (cfg["rollout"]["branch_at"], cfg["rollout"]["branch_width"]) == (3, 4)
+    with pytest.raises(SystemExit, match="--branch-at"):
+        _train_config(p.parse_args(["--branch-width", "4"]))

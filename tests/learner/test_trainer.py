@@ -154,6 +154,46 @@ def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
     assert [r["num_turns/mean"] for r in trainer.history] == [1, 1, 3, 3]
 
 
+class ForkableEndlessEnv(EndlessEnv):
+    snapshot_safe = True
+
+
+agentgym.register("_trainer_forkable", ForkableEndlessEnv, override=True)
+
+
+def test_branched_groups_fork_only_in_stages_longer_than_the_fork(tmp_path, tiny_model_dir):
+    cfg = _cfg(tmp_path, tiny_model_dir, env="_trainer_forkable", method="ScalingInter-RL",
+               horizon=[2, 4], steps_per_stage=1, max_steps=2, n_samples=4,
+               rollout={"branch_at": 2, "branch_width": 2})
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+    seen: list[list] = []
+
+    async def go():
+        await trainer.setup()
+        orig = trainer.runner.collect
+
+        async def spy(*a, **k):
+            batch = await orig(*a, **k)
+            seen.append(batch.trajectories)
+            return batch
+
+        trainer.runner.collect = spy
+        try:
+            return await trainer.train_async()
+        finally:
+            await trainer.aclose()
+
+    asyncio.run(go())
+    short, long = seen
+    # horizon 2: every root ends at the fork turn, nothing forks
+    assert all(t.branch_parent is None and t.num_turns == 2 for t in short)
+    # horizon 4: two trees of two per group, forked after turn 2
+    assert len(long) == 8
+    assert [t.branch_parent for t in long] == [0, 0, 2, 2] * 2
+    assert {t.branch_turn for t in long} == {2} and {t.num_turns for t in long} == {4}
+    assert len(trainer.history) == 2 and trainer.history[1]["horizon/max_turns"] == 4
+
+
 def test_weight_sync_changes_backend_outputs_and_bumps_version(tmp_path, tiny_model_dir):
     from agentgym.backends import SamplingParams
 
