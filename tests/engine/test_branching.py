@@ -60,8 +60,8 @@ class SnapshotFailsLate(Line):
         return super().step(action)
 
 
-agentgym.register("test/line", Line, override=True)
-agentgym.register("test/line_snapshot_fails", SnapshotFailsLate, override=True)
+agentgym.register("test/branch_line", Line, override=True)
+agentgym.register("test/branch_line_snapshot_fails", SnapshotFailsLate, override=True)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def _replay(env_id, env_kwargs, traj, actions):
 
 
 @pytest.mark.parametrize("env_id, env_kwargs", [("maze", {"shaping": 0.5}),
-                                                ("test/line", {})])
+                                                ("test/branch_line", {})])
 def test_a_tree_forks_the_env_and_each_child_continues_from_its_state(tokenizer, env_id,
                                                                        env_kwargs):
     eng = RolloutEngine(ScriptedBackend(tokenizer, policy="random"), tokenizer,
@@ -111,7 +111,8 @@ def test_a_tree_forks_the_env_and_each_child_continues_from_its_state(tokenizer,
         assert [t.sample_index for t in group] == [0, 1, 2, 3]
         for root, child in (group[0:2], group[2:4]):
             if child.branch_parent is None:  # the root ended before turn 3
-                assert root.branch_parent is None and root.num_turns < 3
+                assert root.branch_parent is None and root.num_turns < 3, \
+                    (root.stop_reason, child.stop_reason, child.error)
                 continue
             forked += 1
             pos = root.branch_pos
@@ -144,7 +145,7 @@ def test_a_streamed_feed_is_played_as_trees(tokenizer):
             yield r
 
     async def main():
-        return [t async for t in eng.stream_requests(feed(), "test/line")]
+        return [t async for t in eng.stream_requests(feed(), "test/branch_line")]
 
     trajs = sorted(asyncio.run(main()), key=lambda t: (t.group_id, t.sample_index))
     assert len(trajs) == 6
@@ -157,10 +158,10 @@ def test_a_streamed_feed_is_played_as_trees(tokenizer):
 
 def test_a_root_that_ends_before_the_fork_leaves_its_siblings_to_play_alone(tokenizer):
     plain = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, max_turns=20, n_samples=2)
-    base = plain.collect_sync(2, "test/line")
+    base = plain.collect_sync(2, "test/branch_line")
     eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, max_turns=20, n_samples=2,
                         branch_at=12, branch_width=2)
-    batch = eng.collect_sync(2, "test/line")
+    batch = eng.collect_sync(2, "test/branch_line")
     # the oracle reaches the goal in 9 turns: no fork, every sample played from the start
     for ref, t in zip(base, batch):
         assert t.branch_parent is None and (t.branch_turn, t.branch_pos) == (0, 0)
@@ -173,7 +174,7 @@ def test_a_root_that_ends_before_the_fork_leaves_its_siblings_to_play_alone(toke
 def test_a_fork_the_env_refuses_ends_only_the_siblings(tokenizer):
     eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, max_turns=20, n_samples=2,
                         branch_at=2, branch_width=2)
-    root, child = eng.collect_sync(1, "test/line_snapshot_fails")
+    root, child = eng.collect_sync(1, "test/branch_line_snapshot_fails")
     assert root.success and root.branch_parent is None
     assert child.stop_reason == "env_error" and "fork failed" in child.error
     assert "cannot be copied" in child.error and not any(child.loss_mask)
@@ -181,7 +182,7 @@ def test_a_fork_the_env_refuses_ends_only_the_siblings(tokenizer):
 
 
 @pytest.mark.parametrize("env_id, kwargs", [("test/no_snapshots", {}),
-                                            ("test/line", {"env_workers": 1})])
+                                            ("test/branch_line", {"env_workers": 1})])
 def test_branching_where_envs_cannot_fork_fails_before_any_episode(tokenizer, env_id, kwargs):
     from tests.engine.test_undo import NoSnapshots  # noqa: F401  (registers test/no_snapshots)
 
