@@ -93,6 +93,9 @@ def main() -> None:
     ap.add_argument("--max-total-tokens", type=int, default=4096)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--compile", action="store_true",
+                    help="let vLLM compile the model (default: eager, a faster start on a "
+                         "busy CPU; every arm is served alike either way)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -107,7 +110,8 @@ def main() -> None:
                      "prefix_cache_queries": 0.0, "prefix_cache_hits": 0.0,
                      "wall_s": [], "tokens": 0} for name in arms}
     with launch_vllm_server(model_dir, max_model_len=args.max_total_tokens,
-                            max_num_seqs=max(args.concurrency, 64)) as server:
+                            max_num_seqs=max(args.concurrency, 64),
+                            enforce_eager=not args.compile, startup_timeout_s=1800) as server:
         backend = OpenAIBackend(server.base_url, server.model)
         engine = RolloutEngine(backend, tokenizer)
 
@@ -163,7 +167,8 @@ def main() -> None:
         "samples_per_task": args.samples, "branch_at": args.branch_at,
         "max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens,
         "concurrency": args.concurrency, "repeats": args.repeats, "model": "tiny (random)",
-        "server": "vllm serve (CPU), prefix caching on", "arms": arms_out,
+        "server": "vllm serve (CPU), prefix caching on"
+                  + ("" if args.compile else ", enforce_eager"), "arms": arms_out,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }

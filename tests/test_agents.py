@@ -277,6 +277,7 @@ def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
     assert mechanism_settings("reflection") == {"reflection": 1}
     assert mechanism_settings(None) == {}
     assert mechanism_settings({"branching": 3}) == {"branch_at": 3}
+    assert mechanism_settings(["planning"]) == {"plan": True, "replan_every": 0}
     with pytest.raises(ValueError, match="unknown mechanism 'plan'"):
         mechanism_settings(["plan"])
     agent = LLMAgent(base_model=tiny_model_dir, backend="transformers", max_new_tokens=3,

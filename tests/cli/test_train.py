@@ -147,5 +147,8 @@ def test_mechanism_flags_set_the_rollout_settings():
     assert args.reflection == 1
     cfg = _train_config(p.parse_args(["--branch-at", "3", "--branch-width", "4"]))
     assert (cfg["rollout"]["branch_at"], cfg["rollout"]["branch_width"]) == (3, 4)
+    cfg = _train_config(p.parse_args(["--plan", "4"]))
+    assert (cfg["rollout"]["plan"], cfg["rollout"]["replan_every"]) == (True, 4)
+    assert _train_config(p.parse_args(["--plan"]))["rollout"]["replan_every"] == 0
     with pytest.raises(SystemExit, match="--branch-at"):
         _train_config(p.parse_args(["--branch-width", "4"]))

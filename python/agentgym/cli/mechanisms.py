@@ -1,5 +1,5 @@
-"""The agent-mechanism options (``--undo``, ``--reflection``, ``--branch-at``) shared by
-``train`` and ``collect``: docs/mechanisms.md."""
+"""The agent-mechanism options (``--undo``, ``--reflection``, ``--branch-at``, ``--plan``)
+shared by ``train`` and ``collect``: docs/mechanisms.md."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def add_mechanism_args(p: argparse.ArgumentParser) -> None:
                         "(envs that snapshot): docs/mechanisms.md")
     p.add_argument("--branch-width", type=int, metavar="W", default=None,
                    help="samples per tree with --branch-at (default 2)")
+    p.add_argument("--plan", type=int, nargs="?", const=0, metavar="REPLAN_EVERY", default=None,
+                   help="a plan turn before the first action (and after every REPLAN_EVERY "
+                        "env turns): docs/mechanisms.md")
 
 
 def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
@@ -29,6 +32,8 @@ def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
               if getattr(args, name) is not None}
     if args.branch_at is not None:
         chosen["branching"] = args.branch_at
+    if args.plan is not None:
+        chosen["planning"] = args.plan
     out = mechanism_settings(chosen)
     if args.branch_width is not None:
         if args.branch_at is None:

@@ -358,14 +358,17 @@ class RowInfo:
     #: ``timings["attempts"]``: attempts the episode played (``RolloutConfig.reflection``;
     #: 1 without a retry).
     attempts: list[int]
+    #: ``timings["plan_turns"]``: plan turns (``RolloutConfig.plan``; counted in
+    #: ``num_turns``, never sent to the env).
+    plan_turns: list[int]
 
     def __len__(self) -> int:
         return len(self.task_id)
 
     def timings(self, i: int) -> dict[str, float]:
         """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
-        ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` only where there were any, and
-        ``attempts`` only where there was more than one."""
+        ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` / ``plan_turns`` only where there
+        were any, and ``attempts`` only where there was more than one."""
         t = {"total_s": self.time_total_s[i], "gen_s": self.time_gen_s[i]}
         if self.cut_turns[i]:
             t["cut_turns"] = float(self.cut_turns[i])
@@ -375,6 +378,8 @@ class RowInfo:
             t["undo_turns"] = float(self.undo_turns[i])
         if self.attempts[i] > 1:
             t["attempts"] = float(self.attempts[i])
+        if self.plan_turns[i]:
+            t["plan_turns"] = float(self.plan_turns[i])
         return t
 
     @classmethod
@@ -387,7 +392,8 @@ class RowInfo:
                    cut_turns=[int(t.timings.get("cut_turns", 0)) for t in trajs],
                    invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs],
                    undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs],
-                   attempts=[int(t.timings.get("attempts", 1)) for t in trajs])
+                   attempts=[int(t.timings.get("attempts", 1)) for t in trajs],
+                   plan_turns=[int(t.timings.get("plan_turns", 0)) for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:

@@ -49,6 +49,13 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     the start. At most ``max_concurrency // branch_width`` trees run at once
     (docs/mechanisms.md). An env that cannot snapshot raises ``SnapshotUnsupportedError``
     before any episode starts.
+
+    ``plan`` (off by default) adds plan turns: before the first action, and after every
+    ``replan_every`` env turns when that is > 0, the assistant turn opens with
+    ``plan_prefix`` (default :data:`~agentgym.engine.planning.PLAN_PREFIX`, prompt tokens),
+    the model writes a plan (policy tokens, at most ``plan_max_tokens``, reward 0) that the
+    env never sees, and a user turn asks for the next action. Horizons count env turns, not
+    plan turns (docs/mechanisms.md). Not with ``reply_prefix`` (it would open the plan).
     """
 
     max_turns: int | None = 10
@@ -98,6 +105,14 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: Fork at the first turn before ``branch_at`` whose reply's mean surprisal (minus its
     #: mean token logprob, nats) is at least this (None: always at ``branch_at``).
     branch_entropy: float | None = None
+    #: Planning: a plan turn before the first action (docs/mechanisms.md).
+    plan: bool = False
+    #: Another plan turn after every this many env turns (0: only the first).
+    replan_every: int = 0
+    #: Opens a plan turn's reply; None: ``agentgym.engine.planning.PLAN_PREFIX``.
+    plan_prefix: str | None = None
+    #: Tokens a plan may take (None: ``max_new_tokens``).
+    plan_max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
@@ -123,6 +138,13 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
             if self.reflection:
                 raise ValueError("branch_at and reflection do not combine: a reflection "
                                  "retry restarts the episode a fork shares")
+        if self.replan_every < 0:
+            raise ValueError(f"replan_every must be >= 0, got {self.replan_every}")
+        if self.plan_max_tokens is not None and self.plan_max_tokens < 1:
+            raise ValueError(f"plan_max_tokens must be >= 1, got {self.plan_max_tokens}")
+        if self.plan and self.reply_prefix:
+            raise ValueError("plan and reply_prefix do not combine: the reply prefix would "
+                             "open the plan turn's reply")
         if self.reflection_prompt is not None:
             from agentgym.engine.reflection import check_prompt
 

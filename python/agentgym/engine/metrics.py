@@ -16,6 +16,8 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
     turns = np.array([t.num_turns for t in trajs], np.float64)
     resp = np.array([t.response_length for t in trajs], np.float64)
     invalid = np.array([t.timings.get("invalid_turns", 0.0) for t in trajs], np.float64)
+    plans = np.array([t.timings.get("plan_turns", 0.0) for t in trajs], np.float64)
+    env_turns = float((turns - plans).sum())
     gen_tokens = float(sum(len(t.token_ids) - t.prompt_len for t in trajs))
     m = {
         "reward/mean": float(rewards.mean()),
@@ -29,11 +31,13 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         "cut_turns/mean": float(np.mean([t.timings.get("cut_turns", 0.0) for t in trajs])),
         # turns whose action the env refused as unreadable, per episode and per turn played
         "invalid_turns/mean": float(invalid.mean()),
-        "invalid_turns/share": float(invalid.sum() / turns.sum()) if turns.sum() else 0.0,
+        "invalid_turns/share": float(invalid.sum() / env_turns) if env_turns else 0.0,
         # accepted undo turns per episode (RolloutConfig.undo)
         "undo_turns/mean": float(np.mean([t.timings.get("undo_turns", 0.0) for t in trajs])),
         # attempts per episode (RolloutConfig.reflection; 1 without a retry)
         "attempts/mean": float(np.mean([t.timings.get("attempts", 1.0) for t in trajs])),
+        # plan turns per episode (RolloutConfig.plan)
+        "plan_turns/mean": float(plans.mean()),
         "timing_s/gen": wall_s,
         "perf/tokens_per_s": float(resp.sum() / wall_s) if wall_s > 0 else 0.0,
         "perf/total_tokens_per_s": gen_tokens / wall_s if wall_s > 0 else 0.0,

@@ -47,6 +47,7 @@ from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
+from agentgym.engine.planning import ACT_PROMPT, PLAN_PREFIX, plan_due
 from agentgym.engine.reflection import final_reward, note, retries
 from agentgym.engine.undo import undo_rules
 from agentgym.pool import episode_seed, episode_seeds
@@ -88,6 +89,10 @@ class _Episode:
     start_obs: str | None = None
     #: Branched groups: the turn after which this tree's root forks (0: it does not).
     fork_at: int = 0
+    #: Plan turns played (``RolloutConfig.plan``; not env turns, not in ``turns``).
+    plan_turns: int = 0
+    #: ``turns`` at the last plan turn (-1: none yet).
+    planned_at: int = -1
 
 
 @dataclass(slots=True)
@@ -224,6 +229,12 @@ class _Run:
         #: and the tasks of the children it forked into.
         self.siblings: dict[int, list[_Episode]] = {}
         self.children: dict[int, list[asyncio.Future]] = {}
+        #: Planning: the plan turn's opening tokens, the note after it, its budget.
+        self.plan = cfg.plan
+        if self.plan:
+            prefix = cfg.plan_prefix if cfg.plan_prefix is not None else PLAN_PREFIX
+            self.plan_ids = self.fmt.fast.encode(prefix, add_special_tokens=False).ids
+            self.act_ids = self.codec.observation_ids([ACT_PROMPT])[0]
         if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
@@ -237,6 +248,11 @@ class _Run:
             top_k=cfg.top_k,
             stop_token_ids=[self.fmt.end_of_turn_id],
         )
+        if self.plan and cfg.plan_max_tokens is not None:
+            self.plan_sampling = msgspec.structs.replace(self.sampling,
+                                                         max_new_tokens=cfg.plan_max_tokens)
+        else:
+            self.plan_sampling = self.sampling
 
     # -- batched work, once per event-loop tick -------------------------------------------
     async def _begin_batch(self, eps: list[_Episode]) -> list[list[int] | Exception | None]:
@@ -358,7 +374,8 @@ class _Run:
                        cut_turns=[e.cut_turns for e in eps],
                        invalid_turns=[e.invalid_turns for e in eps],
                        undo_turns=[e.undo_turns for e in eps],
-                       attempts=[e.attempts for e in eps])
+                       attempts=[e.attempts for e in eps],
+                       plan_turns=[e.plan_turns for e in eps])
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
@@ -399,7 +416,7 @@ class _Run:
         for attempt in range(start, cfg.backend_retries + 1):
             if attempt:
                 await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
-            rid = f"{self.engine.run_id}-{ep.key}-{ep.turns}-{attempt}"
+            rid = f"{self.engine.run_id}-{ep.key}-{ep.turns + ep.plan_turns}-{attempt}"
             try:
                 if self.needs_context:
                     coro = backend.generate(ep.ids, sampling, request_id=rid,
@@ -466,7 +483,12 @@ class _Run:
         context = self._context(ep) if self.needs_context else None
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
         step_cut = cfg.truncated_turn == "step"
+        plan, replan = self.plan, cfg.replan_every
         while ep.stop_reason is None:
+            if plan and plan_due(ep.turns, ep.planned_at, replan):
+                await self._plan(ep)
+                if ep.stop_reason is not None:
+                    break
             budget = cap - len(ids)
             if budget <= 0:
                 ep.stop_reason = "length"
@@ -479,9 +501,11 @@ class _Run:
                 if direct is None:
                     res = await generate(ep, sampling)
                 elif context is None:
-                    res = await direct(ids, sampling, request_id=f"{run_id}-{key}-{ep.turns}-0")
+                    res = await direct(ids, sampling,
+                                       request_id=f"{run_id}-{key}-{ep.turns + ep.plan_turns}-0")
                 else:
-                    res = await direct(ids, sampling, request_id=f"{run_id}-{key}-{ep.turns}-0",
+                    res = await direct(ids, sampling,
+                                       request_id=f"{run_id}-{key}-{ep.turns + ep.plan_turns}-0",
                                        context=context)
             except BackendError as e:
                 if direct is None:
@@ -507,6 +531,39 @@ class _Run:
             ep.turns += 1
             if ep.fork_at and ep.stop_reason is None and self._forks_now(ep, res.logprobs):
                 await self._fork(ep)
+
+    async def _plan(self, ep: _Episode) -> None:
+        """One plan turn of ``ep``: the plan prefix (mask 0), the model's plan (mask 1,
+        closed with a masked end-of-turn token when cut at ``plan_max_tokens``), a turn
+        reward of 0 and the note asking for the action (mask 0). The env is not stepped. An
+        episode whose context cannot hold the prefix, a reply token and the note ends with
+        ``length``."""
+        ep.planned_at = ep.turns
+        ids, cap, eot = ep.ids, self.cfg.max_total_tokens, self.fmt.end_of_turn_id
+        budget = cap - len(ids) - len(self.plan_ids) - len(self.act_ids) - 1
+        if budget <= 0:
+            ep.stop_reason = "length"
+            return
+        store, key = self.store, ep.key
+        store.append(key, np.array(self.plan_ids, np.uint32), False)
+        ids.extend(self.plan_ids)
+        sampling = self.plan_sampling
+        if budget < sampling.max_new_tokens:
+            sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
+        t0 = time.perf_counter()
+        res = await self._generate(ep, sampling)
+        ep.gen_s += time.perf_counter() - t0
+        toks = res.token_ids
+        store.append(key, np.array(toks, np.uint32), True,
+                     np.array(res.logprobs, np.float32) if res.logprobs else None)
+        ids.extend(toks)
+        if not (toks and toks[-1] == eot):  # cut at the plan's budget: close it
+            store.append(key, np.array([eot], np.uint32), False)
+            ids.append(eot)
+        store.add_turn(key, 0.0)
+        store.append(key, np.array(self.act_ids, np.uint32), False)
+        ids.extend(self.act_ids)
+        ep.plan_turns += 1
 
     # -- branched groups ------------------------------------------------------------------
     def _forks_now(self, ep: _Episode, logprobs) -> bool:
@@ -538,6 +595,7 @@ class _Run:
         for c in kids:
             c.ids = list(root.ids)
             c.prompt_len, c.turns, c.cut_turns = root.prompt_len, root.turns, root.cut_turns
+            c.plan_turns, c.planned_at = root.plan_turns, root.planned_at
             c.t0, c.gen_s, c.policy_version = root.t0, root.gen_s, root.policy_version
             if self.pool is None:  # a native pool copied these with the episode record
                 c.invalid_turns, c.undo_turns = root.invalid_turns, root.undo_turns
