@@ -176,6 +176,9 @@ class TrajectoryStore:
     def fork(self, src: int, keys: Sequence[int], sample_indices: Sequence[int]) -> None:
         """Fork live episode ``src`` into new live episodes ``keys``: each starts with its
         tokens, logprobs and turn rewards so far, that prefix's loss mask 0."""
+    def credit_only(self, key: int, starts: Sequence[int]) -> None:
+        """Keep the loss mask of live episode ``key`` only on the model-token runs that
+        begin at token positions ``starts``."""
     def discard(self, key: int) -> None: ...
     def finish_all(self, stop_reason: str) -> int: ...
     def drain(self, max: int | None = None) -> dict[str, np.ndarray]: ...

@@ -160,6 +160,35 @@ def test_maze_fails_then_solves_on_the_second_attempt(tokenizer):
     plain.close()
 
 
+def test_reflection_credit_trains_a_retry_solve_on_its_reflection_alone(tokenizer):
+    """R³'s rule: an episode solved on a retry keeps its loss mask on the reflection (the
+    retry's first reply) only; an episode whose retries all fail keeps every reply."""
+    kwargs = {"shaping": 0.5}
+    plain = _engine(tokenizer, max_turns=40)
+    (ref,) = plain.collect_sync(1, "maze", env_kwargs=kwargs)
+    horizon = ref.num_turns + 2
+    first = ref.token_ids[_model_runs(ref)[0][0]:_model_runs(ref)[0][1]]
+    script = {t: "Action: fly" for t in range(1, horizon)}
+    script[horizon] = "I will follow the open paths. " + tokenizer.decode(first[:-1])
+    solved = _engine(tokenizer, Script(tokenizer, script), max_turns=horizon, reflection=1,
+                     reflection_credit="reflection")
+    (traj,) = solved.collect_sync(1, "maze", env_kwargs=kwargs)
+    assert traj.stop_reason == "done" and traj.timings["attempts"] == 2.0
+    assert traj.reward == pytest.approx(ref.reward * 0.9)  # solved on the retry
+    runs = [(s, e) for m, s, e in mask_runs(traj.loss_mask) if m]
+    assert len(runs) == 1
+    reflection = tokenizer.decode(traj.token_ids[runs[0][0]:runs[0][1]])
+    assert reflection.startswith("I will follow the open paths.")
+    failing = _engine(tokenizer, Script(tokenizer, default="Action: fly"), max_turns=3,
+                      reflection=1, reflection_credit="reflection")
+    (lost,) = failing.collect_sync(1, "maze")
+    assert lost.timings["attempts"] == 2.0 and len(_model_runs(lost)) == lost.num_turns == 6
+    with pytest.raises(ValueError, match="reflection_credit"):
+        RolloutConfig(reflection_credit="plan")
+    for e in (plain, solved, failing):
+        e.close()
+
+
 def test_the_horizon_counts_each_attempt_and_attempts_are_capped(tokenizer):
     eng = _engine(tokenizer, Script(tokenizer, default="Action: fly"), max_turns=3,
                   reflection=2)

@@ -7,6 +7,10 @@ import msgspec
 #: What a reply cut at ``max_new_tokens`` does (``RolloutConfig.truncated_turn``).
 TRUNCATED_TURN_RULES = ("step", "end")
 
+#: Which replies an episode solved on a reflection retry trains on
+#: (``RolloutConfig.reflection_credit``).
+REFLECTION_CREDIT = ("all", "reflection")
+
 
 class RolloutConfig(msgspec.Struct, kw_only=True):
     """Knobs of :class:`~agentgym.engine.RolloutEngine` (all overridable per ``collect``).
@@ -35,7 +39,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     :data:`~agentgym.engine.reflection.REFLECTION_PROMPT`) and the model's next reply is
     its reflection and the new attempt's first action. The episode's reward is the last
     attempt's return times ``reflection_discount ** (attempts - 1)``; the horizon counts the
-    turns of each attempt (docs/mechanisms.md). An env that cannot snapshot raises
+    turns of each attempt (docs/mechanisms.md). ``reflection_credit="reflection"`` (R³'s
+    rule) trains an episode solved on a retry on its reflections alone (the first reply of
+    each retry); ``"all"`` (default) on every reply. An env that cannot snapshot raises
     ``SnapshotUnsupportedError`` before any episode starts.
 
     ``branch_at`` (0, off, by default) plays each group as trees: the samples of a group go
@@ -98,6 +104,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: The note before a retry (``str.format`` fields ``attempt``, ``attempts_left``,
     #: ``outcome``, ``observation``); None: ``agentgym.engine.reflection.REFLECTION_PROMPT``.
     reflection_prompt: str | None = None
+    #: Which replies an episode solved on a retry trains on: ``"all"``, or ``"reflection"``
+    #: (the first reply of each retry, as R³ does).
+    reflection_credit: str = "all"
     #: Branched groups: fork each tree after this many turns (0 = off; docs/mechanisms.md).
     branch_at: int = 0
     #: Samples per tree: the one that plays the prefix and ``branch_width - 1`` forks.
@@ -127,6 +136,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
         if not 0.0 <= self.reflection_discount <= 1.0:
             raise ValueError(f"reflection_discount must be in [0, 1], got "
                              f"{self.reflection_discount}")
+        if self.reflection_credit not in REFLECTION_CREDIT:
+            raise ValueError(f"reflection_credit must be one of {REFLECTION_CREDIT}, got "
+                             f"{self.reflection_credit!r}")
         if self.branch_at < 0:
             raise ValueError(f"branch_at must be >= 0, got {self.branch_at}")
         if self.branch_at:

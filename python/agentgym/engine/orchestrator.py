@@ -40,6 +40,7 @@ from agentgym.data.trajectories import (
     RowInfo,
     Trajectory,
     pack,
+    solved,
     trajectories,
 )
 from agentgym.engine.batching import TickBatcher
@@ -87,6 +88,8 @@ class _Episode:
     attempt_return: float = 0.0
     #: The observation after reset (reflection only): the note before a retry repeats it.
     start_obs: str | None = None
+    #: Where each retry's first reply (its reflection) begins, in tokens (reflection only).
+    reflection_starts: list[int] | None = None
     #: Branched groups: the turn after which this tree's root forks (0: it does not).
     fork_at: int = 0
     #: Plan turns played (``RolloutConfig.plan``; not env turns, not in ``turns``).
@@ -387,16 +390,21 @@ class _Run:
 
     def _reflection_rewards(self, eps: list[_Episode]) -> np.ndarray | None:
         """The rewards of the closing episodes that retried (NaN: the store's own sum) and
-        their start snapshots released."""
+        their start snapshots released; with ``reflection_credit="reflection"``, an episode
+        solved on a retry keeps its loss mask on its reflections only."""
         self.driver.drop_starts([e.slot for e in eps])
         retried = [k for k, e in enumerate(eps) if e.attempts > 1]
         if not retried:
             return None
         out = np.full(len(eps), np.nan, np.float32)
         discount = self.cfg.reflection_discount
+        credit_reflections = self.cfg.reflection_credit == "reflection"
         for k in retried:
             e = eps[k]
-            out[k] = final_reward(self._attempt_return(e), e.attempts, discount)
+            ret = self._attempt_return(e)
+            out[k] = final_reward(ret, e.attempts, discount)
+            if credit_reflections and solved(e.stop_reason == "done", ret):
+                self.store.credit_only(e.key, e.reflection_starts)
         return out
 
     def _attempt_return(self, ep: _Episode) -> float:
@@ -466,6 +474,9 @@ class _Run:
                 return
             self.store.append(ep.key, np.array(ids, np.uint32), False)
             ep.ids.extend(ids)
+            if ep.reflection_starts is None:
+                ep.reflection_starts = []
+            ep.reflection_starts.append(len(ep.ids))
             ep.attempts += 1
             ep.attempt_return = 0.0
             ep.stop_reason = None

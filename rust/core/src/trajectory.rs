@@ -507,6 +507,35 @@ impl TrajectoryStore {
         Ok(())
     }
 
+    /// Keeps the loss mask of live episode `key` only on the model-token runs that begin at
+    /// token positions `starts` (each run: the maximal stretch of mask 1 from there) and
+    /// zeroes it everywhere else: the episode then trains on those replies alone (a
+    /// reflection retry's reflections). A start that is not the first token of a run is an
+    /// error, and nothing changes on error.
+    pub fn credit_only(&mut self, key: u64, starts: &[u32]) -> Result<()> {
+        let rec = self.record(key)?;
+        for &a in starts {
+            let a = a as usize;
+            if a >= rec.mask.len() || rec.mask[a] != 1 || (a > 0 && rec.mask[a - 1] == 1) {
+                return err(format!(
+                    "episode {key}: token {a} does not begin a run of model tokens"
+                ));
+            }
+        }
+        let rec = self.live.get_mut(&key).expect("checked above");
+        let mut keep = vec![0u8; rec.mask.len()];
+        for &a in starts {
+            let a = a as usize;
+            let end = rec.mask[a..]
+                .iter()
+                .position(|&m| m != 1)
+                .map_or(rec.mask.len(), |n| a + n);
+            keep[a..end].fill(1);
+        }
+        rec.mask = keep;
+        Ok(())
+    }
+
     /// Drop a live episode without producing a trajectory.
     pub fn discard(&mut self, key: u64) -> Result<()> {
         self.live

@@ -210,6 +210,12 @@ impl PyTrajectoryStore {
             .map_err(to_py)
     }
 
+    /// Keep the loss mask of live episode `key` only on the model-token runs that begin at
+    /// `starts` (token positions); zero it elsewhere.
+    fn credit_only(&mut self, key: u64, starts: Vec<u32>) -> PyResult<()> {
+        self.inner.credit_only(key, &starts).map_err(to_py)
+    }
+
     fn discard(&mut self, key: u64) -> PyResult<()> {
         self.inner.discard(key).map_err(to_py)
     }

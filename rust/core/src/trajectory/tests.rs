@@ -374,3 +374,21 @@ fn a_bad_fork_changes_nothing() {
     is_traj_err(s.fork(1, &[4], &[2]), "forks once");
     assert_eq!(s.num_live(), 3);
 }
+
+#[test]
+fn credit_only_keeps_the_chosen_replies() {
+    let mut s = TrajectoryStore::new();
+    s.begin(1, meta(1)).unwrap();
+    s.append(1, &[1, 2], false, None).unwrap();
+    s.append(1, &[3, 4], true, None).unwrap(); // 2..4
+    s.append(1, &[5], false, None).unwrap();
+    s.append(1, &[6, 7, 8], true, None).unwrap(); // 5..8
+    s.append(1, &[9], false, None).unwrap();
+    s.append(1, &[10], true, None).unwrap(); // 9
+    is_traj_err(s.credit_only(1, &[6]), "does not begin");
+    is_traj_err(s.credit_only(1, &[0]), "does not begin");
+    is_traj_err(s.credit_only(1, &[99]), "does not begin");
+    s.credit_only(1, &[5, 9]).unwrap();
+    s.finish(1, StopReason::Done, None).unwrap();
+    assert_eq!(s.drain(None).loss_mask, vec![0, 0, 0, 0, 0, 1, 1, 1, 0, 1]);
+}
