@@ -239,6 +239,66 @@ def test_a_python_env_retries_from_its_start(tokenizer, kwargs):
     eng.close()
 
 
+def test_a_retry_back_to_the_failing_turn_on_a_python_env(tokenizer):
+    # attempt 1: right (0.25), give up (done, unsolved); back to before "give up" (at 1,
+    # return 0.25); attempt 2: reflection + right (0.25), right (goal, 1.0)
+    backend = Script(tokenizer, {1: "Action: give up", 2: "Not that. Action: right"})
+    eng = _engine(tokenizer, backend, max_turns=10, reflection=1, reflection_discount=0.5,
+                  reflection_restore="last")
+    (traj,) = eng.collect_sync(1, "test/line")
+    assert traj.stop_reason == "done" and traj.timings["attempts"] == 2.0
+    assert traj.turn_rewards == [0.25, 0.0, 0.25, 1.0]
+    # the last attempt's return counts the turn before the failing one
+    assert traj.reward == pytest.approx((0.25 + 0.25 + 1.0) * 0.5)
+    text = tokenizer.decode(traj.token_ids)
+    assert "the environment is back where it was before your last action." in text
+    assert "at 0" not in text.split("before your last action.")[1]  # not the start
+    assert text.count("at 2") == 1
+    # an attempt the horizon ended goes back to the start
+    stuck = _engine(tokenizer, Script(tokenizer, default="Action: stay"), max_turns=2,
+                    reflection=1, reflection_restore="last")
+    (lost,) = stuck.collect_sync(1, "test/line")
+    assert "the environment is back at its start.\nat 0" in tokenizer.decode(lost.token_ids)
+    for e in (eng, stuck):
+        e.close()
+
+
+def test_a_retry_back_to_the_failing_turn_on_a_native_env(tokenizer):
+    # wordle with 2 guesses: an unreadable reply, two wrong guesses (out of guesses: done,
+    # unsolved); back to before the second guess, the retry's guess is guess 2 of 2
+    script = {0: "Action: hello there", 1: "Action: guess crane", 2: "Action: guess slate",
+              3: "Wrong word. Action: guess crane"}
+    kwargs = {"max_guesses": 2}
+    out = {}
+    for restore in ("last", "start"):
+        eng = _engine(tokenizer, Script(tokenizer, script), max_turns=10, reflection=1,
+                      reflection_restore=restore)
+        task = next(t for t in range(50) if not _solves(tokenizer, t, kwargs))
+        (traj,) = eng.collect_sync([task], "wordle", env_kwargs=kwargs)
+        out[restore] = traj
+        eng.close()
+    last, start = out["last"], out["start"]
+    # back before guess 2, the retry's guess is the last one: the env ends the episode
+    assert last.num_turns == 4 and last.stop_reason == "done"
+    # from the start, it is guess 1 of 2, and one more follows
+    assert "Guess 1/2: crane" in tokenizer.decode(start.token_ids).split("Wrong word.")[1]
+    assert start.num_turns == 5
+    # the unreadable reply is counted once over the restore, either way
+    assert last.timings["invalid_turns"] == start.timings["invalid_turns"] == 1.0
+    assert last.timings["attempts"] == start.timings["attempts"] == 2.0
+
+
+def _solves(tokenizer, task, kwargs) -> bool:
+    """Whether ``crane`` or ``slate`` is the answer of wordle ``task``."""
+    env = agentgym.make("wordle", **kwargs)
+    env.reset(seed=0, options={"task": task})
+    _, r1, *_ = env.step("guess crane")
+    env.reset(seed=0, options={"task": task})
+    _, r2, *_ = env.step("guess slate")
+    env.close()
+    return max(r1, r2) >= 1.0
+
+
 def test_a_python_env_horizon_applies_per_attempt(tokenizer):
     eng = _engine(tokenizer, Script(tokenizer, default="Action: stay"), max_turns=2,
                   reflection=1)
@@ -269,3 +329,10 @@ def test_reflection_on_an_env_that_cannot_snapshot_fails_at_setup(tokenizer, env
     if env_id == "test/no_snapshots_r":
         with pytest.raises(SnapshotUnsupportedError):
             make_driver(env_id, 2, env_workers=1, restarts=True)
+
+
+def test_retries_back_to_the_failing_turn_are_refused_in_worker_processes():
+    with pytest.raises(SnapshotUnsupportedError, match="failing turn"):
+        make_driver("test/line", 2, env_workers=1, restarts=True, lasts=True)
+    with pytest.raises(ValueError, match="reflection_restore"):
+        RolloutConfig(reflection=1, reflection_restore="middle")

@@ -11,6 +11,9 @@ TRUNCATED_TURN_RULES = ("step", "end")
 #: (``RolloutConfig.reflection_credit``).
 REFLECTION_CREDIT = ("all", "reflection")
 
+#: Where a reflection retry puts the env back (``RolloutConfig.reflection_restore``).
+REFLECTION_RESTORE = ("start", "last")
+
 
 class RolloutConfig(msgspec.Struct, kw_only=True):
     """Knobs of :class:`~agentgym.engine.RolloutEngine` (all overridable per ``collect``).
@@ -107,6 +110,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: Which replies an episode solved on a retry trains on: ``"all"``, or ``"reflection"``
     #: (the first reply of each retry, as R³ does).
     reflection_credit: str = "all"
+    #: Where a retry starts: ``"start"`` (the episode's start) or ``"last"`` (an attempt
+    #: the env ended goes back to before its last turn; one the horizon ended to the start).
+    reflection_restore: str = "start"
     #: Branched groups: fork each tree after this many turns (0 = off; docs/mechanisms.md).
     branch_at: int = 0
     #: Samples per tree: the one that plays the prefix and ``branch_width - 1`` forks.
@@ -139,6 +145,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
         if self.reflection_credit not in REFLECTION_CREDIT:
             raise ValueError(f"reflection_credit must be one of {REFLECTION_CREDIT}, got "
                              f"{self.reflection_credit!r}")
+        if self.reflection_restore not in REFLECTION_RESTORE:
+            raise ValueError(f"reflection_restore must be one of {REFLECTION_RESTORE}, got "
+                             f"{self.reflection_restore!r}")
         if self.branch_at < 0:
             raise ValueError(f"branch_at must be >= 0, got {self.branch_at}")
         if self.branch_at:

@@ -88,6 +88,8 @@ class _Episode:
     attempt_return: float = 0.0
     #: The observation after reset (reflection only): the note before a retry repeats it.
     start_obs: str | None = None
+    #: The reward of the last turn (driven envs under ``reflection_restore="last"``).
+    last_reward: float = 0.0
     #: Where each retry's first reply (its reflection) begins, in tokens (reflection only).
     reflection_starts: list[int] | None = None
     #: Branched groups: the turn after which this tree's root forks (0: it does not).
@@ -228,6 +230,8 @@ class _Run:
         self.undo = cfg.undo
         #: Reflection retries (``_play_reflect``): decided once per episode, not per turn.
         self.reflect = cfg.reflection > 0
+        #: Retries back to the failing turn: each slot's state is kept before its step.
+        self.keep_last = self.reflect and cfg.reflection_restore == "last"
         #: Branched groups: each tree root's unstarted siblings, until it forks or ends,
         #: and the tasks of the children it forked into.
         self.siblings: dict[int, list[_Episode]] = {}
@@ -311,6 +315,8 @@ class _Run:
         same tokens to each episode's context list."""
         live = [t for t in turns if not t.episode.closed]
         if live:
+            if self.keep_last:
+                self.driver.save_lasts([t.slot for t in live])
             self._apply(live, *self.codec.step_turn_batch(
                 self.pool, self.store, live, self.cfg.max_total_tokens))
         if len(live) == len(turns):
@@ -323,6 +329,8 @@ class _Run:
         live = [t for t in turns if not t.episode.closed]
         if live:
             actions = self.codec.actions([t.tokens for t in live])
+            if self.keep_last:
+                self.driver.save_lasts([t.slot for t in live])
             outs = await self.driver.step_many([(t.slot, a) for t, a in zip(live, actions)])
             if any(t.episode.closed for t in live):  # closed while the env was stepping
                 pairs = [(t, o) for t, o in zip(live, outs) if not t.episode.closed]
@@ -336,6 +344,7 @@ class _Run:
                 if self.reflect:
                     for t, o in zip(live, outs):
                         t.episode.attempt_return += o.reward
+                        t.episode.last_reward = o.reward
                 self._apply(live, *self.codec.record_turn_batch(
                     self.store, live, outs, self.cfg.max_total_tokens))
         return [not t.episode.closed for t in turns]
@@ -451,8 +460,9 @@ class _Run:
 
     async def _play_reflect(self, ep: _Episode) -> None:
         """``_play`` with reflection retries: after an attempt the env ended unsolved or
-        the horizon ended, while attempts remain, the env goes back to the episode's start,
-        the note (mask 0) is appended and the next attempt plays on in the same
+        the horizon ended, while attempts remain, the env goes back to the episode's start
+        (with ``reflection_restore="last"``, an attempt the env ended goes back to before its
+        last turn), the note (mask 0) is appended and the next attempt plays on in the same
         trajectory. No retry when the note and a reply would not fit the context."""
         await self._play(ep)
         cfg, cap = self.cfg, self.cfg.max_total_tokens
@@ -460,16 +470,27 @@ class _Run:
             ret = self._attempt_return(ep)
             if not retries(ep.stop_reason, ret):
                 return
+            back = (self.keep_last and ep.stop_reason == "done"
+                    and self.driver.has_last(ep.slot))
             text = note(cfg.reflection_prompt, ep.attempts, cfg.reflection - ep.attempts,
-                        ep.stop_reason, ret, ep.start_obs or "")
+                        ep.stop_reason, ret, "" if back else ep.start_obs or "", back=back)
             ids = self.codec.observation_ids([text])[0]
             if len(ep.ids) + len(ids) >= cap:
                 return
-            if self.pool is not None:  # the pool's counters restart with the slot
-                ep.invalid_turns += self.pool.invalid_turns([ep.slot])[0]
+            pool = self.pool
+            if pool is not None:  # the pool's counters go back with the slot's record
+                counts = (pool.invalid_turns([ep.slot])[0],
+                          pool.undo_turns([ep.slot])[0] if self.undo else 0)
+            if back:
+                await self.driver.restore_last(ep.slot)
+                ep.attempt_return -= ep.last_reward
+            else:
+                await self.driver.restart(ep.slot)
+                ep.attempt_return = 0.0
+            if pool is not None:
+                ep.invalid_turns += counts[0] - pool.invalid_turns([ep.slot])[0]
                 if self.undo:
-                    ep.undo_turns += self.pool.undo_turns([ep.slot])[0]
-            await self.driver.restart(ep.slot)
+                    ep.undo_turns += counts[1] - pool.undo_turns([ep.slot])[0]
             if ep.closed:
                 return
             self.store.append(ep.key, np.array(ids, np.uint32), False)
@@ -478,7 +499,6 @@ class _Run:
                 ep.reflection_starts = []
             ep.reflection_starts.append(len(ep.ids))
             ep.attempts += 1
-            ep.attempt_return = 0.0
             ep.stop_reason = None
             await self._attempt(ep)
 
@@ -783,14 +803,15 @@ class RolloutEngine:
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
         undo = undo_rules(cfg)
         restarts, forks = cfg.reflection > 0, cfg.branch_at > 0
+        lasts = restarts and cfg.reflection_restore == "last"
         key = (env_id, cfg.max_concurrency, cfg.env_workers, cfg.inline_env_budget_s,
-               repr(sorted(env_kwargs.items())), undo, restarts, forks)
+               repr(sorted(env_kwargs.items())), undo, restarts, forks, lasts)
         if key not in self._drivers:
             # with undo rules, reflection retries or branched groups, an env that cannot
             # snapshot raises SnapshotUnsupportedError here, before any episode starts
             driver = make_driver(env_id, cfg.max_concurrency, cfg.env_workers,
                                  cfg.inline_env_budget_s, undo=undo, restarts=restarts,
-                                 forks=forks, **env_kwargs)
+                                 forks=forks, lasts=lasts, **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
         return self._drivers[key]
 

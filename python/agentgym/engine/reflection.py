@@ -23,6 +23,15 @@ REFLECTION_PROMPT = (
     "its start.\n{observation}"
 )
 
+#: The default note when the env went back to before the attempt's last turn
+#: (``RolloutConfig.reflection_restore="last"``): the observation before that turn is in
+#: the context already.
+REFLECTION_PROMPT_LAST = (
+    "Attempt {attempt} ended without success ({outcome}). Reflect in a few sentences on "
+    "what went wrong and what to do differently, then continue: the environment is back "
+    "where it was before your last action."
+)
+
 #: ``outcome`` of an attempt the env ended without success, and of one the horizon ended.
 OUTCOME_DONE = "the episode ended with return {ret:g}"
 OUTCOME_HORIZON = "the turn limit was reached"
@@ -53,9 +62,11 @@ def retries(stop_reason: str | None, ret: float) -> bool:
 
 
 def note(prompt: str | None, attempt: int, attempts_left: int, stop_reason: str, ret: float,
-         observation: str) -> str:
-    """The note after attempt ``attempt`` (from 1)."""
-    return (prompt or REFLECTION_PROMPT).format(
+         observation: str, back: bool = False) -> str:
+    """The note after attempt ``attempt`` (from 1); ``back``: the env went back to before
+    the attempt's last turn (default text :data:`REFLECTION_PROMPT_LAST`)."""
+    default = REFLECTION_PROMPT_LAST if back else REFLECTION_PROMPT
+    return (prompt or default).format(
         attempt=attempt, attempts_left=attempts_left, outcome=outcome(stop_reason, ret),
         observation=observation)
 

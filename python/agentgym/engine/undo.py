@@ -56,6 +56,7 @@ def supports_snapshots(env: Any) -> bool:
 UNDO_NEEDS = "the undo action (RolloutConfig.undo)"
 RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
 FORKS_NEED = "branched groups (RolloutConfig.branch_at)"
+LASTS_NEED = "reflection retries back to the failing turn (RolloutConfig.reflection_restore)"
 
 
 def require_snapshots(supported: bool, env_id: str, undo: UndoRules | None,

@@ -35,18 +35,19 @@ __all__ = [
 
 def make_driver(env_id: str, capacity: int, env_workers: int = 0,
                 inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
-                restarts: bool = False, forks: bool = False, **env_kwargs) -> EnvDriver:
+                restarts: bool = False, forks: bool = False, lasts: bool = False,
+                **env_kwargs) -> EnvDriver:
     """The driver for ``env_id``: native envs in the Rust pool; Python envs on a thread pool
     (work of a tick under ``inline_budget_s`` runs inline), or in ``env_workers`` processes
     when that is > 0. ``undo``: the ``undo`` action's rules (None: off); an env that cannot
     snapshot then raises :class:`~agentgym.errors.SnapshotUnsupportedError` here.
     ``restarts``: reflection retries (``save_starts``/``restart``/``drop_starts``), and
-    ``forks``: branched groups (``fork``), with the same check."""
+    ``forks``: branched groups (``fork``), and ``lasts``: retries back to the failing turn
+    (``save_lasts``/``restore_last``), with the same check."""
+    flags = {"undo": undo, "restarts": restarts, "forks": forks, "lasts": lasts}
     if is_native(env_id):
-        return NativeDriver(env_id, capacity, undo=undo, restarts=restarts, forks=forks,
-                            **env_kwargs)
+        return NativeDriver(env_id, capacity, **flags, **env_kwargs)
     if env_workers > 0:
-        return ProcessDriver(env_id, capacity, num_workers=env_workers, undo=undo,
-                             restarts=restarts, forks=forks, **env_kwargs)
-    return PythonDriver(env_id, capacity, inline_budget_s=inline_budget_s, undo=undo,
-                        restarts=restarts, forks=forks, **env_kwargs)
+        return ProcessDriver(env_id, capacity, num_workers=env_workers, **flags, **env_kwargs)
+    return PythonDriver(env_id, capacity, inline_budget_s=inline_budget_s, **flags,
+                        **env_kwargs)

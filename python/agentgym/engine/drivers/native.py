@@ -21,10 +21,13 @@ class NativeDriver:
     ``core_pool`` itself, together with the turn's token bookkeeping. ``undo`` rules are
     the pool's (the Rust pool answers ``undo`` actions inside the same batched step).
     ``restarts`` (reflection retries): each episode's start is kept as a pool snapshot.
-    ``forks`` (branched groups): :meth:`fork` copies a running slot into others."""
+    ``forks`` (branched groups): :meth:`fork` copies a running slot into others.
+    ``lasts`` (reflection retries back to the failing turn): :meth:`save_lasts` keeps each
+    slot's state before its step, :meth:`restore_last` puts it back."""
 
     def __init__(self, env_id: str, capacity: int, *, undo: UndoRules | None = None,
-                 restarts: bool = False, forks: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, lasts: bool = False,
+                 **env_kwargs):
         self.env_id = env_id
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
@@ -37,6 +40,8 @@ class NativeDriver:
         self._oracle = self.core_pool.oracle_action
         #: Each slot's start snapshot handle (``restarts`` only).
         self._starts: dict[int, int] = {}
+        #: Each slot's snapshot before its last step (``lasts`` only).
+        self._lasts: dict[int, int] = {}
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]:
         """Reset many rows in one Rust call; a row whose env refused its task, could not be
@@ -91,10 +96,28 @@ class NativeDriver:
         self.core_pool.restore([slot], [self._starts[slot]])
 
     def drop_starts(self, slots: list[int]) -> None:
-        """Release the start snapshots of ``slots`` (those that have one)."""
+        """Release the start snapshots of ``slots`` (those that have one), and their
+        snapshots before the last step."""
         handles = [self._starts.pop(s) for s in slots if s in self._starts]
+        handles += [self._lasts.pop(s) for s in slots if s in self._lasts]
         if handles:
             self.core_pool.release(handles)
+
+    def save_lasts(self, slots: list[int]) -> None:
+        """Keep the state of running ``slots`` as it is before their next step (one pool
+        snapshot call; each slot's previous one is released)."""
+        old = [self._lasts[s] for s in slots if s in self._lasts]
+        self._lasts.update(zip(slots, self.core_pool.snapshot(slots)))
+        if old:
+            self.core_pool.release(old)
+
+    def has_last(self, slot: int) -> bool:
+        return slot in self._lasts
+
+    async def restore_last(self, slot: int) -> None:
+        """Put ``slot`` back as it was before its last step (env and episode record:
+        turns, status, return, refused turns, undo history)."""
+        self.core_pool.restore([slot], [self._lasts[slot]])
 
     async def fork(self, src: int, targets: list[int]) -> None:
         """Copy running slot ``src`` (env, episode record, undo history) into the free

@@ -7,7 +7,13 @@ from __future__ import annotations
 import asyncio
 
 from agentgym.engine.drivers.base import ResetItem, StepOutcome
-from agentgym.engine.undo import FORKS_NEED, UndoRules, require_snapshots, supports_snapshots
+from agentgym.engine.undo import (
+    FORKS_NEED,
+    LASTS_NEED,
+    UndoRules,
+    require_snapshots,
+    supports_snapshots,
+)
 from agentgym.errors import SnapshotUnsupportedError
 
 
@@ -18,14 +24,16 @@ class ProcessDriver:
     episode's own task, seed and horizon (the worker keeps no state copies; its replay log
     starts anew), which gives a seeded env its start state again; an env that cannot
     snapshot is refused here all the same, as on the other drivers. Branched groups
-    (``forks``) are refused for every env: a worker holds no copy of an env's state to fork
-    from, and rebuilding one by replaying the prefix is what snapshots exist to avoid."""
+    (``forks``) and retries back to the failing turn (``lasts``) are refused for every env: a
+    worker holds no copy of an env's state to go back to, and rebuilding one by replaying
+    the prefix is what snapshots exist to avoid."""
 
     core_pool = None
 
     def __init__(self, env_id: str, capacity: int, num_workers: int = 2,
                  timeout_s: float = 120.0, *, undo: UndoRules | None = None,
-                 restarts: bool = False, forks: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, lasts: bool = False,
+                 **env_kwargs):
         import agentgym
         from agentgym.runtime.workers import ProcessEnvPool
 
@@ -35,10 +43,11 @@ class ProcessDriver:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
             # before any worker starts
             require_snapshots(supports_snapshots(probe), env_id, undo, restarts)
-            if forks:
-                raise SnapshotUnsupportedError(
-                    f"{env_id}: {FORKS_NEED} need env snapshots, and envs in worker processes "
-                    "(env_workers > 0) give none; use env_workers=0")
+            for what, on in ((FORKS_NEED, forks), (LASTS_NEED, lasts)):
+                if on:
+                    raise SnapshotUnsupportedError(
+                        f"{env_id}: {what} need env snapshots, and envs in worker processes "
+                        "(env_workers > 0) give none; use env_workers=0")
         finally:
             probe.close()
         per_worker = -(-capacity // num_workers)

@@ -35,7 +35,8 @@ class PythonDriver:
     :class:`~agentgym.errors.SnapshotUnsupportedError` here, before any episode.
     ``restarts`` (reflection retries): each episode's start state is kept (``snapshot()``)
     for :meth:`restart`; an env that cannot snapshot raises here as well, and for ``forks``
-    (branched groups, :meth:`fork`).
+    (branched groups, :meth:`fork`) and ``lasts`` (:meth:`save_lasts`, :meth:`restore_last`:
+    retries back to the failing turn).
     """
 
     probe_every = 64
@@ -44,7 +45,8 @@ class PythonDriver:
 
     def __init__(self, env_id: str, capacity: int, max_workers: int = 8,
                  inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
-                 restarts: bool = False, forks: bool = False, **env_kwargs):
+                 restarts: bool = False, forks: bool = False, lasts: bool = False,
+                 **env_kwargs):
         import agentgym
 
         self.env_id = env_id
@@ -60,8 +62,10 @@ class PythonDriver:
             raise
         if undo is not None:
             self._step_one = self._step_undo  # the plain path stays as it is
-        #: Each slot's ``(start state, start observation)`` (``restarts`` only).
+        #: Each slot's ``(start state, start observation, turns)`` (``restarts`` only), and
+        #: its ``(state, observation, turns)`` before its last step (``lasts`` only).
         self._starts: dict[int, tuple] = {}
+        self._lasts: dict[int, tuple] = {}
         self.instructions = getattr(first, "instructions", "") or getattr(
             first.unwrapped, "instructions", ""
         )
@@ -230,7 +234,7 @@ class PythonDriver:
                 env = self._envs[slot]
                 history = self._history[slot]
                 self._starts[slot] = (env_method(env, "snapshot")(),
-                                      history.observation if history is not None else None)
+                                      history.observation if history is not None else None, 0)
                 out.append(None)
             except Exception as e:  # ends only this episode (env_error)
                 self._starts.pop(slot, None)
@@ -240,17 +244,41 @@ class PythonDriver:
     async def restart(self, slot: int) -> None:
         """Put ``slot``'s env back at its start; the horizon counts anew (and, with undo
         rules, the undo history and cap)."""
-        saved, observation = self._starts[slot]
-        env_method(self._envs[slot], "restore")(saved)
-        self._turns[slot] = 0
+        self._put_back(slot, self._starts[slot])
+
+    def _put_back(self, slot: int, saved: tuple) -> None:
+        state, observation, turns = saved
+        env_method(self._envs[slot], "restore")(state)
+        self._turns[slot] = turns
         self._running.add(slot)
         if self.undo is not None:
             self._history[slot] = UndoHistory(self.undo, observation)
 
     def drop_starts(self, slots: list[int]) -> None:
-        """Forget the start states of ``slots``."""
+        """Forget the start states of ``slots`` and their states before the last step."""
         for slot in slots:
             self._starts.pop(slot, None)
+            self._lasts.pop(slot, None)
+
+    def save_lasts(self, slots: list[int]) -> None:
+        """Keep the state of running ``slots`` as it is before their next step; a slot
+        whose env fails to copy itself keeps none (its retry goes back to the start)."""
+        for slot in slots:
+            history = self._history[slot]
+            try:
+                self._lasts[slot] = (env_method(self._envs[slot], "snapshot")(),
+                                     history.observation if history is not None else None,
+                                     self._turns[slot])
+            except Exception:
+                self._lasts.pop(slot, None)
+
+    def has_last(self, slot: int) -> bool:
+        return slot in self._lasts
+
+    async def restore_last(self, slot: int) -> None:
+        """Put ``slot``'s env back as it was before its last step (the turn count too;
+        with undo rules, an undo history that starts there)."""
+        self._put_back(slot, self._lasts[slot])
 
     async def fork(self, src: int, targets: list[int]) -> None:
         """Put the state of running slot ``src`` (its env's ``snapshot()``, turn count,
