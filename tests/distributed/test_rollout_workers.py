@@ -88,6 +88,31 @@ def test_pool_plays_every_request_once_as_the_engine_does(pool, tiny_model_dir):
         (t.group_id, t.sample_index) for t in batch) and len(batch) == 15
 
 
+def test_pool_plays_branched_groups_as_the_engine_does(pool, tiny_model_dir):
+    """Trees of two samples (chunks of two requests, in group order, reach one worker
+    whole): the same forks, prefixes and masks as the in-process engine."""
+    from transformers import AutoTokenizer
+
+    from agentgym.backends.scripted import ScriptedBackend
+
+    reqs = [EpisodeRequest(g % 7, 1000 + g, s) for g in range(6) for s in range(4)]
+    branching = {"branch_at": 2, "branch_width": 2}
+    got = play(pool, reqs, **branching)
+    assert keys(got) == expected(reqs)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = RolloutEngine(ScriptedBackend(tok, policy="oracle"), tok, max_turns=20,
+                           **branching)
+    want = {(t.group_id, t.sample_index): t for t in play(engine, reqs)}
+    forked = 0
+    for t in got:
+        w = want[(t.group_id, t.sample_index)]
+        assert (t.branch_parent, t.branch_turn, t.branch_pos) == (
+            w.branch_parent, w.branch_turn, w.branch_pos)
+        assert (t.token_ids, t.loss_mask, t.reward) == (w.token_ids, w.loss_mask, w.reward)
+        forked += t.branch_parent is not None and t.branch_parent != t.sample_index
+    assert forked >= 6
+
+
 def test_worker_messages_carry_every_trajectory_field_exactly():
     """What a worker sends is what the driver yields: every field of a model's trajectory
     (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
