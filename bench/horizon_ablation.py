@@ -42,6 +42,19 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ARMS = ("staged", "short", "long", "adaptive")
+
+
+def horizon_arm(cfg: dict, arm: str) -> None:
+    """Apply ``arm``'s one change (module docstring) to the recipe ``cfg``."""
+    stages = list(cfg["horizon"])
+    if arm == "short":
+        cfg["horizon"] = [stages[0]]
+    elif arm == "long":
+        cfg["horizon"] = [stages[-1]]
+    elif arm == "adaptive":
+        cfg["adaptive_horizon"] = True
+    elif arm != "staged":
+        raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
 COLLAPSE_DROP = 0.2
 CROSS = 0.5
 
@@ -57,22 +70,17 @@ def base_config(config_file: str | None = None) -> dict:
     return cfg
 
 
-def arm_config(arm: str, seed: int, output_dir: str, base: dict | None = None) -> dict:
-    """The base recipe with the one change of ``arm`` (see the module docstring)."""
+def arm_config(arm: str, seed: int, output_dir: str, base: dict | None = None,
+               change=horizon_arm) -> dict:
+    """The base recipe with the one change of ``arm`` (``change(cfg, arm)``; default: the
+    horizon arms of the module docstring)."""
     cfg = json.loads(json.dumps(base if base is not None else base_config()))
     stages = list(cfg["horizon"])
     cfg.update(seed=seed, output_dir=output_dir, progress=False, save_every=0,
                tensorboard=False, plot=False, eval_max_turns=stages[-1])
     if isinstance(cfg.get("warmup"), dict):  # the same warm-up in every arm (its default
         cfg["warmup"].setdefault("max_turns", stages[-1])  # follows the schedule's last stage)
-    if arm == "short":
-        cfg["horizon"] = [stages[0]]
-    elif arm == "long":
-        cfg["horizon"] = [stages[-1]]
-    elif arm == "adaptive":
-        cfg["adaptive_horizon"] = True
-    elif arm != "staged":
-        raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
+    change(cfg, arm)
     return cfg
 
 
@@ -106,7 +114,7 @@ def warm_model(seed: int, base: dict, cache: Path) -> str:
 
 
 def run_one(arm: str, seed: int, base: dict | None = None,
-            warm_cache: Path | None = None) -> dict:
+            warm_cache: Path | None = None, change=horizon_arm) -> dict:
     """Train one arm with one seed; its eval curve and the horizon per step. With
     ``warm_cache`` the arm starts from the seed's cached warm model (:func:`warm_model`)
     instead of repeating the warm-up."""
@@ -117,7 +125,7 @@ def run_one(arm: str, seed: int, base: dict | None = None,
     if warm_cache is not None and base.get("model") == "tiny" and base.get("warmup"):
         warm = warm_model(seed, base, warm_cache)
     with tempfile.TemporaryDirectory(prefix=f"ablation-{arm}-{seed}-") as out:
-        cfg = arm_config(arm, seed, out, base)
+        cfg = arm_config(arm, seed, out, base, change)
         if warm:
             cfg.update(model=warm, warmup=None)
         t0 = time.time()
@@ -129,6 +137,10 @@ def run_one(arm: str, seed: int, base: dict | None = None,
     return {"arm": arm, "seed": seed, "eval": evals, "horizon": horizons,
             "train_success": [[r["step"], r.get("success_rate", 0.0)] for r in rows
                               if r.get("type") == "train"],
+            # model tokens the run generated (and trained on): its token budget
+            "model_tokens": round(sum(r.get("response_length/mean", 0.0)
+                                      * r.get("batch/size", 0.0) for r in rows
+                                      if r.get("type") == "train")),
             "steps": summary["steps"], "wall_s": round(time.time() - t0, 1),
             "warm_model": "cached" if warm else "built in the run",
             "load_avg": round(os.getloadavg()[0], 2)}
@@ -146,11 +158,11 @@ def run_stats(run: dict) -> dict:
             "collapsed": drop > COLLAPSE_DROP}
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], arms=ARMS) -> dict:
     """Per arm: mean, min and max over seeds of final and best success, the crossing
     steps and the collapses."""
     out = {}
-    for arm in ARMS:
+    for arm in arms:
         rs = [r for r in runs if r["arm"] == arm]
         if not rs:
             continue
@@ -167,9 +179,9 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def markdown(report: dict) -> str:
+def markdown(report: dict, first: str = "schedule | horizon") -> str:
     """The README table: one row per arm."""
-    lines = ["| schedule | horizon | final success (mean ± std) | best (mean ± std) | "
+    lines = [f"| {first} | final success (mean ± std) | best (mean ± std) | "
              "step reaching 0.5 (per seed) | collapses (> 0.2 below best) |",
              "| --- | --- | ---: | ---: | --- | ---: |"]
     for arm, row in report["summary"].items():
@@ -181,7 +193,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict, png: Path) -> Path:
+def plot(report: dict, png: Path, arms=ARMS, what: str = "Horizon schedules") -> Path:
     """Mean held-out success per arm against step, with the min-max band over seeds; the
     title names the config file when there is one, else the main job."""
     import matplotlib
@@ -190,7 +202,7 @@ def plot(report: dict, png: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    for arm in ARMS:
+    for arm in arms:
         rs = [r for r in report["runs"] if r["arm"] == arm]
         if not rs:
             continue
@@ -206,7 +218,7 @@ def plot(report: dict, png: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.legend(loc="upper left", fontsize=8)
     task = Path(report["config"]).stem if report.get("config") else "the main job"
-    ax.set_title(f"Horizon schedules on {task} (mean, min-max over seeds)")
+    ax.set_title(f"{what} on {task} (mean, min-max over seeds)")
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)
