@@ -104,8 +104,9 @@ class NativeDriver:
             self.core_pool.release(handles)
 
     def save_lasts(self, slots: list[int]) -> None:
-        """Keep the state of running ``slots`` as it is before their next step (one pool
-        snapshot call; each slot's previous one is released)."""
+        """Keep the state of ``slots`` as it is before their next step (one pool snapshot
+        call over those still running; each slot's previous one is released)."""
+        slots = [s for s, up in zip(slots, self.core_pool.running(slots)) if up]
         old = [self._lasts[s] for s in slots if s in self._lasts]
         self._lasts.update(zip(slots, self.core_pool.snapshot(slots)))
         if old:
