@@ -234,6 +234,22 @@ def save(report: dict, out: Path) -> None:
     atomic_write(out, lambda f: f.write(data))
 
 
+def run_arms(report: dict, out: Path, name: str, base: dict, seeds: str, arms: str,
+             warm_cache: Path | None, change=horizon_arm, all_arms=ARMS) -> None:
+    """Run every (seed, arm) of the comma lists ``seeds`` x ``arms`` not in ``report`` yet,
+    saving the report to ``out`` after each run."""
+    if warm_cache is not None:
+        warm_cache.mkdir(parents=True, exist_ok=True)
+    for seed in [int(s) for s in seeds.split(",")]:
+        for arm in arms.split(","):
+            if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
+                continue
+            print(f"{name}: {arm} seed {seed}", file=sys.stderr)
+            report["runs"].append(run_one(arm, seed, base, warm_cache, change))
+            report["summary"] = summarize(report["runs"], all_arms)
+            save(report, out)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -268,17 +284,8 @@ def main(argv=None) -> dict:
                  "adaptive": f"{'->'.join(map(str, stages))} on plateaus"},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores"})
     warm_cache = Path(args.warm_cache) if args.warm_cache else None
-    if warm_cache is not None:
-        warm_cache.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            for arm in args.arms.split(","):
-                if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
-                    continue
-                print(f"{args.name}: {arm} seed {seed}", file=sys.stderr)
-                report["runs"].append(run_one(arm, seed, base, warm_cache))
-                report["summary"] = summarize(report["runs"])
-                save(report, out)
+        run_arms(report, out, args.name, base, args.seeds, args.arms, warm_cache)
     report["summary"] = summarize(report["runs"])
     save(report, out)
     if report["runs"]:

@@ -89,17 +89,9 @@ def main(argv=None) -> dict:
         "eval_tasks": base["eval_tasks"], "arms": {a: what for a, (what, _) in ARMS.items()},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores"})
     warm_cache = Path(args.warm_cache) if args.warm_cache else None
-    if warm_cache is not None:
-        warm_cache.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            for arm in args.arms.split(","):
-                if any(r["arm"] == arm and r["seed"] == seed for r in report["runs"]):
-                    continue
-                print(f"mechanism_ablation: {arm} seed {seed}", file=sys.stderr)
-                report["runs"].append(ha.run_one(arm, seed, base, warm_cache, mechanism_arm))
-                report["summary"] = ha.summarize(report["runs"], tuple(ARMS))
-                ha.save(report, out)
+        ha.run_arms(report, out, "mechanism_ablation", base, args.seeds, args.arms,
+                    warm_cache, mechanism_arm, tuple(ARMS))
     report["summary"] = ha.summarize(report["runs"], tuple(ARMS))
     for arm, row in report["summary"].items():
         row["model_tokens"] = [r.get("model_tokens") for r in report["runs"] if r["arm"] == arm]

@@ -121,6 +121,40 @@ class TaskEnv(BaseEnv):
         return f"task {task}"
 
 
+class LineEnv(BaseEnv):
+    """A line of cells from 0: ``right`` moves on and earns ``step_reward(new cell)``,
+    ``stay`` stays (reward 0), anything else is refused as invalid; cell ``goal`` ends the
+    episode (reward 1, done). It can snapshot (``snapshot_safe``)."""
+
+    instructions = "Walk right. Reply with Action: right or Action: stay."
+    num_tasks = 10
+    snapshot_safe = True
+    goal = 6
+
+    def step_reward(self, pos: int) -> float:
+        return 0.5
+
+    def reset(self, task=None, seed=None):
+        self.pos = 0
+        return "at 0"
+
+    def step(self, action):
+        if action == "right":
+            self.pos += 1
+            if self.pos == self.goal:
+                return "goal", 1.0, True, {}
+            return f"at {self.pos}", self.step_reward(self.pos), False, {}
+        if action == "stay":
+            return f"at {self.pos}", 0.0, False, {}
+        return f"invalid; at {self.pos}", 0.0, False, {"invalid": True}
+
+    def oracle_action(self):
+        return "right"
+
+    def valid_actions(self):
+        return ["right", "stay"]
+
+
 class PickEnv(BaseEnv):
     """One turn: reward 1 for 'move east', else 0 (a bandit the policy must learn)."""
 

@@ -12,39 +12,19 @@ from agentgym import _core
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.config import RolloutConfig
-from agentgym.envs import BaseEnv
 from agentgym.errors import SnapshotUnsupportedError
-from tests.helpers import mask_runs
+from tests.helpers import LineEnv, mask_runs
 
 
-class Line(BaseEnv):
-    """A line of cells: ``right`` moves on (reward 0.25 times the new cell), ``stay`` stays
-    (reward 0), anything else is refused; cell 9 is the goal (reward 1, done). Rewards
-    depend on the state, so a continuation played from a wrong state shows in them."""
+class Line(LineEnv):
+    """``LineEnv`` whose move to cell ``p`` earns ``0.25 * p`` and whose goal is cell 9:
+    rewards depend on the state, so a continuation played from a wrong state shows in
+    them."""
 
-    instructions = "Walk right. Reply with Action: right or Action: stay."
-    num_tasks = 10
-    snapshot_safe = True
+    goal = 9
 
-    def reset(self, task=None, seed=None):
-        self.pos = 0
-        return "at 0"
-
-    def step(self, action):
-        if action == "right":
-            self.pos += 1
-            if self.pos == 9:
-                return "goal", 1.0, True, {}
-            return f"at {self.pos}", 0.25 * self.pos, False, {}
-        if action == "stay":
-            return f"at {self.pos}", 0.0, False, {}
-        return f"invalid; at {self.pos}", 0.0, False, {"invalid": True}
-
-    def valid_actions(self):
-        return ["right", "stay"]
-
-    def oracle_action(self):
-        return "right"
+    def step_reward(self, pos: int) -> float:
+        return 0.25 * pos
 
 
 class SnapshotFailsLate(Line):

@@ -11,38 +11,12 @@ from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.drivers import NativeDriver, ProcessDriver, PythonDriver, make_driver
 from agentgym.engine.undo import UndoHistory, UndoRules
-from agentgym.envs import BaseEnv
 from agentgym.errors import SnapshotUnsupportedError
-from tests.helpers import TaskEnv
+from tests.helpers import LineEnv, TaskEnv
 
 
-class Walk(BaseEnv):
-    """A line of 20 cells: ``right`` moves on and earns 0.5 (shaping), ``stay`` stays,
-    anything else is refused as invalid; cell 6 is the goal (reward 1, done)."""
-
-    instructions = "Walk right. Reply with Action: right or Action: stay."
-    num_tasks = 10
-    snapshot_safe = True
-
-    def reset(self, task=None, seed=None):
-        self.pos = 0
-        return "at 0"
-
-    def step(self, action):
-        if action == "right":
-            self.pos += 1
-            if self.pos == 6:
-                return "goal", 1.0, True, {}
-            return f"at {self.pos}", 0.5, False, {}
-        if action == "stay":
-            return f"at {self.pos}", 0.0, False, {}
-        return f"invalid; at {self.pos}", 0.0, False, {"invalid": True}
-
-    def oracle_action(self):
-        return "right"
-
-    def valid_actions(self):
-        return ["right", "stay"]
+class Walk(LineEnv):
+    """``LineEnv``: ``right`` earns 0.5 (shaping), cell 6 is the goal."""
 
 
 class NoSnapshots(TaskEnv):

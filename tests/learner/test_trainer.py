@@ -126,11 +126,9 @@ def test_rollout_defaults_come_from_rollout_config(tmp_path, tiny_model_dir):
         assert getattr(used, name) == getattr(rollout, name), name
 
 
-def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
-    cfg = _cfg(tmp_path, tiny_model_dir, method="ScalingInter-RL", horizon=[1, 3],
-               steps_per_stage=2, max_steps=4)
-    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
-    seen: list[int] = []
+def _train_watching_rollouts(trainer) -> list[tuple[dict, list]]:
+    """Train ``trainer`` to the end; each step's rollout as (its overrides, trajectories)."""
+    seen: list[tuple[dict, list]] = []
 
     async def go():
         await trainer.setup()
@@ -138,8 +136,7 @@ def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
 
         async def spy(*a, **k):
             batch = await orig(*a, **k)
-            seen.append(k["max_turns"])
-            assert {t.num_turns for t in batch.trajectories} == {k["max_turns"]}
+            seen.append((k, batch.trajectories))
             return batch
 
         trainer.runner.collect = spy
@@ -149,7 +146,17 @@ def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
             await trainer.aclose()
 
     asyncio.run(go())
-    assert seen == [1, 1, 3, 3]
+    return seen
+
+
+def test_horizon_switches_at_stage_boundary(tmp_path, tiny_model_dir):
+    cfg = _cfg(tmp_path, tiny_model_dir, method="ScalingInter-RL", horizon=[1, 3],
+               steps_per_stage=2, max_steps=4)
+    trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
+    seen = _train_watching_rollouts(trainer)
+    assert [k["max_turns"] for k, _ in seen] == [1, 1, 3, 3]
+    for k, trajs in seen:
+        assert {t.num_turns for t in trajs} == {k["max_turns"]}
     assert [r["horizon/max_turns"] for r in trainer.history] == [1, 1, 3, 3]
     assert [r["num_turns/mean"] for r in trainer.history] == [1, 1, 3, 3]
 
@@ -166,25 +173,7 @@ def test_branched_groups_fork_only_in_stages_longer_than_the_fork(tmp_path, tiny
                horizon=[2, 4], steps_per_stage=1, max_steps=2, n_samples=4,
                rollout={"branch_at": 2, "branch_width": 2})
     trainer = Trainer(cfg, backend=_scripted(tiny_model_dir))
-    seen: list[list] = []
-
-    async def go():
-        await trainer.setup()
-        orig = trainer.runner.collect
-
-        async def spy(*a, **k):
-            batch = await orig(*a, **k)
-            seen.append(batch.trajectories)
-            return batch
-
-        trainer.runner.collect = spy
-        try:
-            return await trainer.train_async()
-        finally:
-            await trainer.aclose()
-
-    asyncio.run(go())
-    short, long = seen
+    (_, short), (_, long) = _train_watching_rollouts(trainer)
     # horizon 2: every root ends at the fork turn, nothing forks
     assert all(t.branch_parent is None and t.num_turns == 2 for t in short)
     # horizon 4: two trees of two per group, forked after turn 2
