@@ -5,6 +5,7 @@ the advantages of a tree in ``tests/learner/test_advantages.py``."""
 
 import asyncio
 
+import msgspec
 import pytest
 
 import agentgym
@@ -134,6 +135,34 @@ def test_a_streamed_feed_is_played_as_trees(tokenizer):
         assert root.branch_turn == 2
         assert all(c.branch_parent == root.sample_index for c in kids)
     eng.close()
+
+
+class Unsure(ScriptedBackend):
+    """The random policy, reporting a logprob of -3 a token on turn ``unsure`` of every
+    episode and -0.1 elsewhere."""
+
+    def __init__(self, tokenizer, unsure: int):
+        super().__init__(tokenizer, policy="random")
+        self.unsure = unsure
+
+    async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+        res = await super().generate(prompt_ids, sampling, request_id, context)
+        lp = -3.0 if int(request_id.rsplit("-", 2)[1]) == self.unsure else -0.1
+        return msgspec.structs.replace(res, logprobs=[lp] * len(res.token_ids))
+
+
+def test_a_tree_forks_early_after_a_turn_whose_surprisal_is_high(tokenizer):
+    # turn index 1 (the second reply) is uncertain: the fork comes after 2 turns, not 5
+    eng = RolloutEngine(Unsure(tokenizer, unsure=1), tokenizer, max_turns=8,
+                        max_total_tokens=8192, n_samples=2, branch_at=5, branch_entropy=2.0)
+    forked = [t for t in eng.collect_sync(4, "test/branch_line") if t.branch_parent is not None]
+    assert forked and {t.branch_turn for t in forked} == {2}
+    calm = RolloutEngine(Unsure(tokenizer, unsure=1), tokenizer, max_turns=8,
+                         max_total_tokens=8192, n_samples=2, branch_at=5, branch_entropy=4.0)
+    forked = [t for t in calm.collect_sync(4, "test/branch_line") if t.branch_parent is not None]
+    assert forked and {t.branch_turn for t in forked} == {5}
+    eng.close()
+    calm.close()
 
 
 def test_a_root_that_ends_before_the_fork_leaves_its_siblings_to_play_alone(tokenizer):
