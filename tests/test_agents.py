@@ -287,3 +287,5 @@ def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
     for t in res.trajectories:
         # an untrained policy rarely solves a maze in one turn: it gets its second attempt
         assert t.success or t.timings.get("attempts") == 2.0
+    planned = agent.infer("maze", tasks=2, max_turns=2, mechanisms=["planning"])
+    assert [t.timings.get("plan_turns") for t in planned.trajectories] == [1.0, 1.0]
