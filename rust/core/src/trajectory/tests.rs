@@ -327,14 +327,20 @@ fn a_fork_copies_the_prefix_with_its_mask_off_and_records_the_branch() {
     assert_eq!(b.keys, vec![1, 10, 11]);
     assert_eq!(b.sample_index, vec![0, 1, 2]);
     assert_eq!(b.group_id, vec![7, 7, 7]);
-    assert_eq!(b.token_ids, vec![1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 8, 9, 1, 2, 3, 4, 5]);
+    assert_eq!(
+        b.token_ids,
+        vec![1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 8, 9, 1, 2, 3, 4, 5]
+    );
     assert_eq!(b.offsets, vec![0, 6, 13, 18]);
     // the root keeps its prefix mask; the children train only what they generate
     assert_eq!(
         b.loss_mask,
         vec![0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
     );
-    assert_eq!(&b.logprobs[6..13], &[0.0, 0.0, -0.5, -0.25, 0.0, -2.0, -3.0]);
+    assert_eq!(
+        &b.logprobs[6..13],
+        &[0.0, 0.0, -0.5, -0.25, 0.0, -2.0, -3.0]
+    );
     assert_eq!(b.turn_rewards, vec![0.5, 1.0, 0.5, 0.0, 0.5]);
     assert_eq!(b.rewards, vec![1.5, 0.5, 0.5]);
     assert_eq!(b.prompt_len, vec![2, 5, 5]);
@@ -368,7 +374,10 @@ fn a_bad_fork_changes_nothing() {
     is_traj_err(s.fork(1, &[3, 3], &[1, 2]), "already begun");
     is_traj_err(s.fork(1, &[1], &[1]), "already begun");
     is_traj_err(s.fork(1, &[3], &[1, 2]), "lengths must match");
-    assert!(matches!(s.fork(9, &[3], &[1]), Err(CoreError::Trajectory(_))));
+    assert!(matches!(
+        s.fork(9, &[3], &[1]),
+        Err(CoreError::Trajectory(_))
+    ));
     assert_eq!(s.num_live(), 2);
     s.fork(1, &[3], &[1]).unwrap();
     is_traj_err(s.fork(1, &[4], &[2]), "forks once");
