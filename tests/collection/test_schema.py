@@ -28,7 +28,12 @@ def trajectories():
     b = make_trajectory([5, 6, 11], [0, 0, 0], task_id="craft a stick", group_id=0,
                         stop_reason="env_error", error="boom",
                         timings={"total_s": 0.125, "gen_s": 0.0})
-    return [a, b]
+    # a forked child of a branched group, with a plan turn: its copy of the prefix masked
+    c = make_trajectory([5, 6, 7, 8, 12], [0, 0, 0, 0, 1], task_id=4, group_id=4,
+                        sample_index=2, turn_rewards=[0.0, 0.5], reward=0.5,
+                        timings={"total_s": 0.5, "gen_s": 0.25, "plan_turns": 1.0},
+                        branch_parent=1, branch_turn=1, branch_pos=4)
+    return [a, b, c]
 
 
 def test_table_round_trips_every_trajectory_field():
@@ -46,17 +51,27 @@ def test_table_round_trips_every_trajectory_field():
 
 def test_a_table_of_schema_version_2_reads_without_undo_turns():
     table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
-    assert table.column("undo_turns").to_pylist() == [2, 0]
+    assert table.column("undo_turns").to_pylist() == [2, 0, 0]
     old = table.drop_columns(["undo_turns"])  # the rows before undo (schema version 2)
-    a, b = rows_to_trajectories(old)
+    a, _, _ = rows_to_trajectories(old)
     assert "undo_turns" not in a.timings and a.token_ids == trajectories()[0].token_ids
 
 
 def test_a_table_of_schema_version_3_reads_with_one_attempt():
     table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
-    assert table.column("attempts").to_pylist() == [3, 1]
-    a, b = rows_to_trajectories(table.drop_columns(["attempts"]))
+    assert table.column("attempts").to_pylist() == [3, 1, 1]
+    a, b, _ = rows_to_trajectories(table.drop_columns(["attempts"]))
     assert "attempts" not in a.timings and "attempts" not in b.timings
+
+
+def test_a_table_of_schema_version_4_reads_unbranched_without_plans():
+    table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
+    assert table.column("branch_parent").to_pylist() == [1, 0, 1]
+    assert table.column("plan_turns").to_pylist() == [0, 0, 1]
+    old = table.drop_columns(["plan_turns", "branch_parent", "branch_turn", "branch_pos"])
+    *_, c = rows_to_trajectories(old)
+    assert (c.branch_parent, c.branch_turn, c.branch_pos) == (None, 0, 0)
+    assert "plan_turns" not in c.timings and c.loss_mask == trajectories()[2].loss_mask
 
 
 def test_messages_are_the_mask_segments_decoded(tokenizer):
@@ -77,7 +92,7 @@ def test_messages_are_the_mask_segments_decoded(tokenizer):
 
 
 def test_a_packed_batch_and_its_row_info_are_the_trajectories_rows():
-    trajs = trajectories()[::-1] + trajectories()
+    trajs = trajectories()[1::-1] + trajectories()[:2]
     kw = dict(run_id="r1", max_turns=7, env_kwargs={})
     packed, info = pack(trajs), RowInfo.of(trajs)
     table = to_table(packed, info, **kw)
@@ -91,7 +106,7 @@ def test_a_packed_batch_and_its_row_info_are_the_trajectories_rows():
     assert again.equals(table)
     with pytest.raises(BatchFormatError, match="4 rows, its row info 3"):
         to_table(packed, RowInfo.of(trajs[:3]), **kw)
-    bad = trajectories()
+    bad = trajectories()[:2]
     bad[0].stop_reason = "gone"
     with pytest.raises(BatchFormatError, match="unknown stop reason 'gone'"):
         trajectories_table(bad, **kw)

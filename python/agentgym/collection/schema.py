@@ -207,11 +207,13 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         stops = np.array([codes[r] for r in table.column("stop_reason").to_pylist()], np.uint8)
     except KeyError as e:
         raise BatchFormatError(f"unknown stop reason {e.args[0]!r}") from None
-    # shards of schema versions 2-4 (before branched groups) have no branch columns:
-    # from_dict reads their rows as unbranched
-    branch = {name: plain(name, np.uint32) for name in ("branch_parent", "branch_turn",
-                                                         "branch_pos")
-              if name in table.column_names}
+    sample_index = plain("sample_index", np.uint32)
+    if "branch_pos" in table.column_names:
+        branch = {name: plain(name, np.uint32)
+                  for name in ("branch_parent", "branch_turn", "branch_pos")}
+    else:  # shards of schema versions 2-4 (before branched groups): unbranched rows
+        zeros = np.zeros(table.num_rows, np.uint32)
+        branch = {"branch_parent": sample_index, "branch_turn": zeros, "branch_pos": zeros}
     packed = PackedBatch.from_dict({
         **branch,
         "token_ids": token_ids, "offsets": offsets, "loss_mask": loss_mask,
@@ -219,7 +221,7 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         "turn_rewards": turn_rewards, "turn_offsets": turn_offsets,
         "num_turns": plain("num_turns", np.uint32), "stop_reason": stops,
         "group_id": plain("group_id", np.uint64),
-        "sample_index": plain("sample_index", np.uint32),
+        "sample_index": sample_index,
         "policy_version": plain("policy_version", np.uint32),
         "prompt_len": plain("prompt_len", np.uint32)})
     task_id, task_text = table.column("task_id").to_pylist(), \

@@ -154,9 +154,6 @@ _PER_TRAJECTORY = (
     "rewards", "num_turns", "stop_reason", "group_id", "sample_index", "policy_version",
     "prompt_len", "branch_parent", "branch_turn", "branch_pos",
 )
-#: The branch fields: a mapping without them (a table written before branched groups)
-#: reads as unbranched rows.
-_BRANCH_FIELDS = ("branch_parent", "branch_turn", "branch_pos")
 
 
 @dataclass
@@ -198,15 +195,9 @@ class PackedBatch:
     def from_dict(cls, d: Mapping[str, Any]) -> PackedBatch:
         """Build and validate from a mapping of the fields (e.g. ``TrajectoryStore.drain()``;
         entries that are not fields, such as the store's ``keys`` and ``task_id``, are not
-        kept). Arrays already of the field's dtype are not copied. Without the branch fields
-        the rows are unbranched."""
+        kept). Arrays already of the field's dtype are not copied."""
         values = {}
         for name, dtype in PACKED_FIELDS.items():
-            if name not in d and name in _BRANCH_FIELDS and "sample_index" in d:
-                base = np.asarray(d["sample_index"])
-                values[name] = (base.astype(dtype) if name == "branch_parent"
-                                else np.zeros(base.shape, dtype))
-                continue
             if name not in d:
                 raise BatchFormatError(f"packed batch is missing field {name!r}")
             arr = np.asarray(d[name])

@@ -700,18 +700,15 @@ def _tree_key(ep: _Episode, width: int) -> tuple[int, int]:
     return ep.group_id, ep.sample_index // width
 
 
-def _trees(eps: list[_Episode], width: int) -> list[list[_Episode]]:
-    """``eps`` as trees of a branched group, in order of each tree's first episode: the
-    samples ``k * width ... k * width + width - 1`` of one group, by sample index."""
-    trees: dict[tuple[int, int], list[_Episode]] = {}
-    for ep in eps:
-        trees.setdefault(_tree_key(ep, width), []).append(ep)
-    return [sorted(t, key=lambda e: e.sample_index) for t in trees.values()]
+def _by_sample(tree: list[_Episode]) -> list[_Episode]:
+    return sorted(tree, key=lambda e: e.sample_index)
 
 
 class _TreeBuilder:
-    """Trees of a streamed request feed: a tree is handed out once its ``width`` samples
-    have arrived; :meth:`rest` gives the incomplete ones when the feed ends."""
+    """Trees of branched groups from episodes in any order: the samples ``k * width ...
+    k * width + width - 1`` of one group, by sample index. A tree is handed out once its
+    ``width`` samples have arrived; :meth:`rest` gives the incomplete ones (a feed that
+    ended, or a request list that holds part of a tree)."""
 
     def __init__(self, width: int):
         self.width = width
@@ -724,12 +721,19 @@ class _TreeBuilder:
         if len(tree) < self.width:
             return None
         del self.open[key]
-        return sorted(tree, key=lambda e: e.sample_index)
+        return _by_sample(tree)
 
     def rest(self) -> list[list[_Episode]]:
-        out = [sorted(t, key=lambda e: e.sample_index) for t in self.open.values()]
+        out = [_by_sample(t) for t in self.open.values()]
         self.open.clear()
         return out
+
+
+def _trees(eps: list[_Episode], width: int) -> list[list[_Episode]]:
+    """``eps`` (a request list) as trees: the complete ones in the order they complete,
+    then the incomplete ones."""
+    builder = _TreeBuilder(width)
+    return [t for ep in eps if (t := builder.add(ep)) is not None] + builder.rest()
 
 
 def _failing(message: str):
