@@ -397,26 +397,29 @@ impl TrajectoryStore {
         {
             return err(format!("episode {k} has already begun and is not finished"));
         }
-        let rec = self.live.get_mut(&src).expect("checked above");
-        rec.branch = Branch {
-            parent: rec.meta.sample_index,
-            turn: rec.turn_rewards.len() as u32,
-            pos: rec.tokens.len() as u32,
+        let mut root = self.live.remove(&src).expect("checked above");
+        root.branch = Branch {
+            parent: root.meta.sample_index,
+            turn: root.turn_rewards.len() as u32,
+            pos: root.tokens.len() as u32,
         };
-        let root = rec.clone();
         self.live.reserve(dst.len());
         for (&k, &sample) in dst.iter().zip(samples) {
-            let mut child = Record {
+            let child = Record {
                 meta: EpisodeMeta {
                     sample_index: sample,
                     ..root.meta
                 },
+                tokens: root.tokens.clone(),
+                mask: vec![0; root.mask.len()],
+                logprobs: root.logprobs.clone(),
+                turn_rewards: root.turn_rewards.clone(),
                 first_model: None,
-                ..root.clone()
+                branch: root.branch,
             };
-            child.mask.fill(0);
             self.live.insert(k, child);
         }
+        self.live.insert(src, root);
         Ok(())
     }
 
