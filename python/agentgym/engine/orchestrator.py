@@ -401,7 +401,7 @@ class _Run:
         """The rewards of the closing episodes that retried (NaN: the store's own sum) and
         their start snapshots released; with ``reflection_credit="reflection"``, an episode
         solved on a retry keeps its loss mask on its reflections only."""
-        self.driver.drop_starts([e.slot for e in eps])
+        self.driver.drop_saved([e.slot for e in eps])
         retried = [k for k, e in enumerate(eps) if e.attempts > 1]
         if not retried:
             return None
@@ -691,7 +691,7 @@ class _Run:
         ep.closed = True
         self.driver.finish([(ep.slot, ep.stop_reason or "aborted")])
         if self.reflect:
-            self.driver.drop_starts([ep.slot])
+            self.driver.drop_saved([ep.slot])
         if self.store.is_live(ep.key):
             self.store.discard(ep.key)
 

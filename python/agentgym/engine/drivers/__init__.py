@@ -41,7 +41,7 @@ def make_driver(env_id: str, capacity: int, env_workers: int = 0,
     (work of a tick under ``inline_budget_s`` runs inline), or in ``env_workers`` processes
     when that is > 0. ``undo``: the ``undo`` action's rules (None: off); an env that cannot
     snapshot then raises :class:`~agentgym.errors.SnapshotUnsupportedError` here.
-    ``restarts``: reflection retries (``save_starts``/``restart``/``drop_starts``), and
+    ``restarts``: reflection retries (``save_starts``/``restart``/``drop_saved``), and
     ``forks``: branched groups (``fork``), and ``lasts``: retries back to the failing turn
     (``save_lasts``/``restore_last``), with the same check."""
     flags = {"undo": undo, "restarts": restarts, "forks": forks, "lasts": lasts}

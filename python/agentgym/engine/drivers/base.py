@@ -19,7 +19,7 @@ action the env refused (``EnvPool.invalid_turns``) and the accepted undos
 ``StepOutcome.undo`` say it per step.
 
 Every driver takes ``undo`` (:class:`~agentgym.engine.undo.UndoRules`, or None: off),
-``restarts`` (reflection retries: ``save_starts``, ``restart``, ``drop_starts``) and
+``restarts`` (reflection retries: ``save_starts``, ``restart``, ``drop_saved``) and
 ``forks`` (branched groups: ``async fork(src, targets)`` copies a running slot into free
 ones) and, with any of them, raises :class:`~agentgym.errors.SnapshotUnsupportedError` when
 it is built for an env that cannot snapshot.

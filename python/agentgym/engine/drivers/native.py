@@ -86,7 +86,7 @@ class NativeDriver:
     async def save_starts(self, slots: list[int]) -> list[Exception | None]:
         """Keep each slot's state (an episode just reset) as its start, for
         :meth:`restart`: one pool snapshot call."""
-        self.drop_starts(slots)
+        self.drop_saved(slots)
         self._starts.update(zip(slots, self.core_pool.snapshot(slots)))
         return [None] * len(slots)
 
@@ -95,7 +95,7 @@ class NativeDriver:
         return, refused turns, undo history)."""
         self.core_pool.restore([slot], [self._starts[slot]])
 
-    def drop_starts(self, slots: list[int]) -> None:
+    def drop_saved(self, slots: list[int]) -> None:
         """Release the start snapshots of ``slots`` (those that have one), and their
         snapshots before the last step."""
         handles = [self._starts.pop(s) for s in slots if s in self._starts]

@@ -76,7 +76,7 @@ class ProcessDriver:
         task, seed, max_turns = self._starts[slot]
         await self.pool.reset(slot, task, seed, max_turns=max_turns)
 
-    def drop_starts(self, slots: list[int]) -> None:
+    def drop_saved(self, slots: list[int]) -> None:
         """Forget the starts of ``slots``."""
         for slot in slots:
             self._starts.pop(slot, None)

@@ -254,7 +254,7 @@ class PythonDriver:
         if self.undo is not None:
             self._history[slot] = UndoHistory(self.undo, observation)
 
-    def drop_starts(self, slots: list[int]) -> None:
+    def drop_saved(self, slots: list[int]) -> None:
         """Forget the start states of ``slots`` and their states before the last step."""
         for slot in slots:
             self._starts.pop(slot, None)
