@@ -30,6 +30,7 @@ and ``.png``; prints the markdown table.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -75,8 +76,6 @@ def main(argv=None) -> dict:
                          "the seed from it (the horizon_effect ablation's cache fits)")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args(argv)
-    import json
-
     base = ha.base_config(str(ROOT / CONFIG))
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {"runs": []}
