@@ -60,6 +60,10 @@ def test_exports_match_a_hand_built_trajectory():
         "branch_parent": ([1, 0], np.uint32),  # unbranched: the row's own sample index
         "branch_turn": ([0, 0], np.uint32),
         "branch_pos": ([0, 0], np.uint32),
+        "step_offsets": ([0, 0, 0], np.int64),  # played with the whole record: no steps
+        "step_context": ([], np.uint32),
+        "step_reply": ([], np.uint32),
+        "step_end": ([], np.uint32),
     }
     packed = pack([a, b])
     assert {f.name for f in fields(packed)} == want.keys()

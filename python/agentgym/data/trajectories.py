@@ -33,6 +33,7 @@ __all__ = [
     "FAILED_STOP_CODES",
     "PACKED_FIELDS",
     "FAILED_STOP_REASONS",
+    "STEP_FIELDS",
     "STOP_CODES",
     "STOP_REASONS",
     "BatchFormatError",
@@ -94,6 +95,13 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     that prefix. Every child's copy of the prefix has loss mask 0 (the parent's trajectory
     trains it once); the tokens, logprobs and turn rewards are the whole episode's.
 
+    An episode played with a bounded context (``RolloutConfig.context_window``) carries one
+    entry per model reply in ``step_context``, ``step_reply`` and ``step_end``: reply ``s``
+    is ``token_ids[step_reply[s]:step_end[s]]`` and the backend generated it from
+    ``token_ids[:step_context[0]] + token_ids[step_context[s]:step_reply[s]]`` (the first
+    prompt, then the turns the window kept); see :meth:`PackedBatch.step_samples`. Empty:
+    the whole record was every reply's context.
+
     Instances are not tracked by the cyclic GC (msgspec ``gc=False``): a trajectory holds
     numbers, strings and lists of numbers, so it is never part of a reference cycle, and a
     rollout makes thousands whose token lists the collector would otherwise traverse again
@@ -119,6 +127,9 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     branch_parent: int | None = None
     branch_turn: int = 0
     branch_pos: int = 0
+    step_context: list[int] = msgspec.field(default_factory=list)
+    step_reply: list[int] = msgspec.field(default_factory=list)
+    step_end: list[int] = msgspec.field(default_factory=list)
 
     @property
     def success(self) -> bool:
@@ -149,7 +160,14 @@ PACKED_FIELDS: dict[str, Any] = {
     "branch_parent": np.uint32,
     "branch_turn": np.uint32,
     "branch_pos": np.uint32,
+    "step_offsets": np.int64,
+    "step_context": np.uint32,
+    "step_reply": np.uint32,
+    "step_end": np.uint32,
 }
+#: The per-step fields (``RolloutConfig.context_window``); a mapping without any of them
+#: (the trajectory store's drain) reads as a batch without steps.
+STEP_FIELDS = ("step_context", "step_reply", "step_end")
 _PER_TRAJECTORY = (
     "rewards", "num_turns", "stop_reason", "group_id", "sample_index", "policy_version",
     "prompt_len", "branch_parent", "branch_turn", "branch_pos",
@@ -172,6 +190,10 @@ class PackedBatch:
     ``(group_id, branch_parent)`` is always the row's step group).
     Per turn: ``turn_rewards`` float32, trajectory ``b``'s turns are
     ``turn_rewards[turn_offsets[b]:turn_offsets[b + 1]]``.
+    Per step (bounded contexts only, see :class:`Trajectory`): ``step_context``,
+    ``step_reply``, ``step_end`` uint32, positions within the trajectory; trajectory ``b``'s
+    steps are ``step_offsets[b]:step_offsets[b + 1]`` (none: its whole record was the
+    context of every reply).
     """
 
     token_ids: np.ndarray
@@ -190,13 +212,22 @@ class PackedBatch:
     branch_parent: np.ndarray
     branch_turn: np.ndarray
     branch_pos: np.ndarray
+    step_offsets: np.ndarray
+    step_context: np.ndarray
+    step_reply: np.ndarray
+    step_end: np.ndarray
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PackedBatch:
         """Build and validate from a mapping of the fields (e.g. ``TrajectoryStore.drain()``;
         entries that are not fields, such as the store's ``keys`` and ``task_id``, are not
-        kept). Arrays already of the field's dtype are not copied."""
+        kept). Arrays already of the field's dtype are not copied. Without any step field,
+        the batch has no steps."""
         values = {}
+        if "step_offsets" not in d and not any(n in d for n in STEP_FIELDS):
+            b = len(d["offsets"]) - 1 if "offsets" in d else 0
+            d = {**d, "step_offsets": np.zeros(max(b, 0) + 1, np.int64),
+                 **{n: np.zeros(0, np.uint32) for n in STEP_FIELDS}}
         for name, dtype in PACKED_FIELDS.items():
             if name not in d:
                 raise BatchFormatError(f"packed batch is missing field {name!r}")
@@ -226,7 +257,7 @@ class PackedBatch:
         out: dict[str, np.ndarray] = {}
         for name in PACKED_FIELDS:
             parts = [getattr(b, name) for b in batches]
-            if name in ("offsets", "turn_offsets"):
+            if name.endswith("offsets"):
                 shifted, base = [parts[0][:1]], 0
                 for p in parts:
                     shifted.append(p[1:] + base)
@@ -252,10 +283,24 @@ class PackedBatch:
                 raise BatchFormatError(
                     f"{name} has {getattr(self, name).shape[0]} entries, expected B = {b}"
                 )
-        if self.turn_offsets.shape[0] != b + 1:
-            raise BatchFormatError(f"turn_offsets must have B + 1 = {b + 1} entries")
+        for name in ("turn_offsets", "step_offsets"):
+            if getattr(self, name).shape[0] != b + 1:
+                raise BatchFormatError(f"{name} must have B + 1 = {b + 1} entries")
         _check_offsets("offsets", self.offsets, t)
         _check_offsets("turn_offsets", self.turn_offsets, self.turn_rewards.shape[0])
+        s = self.step_context.shape[0]
+        for name in STEP_FIELDS[1:]:
+            if getattr(self, name).shape[0] != s:
+                raise BatchFormatError(
+                    f"{name} has {getattr(self, name).shape[0]} entries, step_context has {s}"
+                )
+        _check_offsets("step_offsets", self.step_offsets, s)
+        if s:
+            lens = np.repeat(self.lengths, np.diff(self.step_offsets))
+            if np.any((self.step_context > self.step_reply) | (self.step_reply > self.step_end)
+                      | (self.step_end > lens)):
+                raise BatchFormatError("steps must satisfy step_context <= step_reply <= "
+                                       "step_end <= the trajectory's length")
         if b and int(self.stop_reason.max()) >= len(STOP_REASONS):
             raise BatchFormatError(f"stop_reason codes must be < {len(STOP_REASONS)}")
 
@@ -294,11 +339,15 @@ class PackedBatch:
         out = {f.name: getattr(self, f.name)[start:stop] for f in fields(self)}
         t0, t1 = int(self.offsets[start]), int(self.offsets[stop])
         u0, u1 = int(self.turn_offsets[start]), int(self.turn_offsets[stop])
+        s0, s1 = int(self.step_offsets[start]), int(self.step_offsets[stop])
         for name in ("token_ids", "loss_mask", "logprobs"):
             out[name] = getattr(self, name)[t0:t1]
         out["turn_rewards"] = self.turn_rewards[u0:u1]
+        for name in STEP_FIELDS:
+            out[name] = getattr(self, name)[s0:s1]
         out["offsets"] = self.offsets[start:stop + 1] - t0
         out["turn_offsets"] = self.turn_offsets[start:stop + 1] - u0
+        out["step_offsets"] = self.step_offsets[start:stop + 1] - s0
         return PackedBatch(**out)
 
     def select(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
@@ -312,11 +361,77 @@ class PackedBatch:
         for name in ("token_ids", "loss_mask", "logprobs"):
             out[name] = out[name][tok_idx]
         out["turn_rewards"] = self.turn_rewards[turn_idx]
+        slen = np.diff(self.step_offsets)[idx]
+        step_idx = _ranges(self.step_offsets[idx], slen)
+        for name in STEP_FIELDS:
+            out[name] = out[name][step_idx]
         out["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         out["turn_offsets"] = np.concatenate([[0], np.cumsum(tlen)]).astype(np.int64)
+        out["step_offsets"] = np.concatenate([[0], np.cumsum(slen)]).astype(np.int64)
         for name in _PER_TRAJECTORY:
             out[name] = out[name][idx]
         return PackedBatch(**out)
+
+    @property
+    def has_steps(self) -> bool:
+        """Some trajectory was played with a bounded context (it has steps)."""
+        return bool(self.step_offsets[-1])
+
+    def step_samples(self) -> tuple[PackedBatch, np.ndarray, np.ndarray]:
+        """One sample per model reply of the trajectories with steps, each exactly what the
+        backend was sent for that reply followed by the reply: ``token_ids[:H] +
+        token_ids[step_context[s]:step_end[s]]`` (``H``: the trajectory's first
+        ``step_context``), its loss mask the trajectory's on the reply and 0 elsewhere. A
+        trajectory without steps is one sample as it is. Returns the samples (per-trajectory
+        fields repeated from their trajectory, ``prompt_len`` the tokens before the reply;
+        a step sample has no turns and no steps), the index of each sample token in this
+        batch's token arrays (int64[T'], to gather any per-token array) and each sample's
+        trajectory (int64[B'])."""
+        n_steps = np.diff(self.step_offsets)
+        whole = np.flatnonzero(n_steps == 0)
+        stepped = np.repeat(np.arange(len(self), dtype=np.int64), n_steps)
+        base = self.offsets[:-1]
+        # Each sample is three ranges of its trajectory (a whole row: one range and two
+        # empty ones): the head, the window's earlier turns, the reply (trained).
+        first = self.step_context[self.step_offsets[:-1][n_steps > 0]].astype(np.int64)
+        head = np.repeat(first, n_steps[n_steps > 0])
+        ctx = self.step_context.astype(np.int64)
+        reply = self.step_reply.astype(np.int64)
+        end = self.step_end.astype(np.int64)
+        row = np.concatenate([whole, stepped])
+        order = np.argsort(row, kind="stable")  # samples in trajectory order
+        row = row[order]
+        k, z = len(whole), np.zeros(len(whole), np.int64)
+        starts = np.stack([np.concatenate([base[whole], base[stepped]]),
+                           np.concatenate([z, base[stepped] + ctx]),
+                           np.concatenate([z, base[stepped] + reply])], 1)[order]
+        lens = np.stack([np.concatenate([self.lengths[whole], head]),
+                         np.concatenate([z, reply - ctx]),
+                         np.concatenate([z, end - reply])], 1)[order]
+        source = _ranges(starts.ravel(), lens.ravel())
+        is_whole = order < k
+        flags = np.zeros((len(row), 3), np.uint8)
+        flags[:, 2] = 1  # a step sample trains its reply
+        flags[is_whole, 0] = 1  # a whole row its own mask
+        trained = np.repeat(flags.ravel(), lens.ravel())
+        sample_lens = lens.sum(1)
+        out = {name: getattr(self, name)[row] for name in _PER_TRAJECTORY}
+        out["prompt_len"] = np.where(is_whole, self.prompt_len[row],
+                                     lens[:, 0] + lens[:, 1]).astype(np.uint32)
+        tlen = np.where(is_whole, np.diff(self.turn_offsets)[row], 0)
+        turn_idx = _ranges(self.turn_offsets[row], tlen)
+        samples = PackedBatch(
+            token_ids=self.token_ids[source],
+            offsets=np.concatenate([[0], np.cumsum(sample_lens)]).astype(np.int64),
+            loss_mask=self.loss_mask[source] * trained,
+            logprobs=self.logprobs[source],
+            turn_rewards=self.turn_rewards[turn_idx],
+            turn_offsets=np.concatenate([[0], np.cumsum(tlen)]).astype(np.int64),
+            step_offsets=np.zeros(len(row) + 1, np.int64),
+            **{name: np.zeros(0, np.uint32) for name in STEP_FIELDS},
+            **out,
+        )
+        return samples, source, row
 
     def with_rewards(self, rewards: np.ndarray) -> PackedBatch:
         """A shallow copy with replaced per-trajectory rewards (e.g. after reward shaping)."""
@@ -431,6 +546,9 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
     tlens = np.fromiter((len(t.turn_rewards) for t in trajs), np.int64, n)
     turn_offsets = np.zeros(n + 1, np.int64)
     np.cumsum(tlens, out=turn_offsets[1:])
+    slens = np.fromiter((len(t.step_reply) for t in trajs), np.int64, n)
+    step_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(slens, out=step_offsets[1:])
 
     def cat(field: str, dtype: Any) -> np.ndarray:
         parts = [np.asarray(getattr(t, field), dtype) for t in trajs]
@@ -454,20 +572,32 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
                                 for t in trajs], np.uint32),
         branch_turn=np.array([t.branch_turn for t in trajs], np.uint32),
         branch_pos=np.array([t.branch_pos for t in trajs], np.uint32),
+        step_offsets=step_offsets,
+        step_context=cat("step_context", np.uint32),
+        step_reply=cat("step_reply", np.uint32),
+        step_end=cat("step_end", np.uint32),
     )
     batch.validate()
     return batch
 
 
 def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
-                 token_ids: Sequence[list[int]]) -> list[Trajectory]:
+                 token_ids: Sequence[list[int]],
+                 steps: Sequence[tuple[list[int], list[int], list[int]]] | None = None
+                 ) -> list[Trajectory]:
     """The one place rows become :class:`Trajectory` objects: row ``i`` of the trajectory
     store's rows (``TrajectoryStore.drain_rows``, or :func:`agentgym._core.packed_rows` of
-    a packed batch), of ``info`` and of ``token_ids`` is trajectory ``i``."""
+    a packed batch), of ``info``, of ``token_ids`` and of ``steps`` (its ``step_context``,
+    ``step_reply`` and ``step_end``; None: no steps) is trajectory ``i``."""
     if not len(rows) == len(info) == len(token_ids):
         raise BatchFormatError(f"{len(rows)} rows, {len(info)} row infos and "
                                f"{len(token_ids)} token lists")
     names, timings = STOP_REASONS, info.timings
+    if steps is not None:
+        out = trajectories(rows, info, token_ids)
+        for t, (ctx, reply, end) in zip(out, steps):
+            t.step_context, t.step_reply, t.step_end = ctx, reply, end
+        return out
     return [Trajectory(
         task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
         sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,
@@ -485,8 +615,15 @@ def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
     if len(info) != len(packed):
         raise BatchFormatError(f"packed batch has {len(packed)} rows, its row info {len(info)}")
     tokens, offsets = packed.token_ids.tolist(), packed.offsets.tolist()
+    steps = None
+    if packed.has_steps:
+        so = packed.step_offsets.tolist()
+        ctx, reply, end = (getattr(packed, n).tolist() for n in STEP_FIELDS)
+        steps = [(ctx[so[b]:so[b + 1]], reply[so[b]:so[b + 1]], end[so[b]:so[b + 1]])
+                 for b in range(len(packed))]
     return trajectories(_core.packed_rows(packed), info,
-                        [tokens[offsets[b]:offsets[b + 1]] for b in range(len(packed))])
+                        [tokens[offsets[b]:offsets[b + 1]] for b in range(len(packed))],
+                        steps)
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int) -> None:

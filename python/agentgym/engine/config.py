@@ -65,6 +65,14 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     the model writes a plan (policy tokens, at most ``plan_max_tokens``, reward 0) that the
     env never sees, and a user turn asks for the next action. Horizons count env turns, not
     plan turns (docs/mechanisms.md). Not with ``reply_prefix`` (it would open the plan).
+
+    ``context_window`` (None, the whole record, by default) bounds what the model sees: each
+    reply is generated from the episode's first prompt (system prompt and first
+    observation) and its last ``context_window`` replies with what followed each, so
+    ``max_total_tokens`` caps that window and a reply, while the trajectory still records
+    every token once (ended with ``length`` at ``max_record_tokens``). Each reply is then a
+    step whose context is a slice of the record (``Trajectory.step_context``); the learner
+    trains one sample per step (docs/mechanisms.md).
     """
 
     max_turns: int | None = 10
@@ -128,6 +136,11 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     plan_prefix: str | None = None
     #: Tokens a plan may take (None: ``max_new_tokens``).
     plan_max_tokens: int | None = None
+    #: Bounded context: the first prompt and the last this many replies (None: the whole
+    #: record; docs/mechanisms.md).
+    context_window: int | None = None
+    #: With ``context_window``: the most tokens one trajectory records (``length`` there).
+    max_record_tokens: int = 1 << 20
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
@@ -166,6 +179,12 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
         if self.plan and self.reply_prefix:
             raise ValueError("plan and reply_prefix do not combine: the reply prefix would "
                              "open the plan turn's reply")
+        if self.context_window is not None and self.context_window < 1:
+            raise ValueError(f"context_window must be >= 1 (None: the whole record), got "
+                             f"{self.context_window}")
+        if self.max_record_tokens < self.max_total_tokens:
+            raise ValueError(f"max_record_tokens ({self.max_record_tokens}) must be at least "
+                             f"max_total_tokens ({self.max_total_tokens})")
         if self.reflection_prompt is not None:
             from agentgym.engine.reflection import check_prompt
 

@@ -98,6 +98,11 @@ class _Episode:
     plan_turns: int = 0
     #: ``turns`` at the last plan turn (-1: none yet).
     planned_at: int = -1
+    #: Bounded contexts (``RolloutConfig.context_window``): per reply, where its window
+    #: resumes after the first prompt, where it begins and where it ends (None: off).
+    step_context: list[int] | None = None
+    step_reply: list[int] | None = None
+    step_end: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -230,6 +235,10 @@ class _Run:
         self.undo = cfg.undo
         #: Reflection retries (``_play_reflect``): decided once per episode, not per turn.
         self.reflect = cfg.reflection > 0
+        #: Bounded contexts: replies see the first prompt and the last ``window`` replies;
+        #: the record's cap is then ``max_record_tokens``.
+        self.window = cfg.context_window
+        self.record_cap = cfg.max_record_tokens if self.window else cfg.max_total_tokens
         #: Retries back to the failing turn: each slot's state is kept before its step.
         self.keep_last = self.reflect and cfg.reflection_restore == "last"
         #: Branched groups: each tree root's unstarted siblings, until it forks or ends,
@@ -318,7 +327,7 @@ class _Run:
             if self.keep_last:
                 self.driver.save_lasts([t.slot for t in live])
             self._apply(live, *self.codec.step_turn_batch(
-                self.pool, self.store, live, self.cfg.max_total_tokens))
+                self.pool, self.store, live, self.record_cap))
         if len(live) == len(turns):
             return [True] * len(turns)
         return [not t.episode.closed for t in turns]
@@ -346,7 +355,7 @@ class _Run:
                         t.episode.attempt_return += o.reward
                         t.episode.last_reward = o.reward
                 self._apply(live, *self.codec.record_turn_batch(
-                    self.store, live, outs, self.cfg.max_total_tokens))
+                    self.store, live, outs, self.record_cap))
         return [not t.episode.closed for t in turns]
 
     def _close_batch(self, eps: list[_Episode]) -> list[Trajectory | None]:
@@ -391,9 +400,12 @@ class _Run:
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
-            trajs = trajectories(rows, info, [e.ids for e in eps])
+            trajs = trajectories(rows, info, [e.ids for e in eps],
+                                 [_steps(e) for e in eps] if self.window else None)
         if sink is None:
             return trajs
+        if self.window:
+            packed.update(_step_arrays(eps))
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
         return trajs if trajs is not None else [None] * len(eps)
 
@@ -424,10 +436,12 @@ class _Run:
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams, start: int = 0,
-                        last: BackendError | None = None):
-        """One reply; a ``BackendError`` is retried (fresh request id, exponential backoff)
-        up to ``backend_retries`` times, then raised. ``start``/``last``: attempts already
-        made by the caller and the error of the last one."""
+                        last: BackendError | None = None, prompt: list[int] | None = None):
+        """One reply to ``prompt`` (default: the episode's record); a ``BackendError`` is
+        retried (fresh request id, exponential backoff) up to ``backend_retries`` times,
+        then raised. ``start``/``last``: attempts already made by the caller and the error
+        of the last one."""
+        prompt = ep.ids if prompt is None else prompt
         backend = self.engine.backend
         cfg = self.cfg
         for attempt in range(start, cfg.backend_retries + 1):
@@ -436,10 +450,10 @@ class _Run:
             rid = f"{self.engine.run_id}-{ep.key}-{ep.turns + ep.plan_turns}-{attempt}"
             try:
                 if self.needs_context:
-                    coro = backend.generate(ep.ids, sampling, request_id=rid,
+                    coro = backend.generate(prompt, sampling, request_id=rid,
                                             context=self._context(ep))
                 else:
-                    coro = backend.generate(ep.ids, sampling, request_id=rid)
+                    coro = backend.generate(prompt, sampling, request_id=rid)
                 if cfg.turn_timeout_s is not None:
                     return await asyncio.wait_for(coro, cfg.turn_timeout_s)
                 return await coro
@@ -447,6 +461,22 @@ class _Run:
                 last = e
                 log.debug("backend error on %s (attempt %d): %s", rid, attempt, e)
         raise last  # type: ignore[misc]
+
+    def _window(self, ep: _Episode) -> tuple[list[int], int]:
+        """The context of ``ep``'s next reply under ``context_window``: the first prompt and
+        the record from the ``k``-th last reply on (the whole record while it holds fewer
+        replies), and where that window resumes."""
+        starts, head = ep.step_reply, ep.prompt_len
+        if len(starts) < self.window:
+            return ep.ids, head
+        resume = starts[-self.window]
+        return ep.ids[:head] + ep.ids[resume:], resume
+
+    def _add_step(self, ep: _Episode, resume: int, start: int, end: int) -> None:
+        """Record a stored reply's step (``context_window``)."""
+        ep.step_context.append(resume)
+        ep.step_reply.append(start)
+        ep.step_end.append(end)
 
     def _context(self, ep: _Episode) -> tuple:
         """What a ``needs_context`` backend gets of an episode: ``(driver, slot, env seed,
@@ -456,6 +486,8 @@ class _Run:
     async def _play(self, ep: _Episode) -> None:
         ep.ids = await self.begin_batcher.submit(ep)
         ep.prompt_len = len(ep.ids)
+        if self.window:
+            ep.step_context, ep.step_reply, ep.step_end = [], [], []
         await self._attempt(ep)
 
     async def _play_reflect(self, ep: _Episode) -> None:
@@ -475,7 +507,7 @@ class _Run:
             text = note(cfg.reflection_prompt, ep.attempts, cfg.reflection - ep.attempts,
                         ep.stop_reason, ret, "" if back else ep.start_obs or "", back=back)
             ids = self.codec.observation_ids([text])[0]
-            if len(ep.ids) + len(ids) >= cap:
+            if len(self._window(ep)[0] if self.window else ep.ids) + len(ids) >= cap:
                 return
             pool = self.pool
             if pool is not None:  # the pool's counters go back with the slot's record
@@ -515,12 +547,15 @@ class _Run:
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
         step_cut = cfg.truncated_turn == "step"
         plan, replan = self.plan, cfg.replan_every
+        window, prompt, resume = self.window, ids, 0
         while ep.stop_reason is None:
             if plan and plan_due(ep.turns, ep.planned_at, replan):
                 await self._plan(ep)
                 if ep.stop_reason is not None:
                     break
-            budget = cap - len(ids)
+            if window:
+                prompt, resume = self._window(ep)
+            budget = cap - len(prompt)
             if budget <= 0:
                 ep.stop_reason = "length"
                 break
@@ -530,22 +565,23 @@ class _Run:
             t0 = clock()
             try:
                 if direct is None:
-                    res = await generate(ep, sampling)
+                    res = await generate(ep, sampling, prompt=prompt)
                 elif context is None:
-                    res = await direct(ids, sampling,
+                    res = await direct(prompt, sampling,
                                        request_id=f"{run_id}-{key}-{ep.turns + ep.plan_turns}-0")
                 else:
-                    res = await direct(ids, sampling,
+                    res = await direct(prompt, sampling,
                                        request_id=f"{run_id}-{key}-{ep.turns + ep.plan_turns}-0",
                                        context=context)
             except BackendError as e:
                 if direct is None:
                     raise
                 log.debug("backend error on episode %d turn %d: %s", key, ep.turns, e)
-                res = await generate(ep, sampling, start=1, last=e)
+                res = await generate(ep, sampling, start=1, last=e, prompt=prompt)
             ep.gen_s += clock() - t0
             toks = res.token_ids  # never mutated: stored and appended to the context as is
             ended = bool(toks) and toks[-1] == eot
+            start = len(ids)
             if res.finish_reason == "length" and not ended:
                 if step_cut and sampling is sampling0 and toks:
                     # Cut at max_new_tokens: the codec closes the reply (end-of-turn, mask 0)
@@ -555,10 +591,14 @@ class _Run:
                     store.append(key, np.array(toks, np.uint32), True,
                                  np.array(res.logprobs, np.float32) if res.logprobs else None)
                     ids.extend(toks)
+                    if window:
+                        self._add_step(ep, resume, start, len(ids))
                     ep.stop_reason = "length"
                     break
             if not await submit(new_turn(Turn, (key, slot, toks, res.logprobs, ended, ids, ep))):
                 break  # closed meanwhile (timeout/abort)
+            if window:  # the codec closed a reply without its end-of-turn token with one
+                self._add_step(ep, resume, start, start + len(toks) + (not ended))
             ep.turns += 1
             if ep.fork_at and ep.stop_reason is None and self._forks_now(ep, res.logprobs):
                 await self._fork(ep)
@@ -571,18 +611,22 @@ class _Run:
         ``length``."""
         ep.planned_at = ep.turns
         ids, cap, eot = ep.ids, self.cfg.max_total_tokens, self.fmt.end_of_turn_id
-        budget = cap - len(ids) - len(self.plan_ids) - len(self.act_ids) - 1
+        prompt, resume = self._window(ep) if self.window else (ids, 0)
+        budget = cap - len(prompt) - len(self.plan_ids) - len(self.act_ids) - 1
         if budget <= 0:
             ep.stop_reason = "length"
             return
         store, key = self.store, ep.key
         store.append(key, np.array(self.plan_ids, np.uint32), False)
         ids.extend(self.plan_ids)
+        if prompt is not ids:
+            prompt.extend(self.plan_ids)
         sampling = self.plan_sampling
         if budget < sampling.max_new_tokens:
             sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
         t0 = time.perf_counter()
-        res = await self._generate(ep, sampling)
+        res = await self._generate(ep, sampling, prompt=prompt)
+        start = len(ids)
         ep.gen_s += time.perf_counter() - t0
         toks = res.token_ids
         store.append(key, np.array(toks, np.uint32), True,
@@ -591,6 +635,8 @@ class _Run:
         if not (toks and toks[-1] == eot):  # cut at the plan's budget: close it
             store.append(key, np.array([eot], np.uint32), False)
             ids.append(eot)
+        if self.window:
+            self._add_step(ep, resume, start, len(ids))
         store.add_turn(key, 0.0)
         store.append(key, np.array(self.act_ids, np.uint32), False)
         ids.extend(self.act_ids)
@@ -627,6 +673,9 @@ class _Run:
             c.ids = list(root.ids)
             c.prompt_len, c.turns, c.cut_turns = root.prompt_len, root.turns, root.cut_turns
             c.plan_turns, c.planned_at = root.plan_turns, root.planned_at
+            if self.window:
+                c.step_context, c.step_reply, c.step_end = (
+                    list(root.step_context), list(root.step_reply), list(root.step_end))
             c.t0, c.gen_s, c.policy_version = root.t0, root.gen_s, root.policy_version
             if self.pool is None:  # a native pool copied these with the episode record
                 c.invalid_turns, c.undo_turns = root.invalid_turns, root.undo_turns
@@ -734,6 +783,24 @@ def _trees(eps: list[_Episode], width: int) -> list[list[_Episode]]:
     then the incomplete ones."""
     builder = _TreeBuilder(width)
     return [t for ep in eps if (t := builder.add(ep)) is not None] + builder.rest()
+
+
+def _steps(ep: _Episode) -> tuple[list[int], list[int], list[int]]:
+    """``ep``'s steps (``context_window``; none where it never began)."""
+    if ep.step_reply is None:
+        return [], [], []
+    return ep.step_context, ep.step_reply, ep.step_end
+
+
+def _step_arrays(eps: list[_Episode]) -> dict[str, np.ndarray]:
+    """The step fields of a packed batch of ``eps`` (``context_window``)."""
+    steps = [_steps(e) for e in eps]
+    offsets = np.zeros(len(eps) + 1, np.int64)
+    np.cumsum([len(s[1]) for s in steps], out=offsets[1:])
+    flat = [np.fromiter(itertools.chain.from_iterable(s[i] for s in steps), np.uint32,
+                        int(offsets[-1])) for i in range(3)]
+    return {"step_offsets": offsets, "step_context": flat[0], "step_reply": flat[1],
+            "step_end": flat[2]}
 
 
 def _failing(message: str):

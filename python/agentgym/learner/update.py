@@ -11,14 +11,19 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from agentgym.data.trajectories import PackedBatch
-from agentgym.learner.advantages import ESTIMATORS, compute_advantages, validity
+from agentgym.learner.advantages import (
+    ESTIMATORS,
+    AdvantageResult,
+    compute_advantages,
+    validity,
+)
 from agentgym.learner.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -402,6 +407,10 @@ def policy_update(
     version = int(pb.policy_version.max()) if current_version is None else int(current_version)
     stale_w = staleness_weights(pb.policy_version, version, config.max_staleness,
                                 mode=config.staleness_mode, decay=config.staleness_decay)
+    record = pb
+    adv = None
+    if pb.has_steps:  # bounded contexts: one sample per reply, the episode's advantages
+        adv, pb, stale_w = _step_samples(pb, config, stale_w)
     maybe_valid, all_plan = _pass_plan(pb, config, stale_w, dp)
 
     was_training = model.training
@@ -412,16 +421,8 @@ def policy_update(
                                 all_plan, pb, config, dp)
     if use_kl:
         ref_t = _logprob_pass(ref_model, all_plan, pb, config, dp)
-    adv = compute_advantages(
-        pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
-        gamma=config.gamma, lam=config.lam, truncated=config.truncated,
-        overlong=config.overlong, reward_placement=config.reward_placement, values=values_t,
-        ref_logprobs=ref_t if config.use_kl_in_reward else None,
-        kl_coef=config.kl_reward_coef if config.use_kl_in_reward else 0.0,
-        kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
-        whiten_advantages=config.whiten_advantages,
-        branch_step_weight=config.branch_step_weight,
-    )
+    if adv is None:
+        adv = _advantages(pb, config, stale_w, values_t, ref_t)
     prox_t = None
     if config.old_logprob_source == "recompute":
         prox_t = _logprob_pass(model, all_plan, pb, config, dp)
@@ -445,7 +446,8 @@ def policy_update(
     metrics.update({
         "actor/lr": float(optimizer.param_groups[0]["lr"]),
         "actor/kl_coef": float(config.kl_coef if use_kl and config.use_kl_loss else 0.0),
-        "learner/num_trajectories": float(len(pb)),
+        "learner/num_trajectories": float(len(record)),
+        "learner/num_samples": float(len(pb)),
         "learner/num_trained": float(len(rows)),
         "learner/num_stale_dropped": float((stale_w == 0).sum()),
         "learner/num_model_tokens": float(pb.loss_mask[np.isin(pb.trajectory_index(), rows)]
@@ -453,10 +455,46 @@ def policy_update(
         "learner/num_tokens": float(pb.lengths[rows].sum() * config.ppo_epochs),
         "learner/num_micro_batches": float(n_micro),
         "learner/policy_version": float(version),
-        "response_length/mean": float(pb.loss_mask.sum() / max(len(pb), 1)),
-        "num_turns/mean": float(pb.num_turns.mean()),
+        "response_length/mean": float(record.loss_mask.sum() / max(len(record), 1)),
+        "num_turns/mean": float(record.num_turns.mean()),
     })
     return metrics
+
+
+def _advantages(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, values_t=None,
+                ref_t=None) -> AdvantageResult:
+    return compute_advantages(
+        pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
+        gamma=config.gamma, lam=config.lam, truncated=config.truncated,
+        overlong=config.overlong, reward_placement=config.reward_placement, values=values_t,
+        ref_logprobs=ref_t if config.use_kl_in_reward else None,
+        kl_coef=config.kl_reward_coef if config.use_kl_in_reward else 0.0,
+        kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
+        whiten_advantages=config.whiten_advantages,
+        branch_step_weight=config.branch_step_weight,
+    )
+
+
+def _step_samples(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray
+                  ) -> tuple[AdvantageResult, PackedBatch, np.ndarray]:
+    """A batch with steps (``RolloutConfig.context_window``) as one sample per reply: the
+    advantages computed over each whole trajectory (its group, its turns, its branches),
+    then the samples (:meth:`PackedBatch.step_samples`) with their tokens' advantages and
+    their trajectory's validity and staleness weight."""
+    if config.adv_estimator == "gae" or config.use_kl_in_reward:
+        raise ValueError(
+            "trajectories played with a bounded context (context_window) are trained one "
+            "sample per reply, and a critic's values or a KL in the reward over the whole "
+            "trajectory are not defined there: use a critic-free estimator "
+            f"({', '.join(e for e in ESTIMATORS if e != 'gae')}) and use_kl_loss for a KL")
+    adv = _advantages(pb, config, stale_w)
+    samples, source, row = pb.step_samples()
+    adv = replace(
+        adv, advantages=adv.advantages[source],
+        returns=None if adv.returns is None else adv.returns[source], valid=adv.valid[row],
+        scores=adv.scores[row],
+        seq_advantages=None if adv.seq_advantages is None else adv.seq_advantages[row])
+    return adv, samples, stale_w[row]
 
 
 def _pass_plan(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, dp
