@@ -278,6 +278,7 @@ def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
     assert mechanism_settings(None) == {}
     assert mechanism_settings({"branching": 3}) == {"branch_at": 3}
     assert mechanism_settings(["planning"]) == {"plan": True, "replan_every": 0}
+    assert mechanism_settings({"memory": 2}) == {"context_window": 2}
     with pytest.raises(ValueError, match="unknown mechanism 'plan'"):
         mechanism_settings(["plan"])
     agent = LLMAgent(base_model=tiny_model_dir, backend="transformers", max_new_tokens=3,
@@ -289,3 +290,6 @@ def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
         assert t.success or t.timings.get("attempts") == 2.0
     planned = agent.infer("maze", tasks=2, max_turns=2, mechanisms=["planning"])
     assert [t.timings.get("plan_turns") for t in planned.trajectories] == [1.0, 1.0]
+    bounded = agent.infer("maze", tasks=2, max_turns=3, mechanisms={"memory": 1})
+    assert [len(t.step_reply) for t in bounded.trajectories] == \
+        [t.num_turns for t in bounded.trajectories]

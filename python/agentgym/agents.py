@@ -71,12 +71,13 @@ def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
 
 #: The agent mechanisms by name and the rollout settings each one turns on (a count
 #: replaces the default: undos allowed an episode, extra attempts, the turn each tree forks
-#: after, env turns between plans). docs/mechanisms.md.
+#: after, env turns between plans, replies a bounded context keeps). docs/mechanisms.md.
 MECHANISMS: dict[str, tuple[str, str | None, int]] = {
     "undo": ("undo", "max_undos", 3),
     "reflection": ("reflection", None, 1),
     "branching": ("branch_at", None, 2),
     "planning": ("plan", "replan_every", 0),
+    "memory": ("context_window", None, 4),
 }
 
 

@@ -111,3 +111,29 @@ def test_collect_then_export_from_the_command_line(tiny_model_dir, tmp_path, cap
         got = ds.dataset(str(dst), format="parquet").to_table().to_pylist()
         expected = convert(trajs)
         assert sorted(got, key=str) == sorted(json.loads(json.dumps(expected)), key=str), to
+
+
+def test_a_bounded_context_run_exports_one_row_per_reply(tiny_model_dir, tmp_path, capsys):
+    """``collect --context-window 1`` then ``export --to verl``: a row per reply, its prompt
+    the window the backend was sent (shorter than the record) and its response the reply."""
+    from agentgym.collection.schema import rows_to_trajectories
+
+    run_dir = tmp_path / "run"
+    argv = ["collect", "--env", "maze", "--tasks", "3", "--out", str(run_dir), "--model",
+            tiny_model_dir, "--context-window", "1", "--max-turns", "12", "--no-progress",
+            "--json"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    trajs = sorted(rows_to_trajectories(ds.dataset(str(run_dir), format="parquet").to_table()),
+                   key=lambda t: t.group_id)
+    replies = sum(len(t.step_reply) for t in trajs)
+    assert replies == sum(t.num_turns for t in trajs) > len(trajs)
+    assert main(["export", str(run_dir), "--to", "verl", "--out", str(tmp_path / "v")]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == replies
+    rows = ds.dataset(str(tmp_path / "v"), format="parquet").to_table().to_pylist()
+    want = {(tuple(t.token_ids[:t.step_context[0]] + t.token_ids[c:r]),
+             tuple(t.token_ids[r:e]))
+            for t in trajs for c, r, e in zip(t.step_context, t.step_reply, t.step_end)}
+    assert {(tuple(x["prompt_ids"]), tuple(x["response_ids"])) for x in rows} == want
+    longest = max(len(t.token_ids) for t in trajs)
+    assert max(len(x["prompt_ids"]) for x in rows) < longest

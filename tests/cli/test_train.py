@@ -150,5 +150,7 @@ def test_mechanism_flags_set_the_rollout_settings():
     cfg = _train_config(p.parse_args(["--plan", "4"]))
     assert (cfg["rollout"]["plan"], cfg["rollout"]["replan_every"]) == (True, 4)
     assert _train_config(p.parse_args(["--plan"]))["rollout"]["replan_every"] == 0
+    assert _train_config(p.parse_args(["--context-window", "3"]))["rollout"][
+        "context_window"] == 3
     with pytest.raises(SystemExit, match="--branch-at"):
         _train_config(p.parse_args(["--branch-width", "4"]))

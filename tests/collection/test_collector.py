@@ -105,7 +105,7 @@ def test_a_resumed_random_policy_run_replays_the_same_episodes(tokenizer, tmp_pa
 def test_rows_carry_the_schema_and_summary_counts_them(tokenizer, tmp_path):
     s = collect(tokenizer, tmp_path / "r", tasks=range(5), env="textcraft", n_samples=3)
     t = folder_table(tmp_path / "r")
-    assert t.schema.metadata[b"agentgym.schema_version"] == b"5"
+    assert t.schema.metadata[b"agentgym.schema_version"] == b"6"
     assert t.column("attempts").to_pylist() == [1] * t.num_rows
     assert t.column("undo_turns").to_pylist() == [0] * t.num_rows
     assert t.schema.field("token_ids").type == pa.list_(pa.uint32())
@@ -308,3 +308,23 @@ def test_disk_full_keeps_the_committed_shards_and_resumes(tokenizer, tmp_path, m
     s = collect(tokenizer, out, tasks=range(20))
     assert s["run"]["complete"] and keys(folder_table(out)) == \
         [(i, j) for i in range(20) for j in range(2)]
+
+
+def test_bounded_context_rows_carry_their_steps(tokenizer, tmp_path):
+    """A run played with ``context_window`` stores each row's steps; read back, the rows
+    give the same per-reply samples as the trajectories the engine returned."""
+    from agentgym.collection.schema import from_table
+    from agentgym.data.trajectories import pack
+
+    eng = engine(tokenizer, context_window=2, max_total_tokens=512, max_turns=40)
+    direct = eng.collect_sync(4, "maze")
+    collect(tokenizer, tmp_path / "w", tasks=range(4), n_samples=1,
+            eng=engine(tokenizer, context_window=2, max_total_tokens=512, max_turns=40))
+    t = folder_table(tmp_path / "w")
+    assert t.column("step_reply").to_pylist() == [x.step_reply for x in direct]
+    packed, _ = from_table(t)
+    got, want = packed.step_samples()[0], pack(direct.trajectories).step_samples()[0]
+    assert got.token_ids.tolist() == want.token_ids.tolist()
+    assert got.offsets.tolist() == want.offsets.tolist()
+    assert got.loss_mask.tolist() == want.loss_mask.tolist()
+    eng.close()

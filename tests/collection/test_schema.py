@@ -24,7 +24,8 @@ def trajectories():
                         turn_rewards=[0.0, 1.0], reward=1.0, seed=123,
                         timings={"total_s": 0.75, "gen_s": 0.5, "undo_turns": 2.0,
                                  "attempts": 3.0},
-                        policy_version=2)
+                        policy_version=2, step_context=[2, 2], step_reply=[2, 5],
+                        step_end=[4, 6])  # played with a bounded context: two steps
     b = make_trajectory([5, 6, 11], [0, 0, 0], task_id="craft a stick", group_id=0,
                         stop_reason="env_error", error="boom",
                         timings={"total_s": 0.125, "gen_s": 0.0})
@@ -72,6 +73,15 @@ def test_a_table_of_schema_version_4_reads_unbranched_without_plans():
     *_, c = rows_to_trajectories(old)
     assert (c.branch_parent, c.branch_turn, c.branch_pos) == (None, 0, 0)
     assert "plan_turns" not in c.timings and c.loss_mask == trajectories()[2].loss_mask
+
+
+def test_a_table_of_schema_version_5_reads_without_steps():
+    table = trajectories_table(trajectories(), run_id="r1", max_turns=7, env_kwargs={})
+    assert table.column("step_reply").to_pylist() == [[2, 5], [], []]
+    a, _, _ = rows_to_trajectories(table.drop_columns(["step_context", "step_reply",
+                                                       "step_end"]))
+    assert (a.step_context, a.step_reply, a.step_end) == ([], [], [])
+    assert a.token_ids == trajectories()[0].token_ids
 
 
 def test_messages_are_the_mask_segments_decoded(tokenizer):

@@ -1,5 +1,5 @@
-"""The agent-mechanism options (``--undo``, ``--reflection``, ``--branch-at``, ``--plan``)
-shared by ``train`` and ``collect``: docs/mechanisms.md."""
+"""The agent-mechanism options (``--undo``, ``--reflection``, ``--branch-at``, ``--plan``,
+``--context-window``) shared by ``train`` and ``collect``: docs/mechanisms.md."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def add_mechanism_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", type=int, nargs="?", const=0, metavar="REPLAN_EVERY", default=None,
                    help="a plan turn before the first action (and after every REPLAN_EVERY "
                         "env turns): docs/mechanisms.md")
+    p.add_argument("--context-window", type=int, metavar="K", default=None,
+                   help="bounded context: each reply sees the first prompt and the last K "
+                        "replies; one training sample per reply: docs/mechanisms.md")
 
 
 def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
@@ -34,6 +37,8 @@ def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
         chosen["branching"] = args.branch_at
     if args.plan is not None:
         chosen["planning"] = args.plan
+    if args.context_window is not None:
+        chosen["memory"] = args.context_window
     out = mechanism_settings(chosen)
     if args.branch_width is not None:
         if args.branch_at is None:

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentgym.data.trajectories import (
+    STEP_FIELDS,
     STOP_REASONS,
     BatchFormatError,
     PackedBatch,
@@ -35,7 +36,7 @@ from agentgym.data.trajectories import (
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
            "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -76,6 +77,11 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("branch_turn", pa.uint32(), "turns of the shared prefix (0: not branched)"),
     ("branch_pos", pa.uint32(), "tokens of the shared prefix (0: not branched; a child's "
                                 "copy of it has loss mask 0)"),
+    ("step_context", pa.list_(pa.uint32()), "bounded contexts (RolloutConfig.context_window): "
+                                            "per reply, where its window resumes after the "
+                                            "first prompt (empty: the whole record)"),
+    ("step_reply", pa.list_(pa.uint32()), "per reply, its first token (bounded contexts)"),
+    ("step_end", pa.list_(pa.uint32()), "per reply, the token after it (bounded contexts)"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
 )
@@ -160,6 +166,8 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "branch_parent": pa.array(packed.branch_parent, pa.uint32()),
         "branch_turn": pa.array(packed.branch_turn, pa.uint32()),
         "branch_pos": pa.array(packed.branch_pos, pa.uint32()),
+        **{name: _packed_list(packed.step_offsets, getattr(packed, name), pa.uint32())
+           for name in STEP_FIELDS},
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
@@ -214,8 +222,13 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
     else:  # shards of schema versions 2-4 (before branched groups): unbranched rows
         zeros = np.zeros(table.num_rows, np.uint32)
         branch = {"branch_parent": sample_index, "branch_turn": zeros, "branch_pos": zeros}
+    steps = {}
+    if "step_reply" in table.column_names:  # absent before schema version 6: no steps
+        steps["step_offsets"], steps["step_context"] = listed("step_context", np.uint32)
+        steps["step_reply"] = listed("step_reply", np.uint32)[1]
+        steps["step_end"] = listed("step_end", np.uint32)[1]
     packed = PackedBatch.from_dict({
-        **branch,
+        **branch, **steps,
         "token_ids": token_ids, "offsets": offsets, "loss_mask": loss_mask,
         "logprobs": logprobs, "rewards": plain("reward", np.float32),
         "turn_rewards": turn_rewards, "turn_offsets": turn_offsets,
