@@ -113,6 +113,25 @@ def test_pool_plays_branched_groups_as_the_engine_does(pool, tiny_model_dir):
     assert forked >= 6
 
 
+def test_pool_plays_bounded_contexts_as_the_engine_does(pool, tiny_model_dir):
+    """``context_window``: the workers' trajectories carry the in-process engine's steps."""
+    from transformers import AutoTokenizer
+
+    from agentgym.backends.scripted import ScriptedBackend
+
+    reqs = [EpisodeRequest(g % 7, 2000 + g, 0) for g in range(8)]
+    got = play(pool, reqs, context_window=1)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = RolloutEngine(ScriptedBackend(tok, policy="oracle"), tok, max_turns=20,
+                           context_window=1)
+    want = {(t.group_id, t.sample_index): t for t in play(engine, reqs)}
+    for t in got:
+        w = want[(t.group_id, t.sample_index)]
+        assert (t.step_context, t.step_reply, t.step_end) == (w.step_context, w.step_reply,
+                                                              w.step_end)
+        assert len(t.step_reply) == t.num_turns and t.token_ids == w.token_ids
+
+
 def test_worker_messages_carry_every_trajectory_field_exactly():
     """What a worker sends is what the driver yields: every field of a model's trajectory
     (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
@@ -133,7 +152,8 @@ def test_worker_messages_carry_every_trajectory_field_exactly():
             (7, traj(2, task_id="t-2", stop_reason="backend_error", loss_mask=[0] * 5,
                      logprobs=[0.0, -0.5, 0.0, 0.0, -2.0], error="boom",
                      timings={"total_s": 0.5, "gen_s": 0.0})),
-            (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[]))]
+            (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[])),
+            (9, traj(4, step_context=[2, 2], step_reply=[2, 3], step_end=[3, 4]))]
     trajs = [t for _, t in sent]
     index, packed, info = _decode_rows(_encode([i for i, _ in sent], pack(trajs),
                                                RowInfo.of(trajs)))
