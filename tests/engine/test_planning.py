@@ -3,6 +3,7 @@ action and every ``replan_every`` env turns, through the native pool and a Pytho
 
 import pytest
 
+from agentgym.backends.base import GenerateResult
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.config import RolloutConfig
@@ -76,3 +77,61 @@ def test_plan_settings_are_checked():
         RolloutConfig(plan=True, replan_every=-1)
     with pytest.raises(ValueError, match="plan_max_tokens"):
         RolloutConfig(plan=True, plan_max_tokens=0)
+
+
+@pytest.mark.parametrize("env_id", ["maze", "office"])
+def test_a_plan_bonus_rewards_the_plans_of_solved_episodes_only(tokenizer, env_id):
+    """``plan_bonus``: each plan turn of a solved episode earns it as its turn reward (and
+    the episode's reward); an unsolved episode's plans earn nothing."""
+    plain = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, max_turns=30,
+                          max_total_tokens=8192, plan=True)
+    ref = plain.collect_sync(3, env_id)
+    eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer, max_turns=30,
+                        max_total_tokens=8192, plan=True, replan_every=3, plan_bonus=0.5)
+    for t in eng.collect_sync(3, env_id):
+        assert t.success
+        plans = int(t.timings["plan_turns"])
+        assert plans >= 2 or t.num_turns <= 4
+        assert t.turn_rewards.count(0.5) >= plans
+        assert t.reward == pytest.approx(sum(t.turn_rewards))
+    for r, t in zip(ref, eng.collect_sync(3, env_id, replan_every=0)):
+        assert t.turn_rewards == [0.5, *r.turn_rewards[1:]]
+        assert t.reward == pytest.approx(r.reward + 0.5)
+    # the random policy solves none of these in two turns: no bonus
+    rnd = RolloutEngine(ScriptedBackend(tokenizer, policy="random"), tokenizer, max_turns=2,
+                        max_total_tokens=8192, plan=True, plan_bonus=0.5)
+    for t in rnd.collect_sync(4, env_id):
+        assert not t.success and t.turn_rewards[0] == 0.0
+    for e in (plain, eng, rnd):
+        e.close()
+
+
+class LateOracle(ScriptedBackend):
+    """Replies that the env refuses for an episode's first ``late`` requests, then the
+    oracle: its first attempt runs out of turns, its retry solves."""
+
+    def __init__(self, tokenizer, late: int):
+        super().__init__(tokenizer)
+        self.late, self.seen = late, {}
+        self.bad = self._encode("Action: xyzzy") + [self.end_of_turn_id]
+
+    async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+        episode = request_id.rsplit("-", 2)[0]
+        self.seen[episode] = self.seen.get(episode, 0) + 1
+        if self.seen[episode] <= self.late:
+            return GenerateResult(token_ids=self.bad, logprobs=[0.0] * len(self.bad))
+        return await super().generate(prompt_ids, sampling, request_id, context)
+
+
+def test_a_plan_bonus_joins_a_retried_episodes_reward(tokenizer):
+    """With reflection, a retried episode's reward is set, not summed: the bonus is added
+    to it as to its plan turn."""
+    eng = RolloutEngine(LateOracle(tokenizer, late=31), tokenizer, max_turns=30,
+                        max_total_tokens=8192, plan=True, plan_bonus=0.25, reflection=1,
+                        reflection_discount=1.0)
+    for t in eng.collect_sync(3, "maze"):
+        assert t.timings["attempts"] == 2.0 and t.success
+        assert t.turn_rewards[0] == 0.25 and t.reward == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="plan_bonus"):
+        RolloutConfig(plan=True, plan_bonus=-1.0)
+    eng.close()

@@ -62,8 +62,9 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     ``plan`` (off by default) adds plan turns: before the first action, and after every
     ``replan_every`` env turns when that is > 0, the assistant turn opens with
     ``plan_prefix`` (default :data:`~agentgym.engine.planning.PLAN_PREFIX`, prompt tokens),
-    the model writes a plan (policy tokens, at most ``plan_max_tokens``, reward 0) that the
-    env never sees, and a user turn asks for the next action. Horizons count env turns, not
+    the model writes a plan (policy tokens, at most ``plan_max_tokens``, reward 0, or
+    ``plan_bonus`` once the episode is solved) that the env never sees, and a user turn asks
+    for the next action. Horizons count env turns, not
     plan turns (docs/mechanisms.md). Not with ``reply_prefix`` (it would open the plan).
 
     ``context_window`` (None, the whole record, by default) bounds what the model sees: each
@@ -136,6 +137,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     plan_prefix: str | None = None
     #: Tokens a plan may take (None: ``max_new_tokens``).
     plan_max_tokens: int | None = None
+    #: The reward of each plan turn of a solved episode (RLVMR's planning reward; 0: none).
+    plan_bonus: float = 0.0
     #: Bounded context: the first prompt and the last this many replies (None: the whole
     #: record; docs/mechanisms.md).
     context_window: int | None = None
@@ -176,6 +179,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
             raise ValueError(f"replan_every must be >= 0, got {self.replan_every}")
         if self.plan_max_tokens is not None and self.plan_max_tokens < 1:
             raise ValueError(f"plan_max_tokens must be >= 1, got {self.plan_max_tokens}")
+        if self.plan_bonus < 0:
+            raise ValueError(f"plan_bonus must be >= 0, got {self.plan_bonus}")
         if self.plan and self.reply_prefix:
             raise ValueError("plan and reply_prefix do not combine: the reply prefix would "
                              "open the plan turn's reply")

@@ -98,6 +98,8 @@ class _Episode:
     plan_turns: int = 0
     #: ``turns`` at the last plan turn (-1: none yet).
     planned_at: int = -1
+    #: The store's turn index of each plan turn (``plan_bonus`` only).
+    plan_at: list[int] | None = None
     #: Bounded contexts (``RolloutConfig.context_window``): per reply, where its window
     #: resumes after the first prompt, where it begins and where it ends (None: off).
     step_context: list[int] | None = None
@@ -372,6 +374,8 @@ class _Run:
                     for e, n in zip(played, self.pool.undo_turns([e.slot for e in played])):
                         e.undo_turns += n
         overrides = self._reflection_rewards(eps) if self.reflect else None
+        if self.cfg.plan_bonus:
+            self._plan_bonus(eps, overrides)
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
         keys = np.fromiter((e.key for e in eps), np.uint64, len(eps))
         self.store.finish_batch(keys, [e.stop_reason for e in eps], overrides)
@@ -427,6 +431,22 @@ class _Run:
             if credit_reflections and solved(e.stop_reason == "done", ret):
                 self.store.credit_only(e.key, e.reflection_starts)
         return out
+
+    def _plan_bonus(self, eps: list[_Episode], overrides: np.ndarray | None) -> None:
+        """``plan_bonus`` onto each plan turn of the closing episodes that are solved (by
+        the one success rule, on their reward as it stands: their turn rewards' sum, or
+        their entry in ``overrides``, which gets the bonuses too)."""
+        bonus, store = self.cfg.plan_bonus, self.store
+        for k, e in enumerate(eps):
+            if not e.plan_at or e.stop_reason != "done":
+                continue
+            own = overrides is None or np.isnan(overrides[k])
+            if not solved(True, store.reward(e.key) if own else float(overrides[k])):
+                continue
+            for turn in e.plan_at:
+                store.add_reward(e.key, turn, bonus)
+            if not own:
+                overrides[k] += bonus * len(e.plan_at)
 
     def _attempt_return(self, ep: _Episode) -> float:
         """The return of ``ep``'s running (or just ended) attempt."""
@@ -637,6 +657,10 @@ class _Run:
             ids.append(eot)
         if self.window:
             self._add_step(ep, resume, start, len(ids))
+        if self.cfg.plan_bonus:
+            if ep.plan_at is None:
+                ep.plan_at = []
+            ep.plan_at.append(store.num_turns(key))
         store.add_turn(key, 0.0)
         store.append(key, np.array(self.act_ids, np.uint32), False)
         ids.extend(self.act_ids)
@@ -673,6 +697,7 @@ class _Run:
             c.ids = list(root.ids)
             c.prompt_len, c.turns, c.cut_turns = root.prompt_len, root.turns, root.cut_turns
             c.plan_turns, c.planned_at = root.plan_turns, root.planned_at
+            c.plan_at = None if root.plan_at is None else list(root.plan_at)
             if self.window:
                 c.step_context, c.step_reply, c.step_end = (
                     list(root.step_context), list(root.step_reply), list(root.step_end))

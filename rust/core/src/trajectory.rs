@@ -423,6 +423,22 @@ impl TrajectoryStore {
         Ok(())
     }
 
+    /// The sum of the turn rewards recorded so far by a live episode.
+    pub fn reward(&self, key: u64) -> Result<f32> {
+        Ok(self.record(key)?.turn_rewards.iter().sum())
+    }
+
+    /// Add `delta` to the reward of turn `turn` (0-based) of a live episode, a reward known
+    /// only once the episode's outcome is (e.g. a bonus on a plan turn of a solved episode).
+    pub fn add_reward(&mut self, key: u64, turn: usize, delta: f32) -> Result<()> {
+        let n = self.record(key)?.turn_rewards.len();
+        if turn >= n {
+            return err(format!("episode {key} has {n} turns; turn {turn} does not exist"));
+        }
+        self.live.get_mut(&key).expect("checked above").turn_rewards[turn] += delta;
+        Ok(())
+    }
+
     /// Close the current turn of `key` with its reward.
     pub fn add_turn(&mut self, key: u64, reward: f32) -> Result<()> {
         self.add_turns(&[key], &[reward])

@@ -139,6 +139,16 @@ impl PyTrajectoryStore {
             .map_err(to_py)
     }
 
+    /// The sum of the turn rewards recorded so far by a live episode.
+    fn reward(&self, key: u64) -> PyResult<f32> {
+        self.inner.reward(key).map_err(to_py)
+    }
+
+    /// Add ``delta`` to the reward of turn ``turn`` (0-based) of a live episode.
+    fn add_reward(&mut self, key: u64, turn: usize, delta: f32) -> PyResult<()> {
+        self.inner.add_reward(key, turn, delta).map_err(to_py)
+    }
+
     fn add_turn(&mut self, key: u64, reward: f32) -> PyResult<()> {
         self.inner.add_turn(key, reward).map_err(to_py)
     }

@@ -401,3 +401,20 @@ fn credit_only_keeps_the_chosen_replies() {
     s.finish(1, StopReason::Done, None).unwrap();
     assert_eq!(s.drain(None).loss_mask, vec![0, 0, 0, 0, 0, 1, 1, 1, 0, 1]);
 }
+
+#[test]
+fn add_reward_changes_one_turn_and_the_sum() {
+    let mut s = TrajectoryStore::new();
+    s.begin(1, meta(1)).unwrap();
+    s.append(1, &[1, 2], false, None).unwrap();
+    s.add_turns(&[1, 1, 1], &[0.0, 0.25, 1.0]).unwrap();
+    assert_eq!(s.reward(1).unwrap(), 1.25);
+    s.add_reward(1, 0, 0.5).unwrap();
+    is_traj_err(s.add_reward(1, 3, 0.5), "turn 3 does not exist");
+    is_traj_err(s.reward(2), "");
+    assert_eq!(s.reward(1).unwrap(), 1.75);
+    s.finish(1, StopReason::Done, None).unwrap();
+    let d = s.drain(None);
+    assert_eq!(d.turn_rewards, vec![0.5, 0.25, 1.0]);
+    assert_eq!(d.rewards, vec![1.75]);
+}
