@@ -3,7 +3,7 @@ the summary built from per-shard stats."""
 
 from agentgym.collection.progress import Progress, format_summary, run_summary, shard_stats
 from agentgym.collection.schema import trajectories_table
-from agentgym.data.trajectories import pack
+from agentgym.data.trajectories import RowInfo, pack
 from tests.helpers import make_trajectory
 
 
@@ -24,7 +24,7 @@ def test_bar_counts_success_and_failures_by_stop_reason():
     s = p.session()
     assert (s["episodes"], s["generated_tokens"], s["failures"]) == \
         (4, 3, {"env_error": 1, "timeout": 1})
-    p.update_packed(pack(ts))  # the same counts from the packed rows
+    p.update_packed(pack(ts), RowInfo.of(ts))  # the same counts from the packed rows
     assert "success 0.25" in p.postfix() and "failed env_error=2 timeout=2" in p.postfix()
     s = p.session()
     assert (s["episodes"], s["generated_tokens"], s["failures"]) == \

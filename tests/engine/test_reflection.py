@@ -226,12 +226,24 @@ def test_a_python_env_retries_from_its_start(tokenizer, kwargs):
     # attempt 1: right (0.25), give up (done, unsolved); attempt 2: right x3 (goal)
     backend = Script(tokenizer, {1: "Action: give up", 2: "Try again. Action: right"})
     eng = _engine(tokenizer, backend, max_turns=10, reflection=1, reflection_discount=0.5)
-    (traj,) = eng.collect_sync(1, "test/line", **kwargs)
-    # solved on attempt 2, but the discounted reward is below 1: not counted as a success
-    assert traj.stop_reason == "done" and not traj.success
+    batch = eng.collect_sync(1, "test/line", **kwargs)
+    (traj,) = batch
+    # solved on attempt 2: judged on that attempt's return (1.5), not on the discounted
+    # reward (0.75), which is what it trains on
+    assert traj.stop_reason == "done" and traj.success
+    assert batch.metrics["success_rate"] == 1.0
     assert traj.turn_rewards == [0.25, 0.0, 0.25, 0.25, 1.0]
     assert traj.reward == pytest.approx((0.25 + 0.25 + 1.0) * 0.5)
-    assert traj.timings["attempts"] == 2.0
+    assert traj.timings["attempts"] == 2.0 and traj.timings["attempt_return"] == 1.5
+    # stored and read back, the row is judged the same
+    from agentgym.collection.progress import shard_stats
+    from agentgym.collection.schema import rows_to_trajectories, trajectories_table
+
+    table = trajectories_table([traj], run_id="r", max_turns=10, env_kwargs={})
+    assert table.column("attempt_return").to_pylist() == [1.5]
+    assert rows_to_trajectories(table)[0].success
+    assert shard_stats(table)["successes"] == 1
+    assert shard_stats(table.drop_columns(["attempt_return"]))["successes"] == 0
     text = tokenizer.decode(traj.token_ids)
     assert "Attempt 1 ended without success (the episode ended with return 0.25)" in text
     assert "the environment is back at its start.\nat 0" in text

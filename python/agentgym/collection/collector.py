@@ -242,7 +242,7 @@ class Collector:
                             prog.update(trajs)
                             count = len(trajs)
                         else:
-                            prog.update_packed(packed)
+                            prog.update_packed(packed, info)
                             count = len(packed)
                         row = 0
                         while row < count:  # fill the shard buffer, submit when full

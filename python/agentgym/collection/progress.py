@@ -17,7 +17,9 @@ from agentgym.data.trajectories import (
     STOP_CODES,
     STOP_REASONS,
     PackedBatch,
+    RowInfo,
     Trajectory,
+    judged_return,
     solved,
 )
 from agentgym.progress import progress_bar
@@ -46,12 +48,14 @@ class Progress:
         self._count(len(trajs), sum(sum(t.loss_mask) for t in trajs),
                     sum(1 for t in trajs if t.success), failures)
 
-    def update_packed(self, packed: PackedBatch) -> None:
-        """Count the finished trajectories of a packed batch (vectorised)."""
+    def update_packed(self, packed: PackedBatch, info: RowInfo) -> None:
+        """Count the finished trajectories of a packed batch and its row info (vectorised)."""
         codes = packed.stop_reason
         by_code = np.bincount(codes, minlength=len(STOP_REASONS))
         failures = {STOP_REASONS[c]: int(by_code[c]) for c in FAILED_STOP_CODES if by_code[c]}
-        successes = int(solved(codes == _DONE, packed.rewards).sum())
+        attempt = np.array([np.nan if r is None else r for r in info.attempt_return],
+                           np.float64)
+        successes = int(solved(codes == _DONE, judged_return(packed.rewards, attempt)).sum())
         self._count(len(packed), int(packed.loss_mask.sum(dtype=np.int64)), successes,
                     failures)
 
@@ -92,7 +96,7 @@ class Progress:
 
 
 #: The columns :func:`shard_stats` reads.
-STATS_COLUMNS = ["stop_reason", "reward", "num_turns", "loss_mask"]
+STATS_COLUMNS = ["stop_reason", "reward", "attempt_return", "num_turns", "loss_mask"]
 
 
 def shard_stats(t: pa.Table) -> dict[str, Any]:
@@ -103,11 +107,15 @@ def shard_stats(t: pa.Table) -> dict[str, Any]:
                 "generated_tokens": 0, "stop_reasons": {}}
     stop = t.column("stop_reason")
     reward = t.column("reward").to_numpy().astype(np.float64)
+    judged = reward
+    if "attempt_return" in t.column_names:  # schema version 6 on
+        judged = judged_return(reward, t.column("attempt_return").to_numpy(
+            zero_copy_only=False).astype(np.float64))
     done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
     counts = pc.value_counts(stop).to_pylist()
     return {
         "rows": int(t.num_rows),
-        "successes": int(solved(done, reward).sum()),
+        "successes": int(solved(done, judged).sum()),
         "reward_sum": float(reward.sum()),
         "turns_sum": int(t.column("num_turns").to_numpy().sum()),
         "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),

@@ -69,6 +69,8 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("invalid_turns", pa.uint32(), "turns whose action the env refused as unreadable"),
     ("undo_turns", pa.uint32(), "accepted undo turns (RolloutConfig.undo)"),
     ("attempts", pa.uint32(), "attempts played (RolloutConfig.reflection; 1 without a retry)"),
+    ("attempt_return", pa.float32(), "the last attempt's return where the episode retried "
+                                      "(reflection; its success is judged on it), else null"),
     ("plan_turns", pa.uint32(), "plan turns (RolloutConfig.plan; counted in num_turns, never "
                                 "sent to the env)"),
     ("branch_parent", pa.uint32(), "branched groups (RolloutConfig.branch_at): sample_index of "
@@ -162,6 +164,7 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "invalid_turns": pa.array(info.invalid_turns, pa.uint32()),
         "undo_turns": pa.array(info.undo_turns, pa.uint32()),
         "attempts": pa.array(info.attempts, pa.uint32()),
+        "attempt_return": pa.array(info.attempt_return, pa.float32()),
         "plan_turns": pa.array(info.plan_turns, pa.uint32()),
         "branch_parent": pa.array(packed.branch_parent, pa.uint32()),
         "branch_turn": pa.array(packed.branch_turn, pa.uint32()),
@@ -255,7 +258,10 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
                   if "attempts" in table.column_names else [1] * table.num_rows),
         # absent from shards before schema version 5 (before planning): none
         plan_turns=(table.column("plan_turns").to_pylist()
-                    if "plan_turns" in table.column_names else [0] * table.num_rows))
+                    if "plan_turns" in table.column_names else [0] * table.num_rows),
+        # absent before schema version 6: judged on the reward
+        attempt_return=(table.column("attempt_return").to_pylist()
+                        if "attempt_return" in table.column_names else [None] * table.num_rows))
     return packed, info
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "RowInfo",
     "Trajectory",
     "pack",
+    "judged_return",
     "solved",
     "trajectories",
     "unpack",
@@ -70,8 +71,18 @@ SUCCESS_REWARD = 1.0
 
 def solved(done: Any, reward: Any) -> Any:
     """The success rule over scalars or numpy arrays: ended by the env (``done``, a bool or
-    bool array) with at least :data:`SUCCESS_REWARD` reward."""
+    bool array) with at least :data:`SUCCESS_REWARD` reward. An episode that retried
+    (reflection) is judged on its last attempt's return, not on its discounted reward:
+    :func:`judged_return`."""
     return done & (reward >= SUCCESS_REWARD - 1e-6)
+
+
+def judged_return(reward: Any, attempt_return: Any) -> Any:
+    """What :func:`solved` judges: the reward, or where an episode retried its last
+    attempt's return (``attempt_return``: None, or NaN in arrays, where it did not)."""
+    if isinstance(attempt_return, np.ndarray):
+        return np.where(np.isnan(attempt_return), reward, attempt_return)
+    return reward if attempt_return is None else attempt_return
 
 
 class BatchFormatError(ValueError):
@@ -133,8 +144,10 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
 
     @property
     def success(self) -> bool:
-        """Solved: ended by the env (``done``) with full reward."""
-        return bool(solved(self.stop_reason == "done", self.reward))
+        """Solved: ended by the env (``done``) with full reward (a retried episode: its last
+        attempt's return, ``timings["attempt_return"]``, in full)."""
+        return bool(solved(self.stop_reason == "done",
+                           judged_return(self.reward, self.timings.get("attempt_return"))))
 
     @property
     def response_length(self) -> int:
@@ -467,6 +480,9 @@ class RowInfo:
     #: ``timings["plan_turns"]``: plan turns (``RolloutConfig.plan``; counted in
     #: ``num_turns``, never sent to the env).
     plan_turns: list[int]
+    #: ``timings["attempt_return"]``: the last attempt's return of an episode that retried
+    #: (``RolloutConfig.reflection``; None where it did not). Its success is judged on it.
+    attempt_return: list[float | None]
 
     def __len__(self) -> int:
         return len(self.task_id)
@@ -474,7 +490,8 @@ class RowInfo:
     def timings(self, i: int) -> dict[str, float]:
         """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
         ``cut_turns`` / ``invalid_turns`` / ``undo_turns`` / ``plan_turns`` only where there
-        were any, and ``attempts`` only where there was more than one."""
+        were any, and ``attempts`` and ``attempt_return`` only where there was more than one
+        attempt."""
         t = {"total_s": self.time_total_s[i], "gen_s": self.time_gen_s[i]}
         if self.cut_turns[i]:
             t["cut_turns"] = float(self.cut_turns[i])
@@ -486,6 +503,8 @@ class RowInfo:
             t["attempts"] = float(self.attempts[i])
         if self.plan_turns[i]:
             t["plan_turns"] = float(self.plan_turns[i])
+        if self.attempt_return[i] is not None:
+            t["attempt_return"] = float(self.attempt_return[i])
         return t
 
     @classmethod
@@ -499,7 +518,8 @@ class RowInfo:
                    invalid_turns=[int(t.timings.get("invalid_turns", 0)) for t in trajs],
                    undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs],
                    attempts=[int(t.timings.get("attempts", 1)) for t in trajs],
-                   plan_turns=[int(t.timings.get("plan_turns", 0)) for t in trajs])
+                   plan_turns=[int(t.timings.get("plan_turns", 0)) for t in trajs],
+                   attempt_return=[t.timings.get("attempt_return") for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:

@@ -400,7 +400,9 @@ class _Run:
                        invalid_turns=[e.invalid_turns for e in eps],
                        undo_turns=[e.undo_turns for e in eps],
                        attempts=[e.attempts for e in eps],
-                       plan_turns=[e.plan_turns for e in eps])
+                       plan_turns=[e.plan_turns for e in eps],
+                       attempt_return=[e.attempt_return if e.attempts > 1 else None
+                                       for e in eps])
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
@@ -426,7 +428,7 @@ class _Run:
         credit_reflections = self.cfg.reflection_credit == "reflection"
         for k in retried:
             e = eps[k]
-            ret = self._attempt_return(e)
+            ret = e.attempt_return = self._attempt_return(e)
             out[k] = final_reward(ret, e.attempts, discount)
             if credit_reflections and solved(e.stop_reason == "done", ret):
                 self.store.credit_only(e.key, e.reflection_starts)
@@ -434,14 +436,15 @@ class _Run:
 
     def _plan_bonus(self, eps: list[_Episode], overrides: np.ndarray | None) -> None:
         """``plan_bonus`` onto each plan turn of the closing episodes that are solved (by
-        the one success rule, on their reward as it stands: their turn rewards' sum, or
-        their entry in ``overrides``, which gets the bonuses too)."""
+        the one success rule: on their turn rewards' sum, or where they retried on their
+        last attempt's return); a retried episode's entry in ``overrides`` gets the bonuses
+        too."""
         bonus, store = self.cfg.plan_bonus, self.store
         for k, e in enumerate(eps):
             if not e.plan_at or e.stop_reason != "done":
                 continue
             own = overrides is None or np.isnan(overrides[k])
-            if not solved(True, store.reward(e.key) if own else float(overrides[k])):
+            if not solved(True, store.reward(e.key) if own else e.attempt_return):
                 continue
             for turn in e.plan_at:
                 store.add_reward(e.key, turn, bonus)
