@@ -134,7 +134,10 @@ def run_one(arm: str, seed: int, base: dict | None = None,
                 if x.strip()]
     evals = [[r["step"], r["success_rate"]] for r in rows if r.get("type") == "eval"]
     horizons = [[r["step"], r["horizon/max_turns"]] for r in rows if r.get("type") == "train"]
-    return {"arm": arm, "seed": seed, "eval": evals, "horizon": horizons,
+    first = [[r["step"], r["success_rate/first_attempt"]] for r in rows
+             if r.get("type") == "eval" and "success_rate/first_attempt" in r]
+    return {"arm": arm, "seed": seed, "eval": evals, "eval_first_attempt": first,
+            "horizon": horizons,
             "train_success": [[r["step"], r.get("success_rate", 0.0)] for r in rows
                               if r.get("type") == "train"],
             # model tokens the run generated (and trained on): its token budget

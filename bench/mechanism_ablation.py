@@ -21,7 +21,10 @@ test mazes). Every arm is that recipe with one change:
 
 The arms differ in how many tokens they generate for the same number of trained samples
 (a retry doubles an episode, a tree shares its prefix), so each run also reports
-``model_tokens``: the model tokens it generated. The runner and the summary statistics are
+``model_tokens``: the model tokens it generated. Held-out evaluation plays each arm as it
+trains (the reflection arm with its retry): ``final_first_attempt`` is each run's final
+held-out success on the first attempt alone, the like-for-like figure. The runner and the
+summary statistics are
 ``bench/horizon_ablation.py``'s (final and best held-out success per arm, mean and spread
 over seeds, first step at 0.5, collapses). Writes ``bench/results/mechanism_ablation.json``
 and ``.png``; prints the markdown table.
@@ -93,7 +96,12 @@ def main(argv=None) -> dict:
                     warm_cache, mechanism_arm, tuple(ARMS))
     report["summary"] = ha.summarize(report["runs"], tuple(ARMS))
     for arm, row in report["summary"].items():
-        row["model_tokens"] = [r.get("model_tokens") for r in report["runs"] if r["arm"] == arm]
+        runs = [r for r in report["runs"] if r["arm"] == arm]
+        row["model_tokens"] = [r.get("model_tokens") for r in runs]
+        # held-out success on the first attempt (the reflection arm evaluates with its
+        # retry; the other arms' first attempt is their only one)
+        row["final_first_attempt"] = [r["eval_first_attempt"][-1][1] if
+                                      r.get("eval_first_attempt") else None for r in runs]
     ha.save(report, out)
     if report["runs"]:
         ha.plot(report, out.with_suffix(".png"), tuple(ARMS), "Agent mechanisms")

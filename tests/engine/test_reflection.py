@@ -232,6 +232,7 @@ def test_a_python_env_retries_from_its_start(tokenizer, kwargs):
     # reward (0.75), which is what it trains on
     assert traj.stop_reason == "done" and traj.success
     assert batch.metrics["success_rate"] == 1.0
+    assert batch.metrics["success_rate/first_attempt"] == 0.0
     assert traj.turn_rewards == [0.25, 0.0, 0.25, 0.25, 1.0]
     assert traj.reward == pytest.approx((0.25 + 0.25 + 1.0) * 0.5)
     assert traj.timings["attempts"] == 2.0 and traj.timings["attempt_return"] == 1.5

@@ -24,6 +24,9 @@ def batch_metrics(trajs: list[Trajectory], wall_s: float) -> dict[str, float]:
         "reward/max": float(rewards.max()),
         "reward/min": float(rewards.min()),
         "success_rate": float(np.mean([t.success for t in trajs])),
+        # solved on the first attempt (differs from success_rate only with reflection retries)
+        "success_rate/first_attempt": float(np.mean(
+            [t.success and "attempts" not in t.timings for t in trajs])),
         "num_turns/mean": float(turns.mean()),
         "num_turns/max": float(turns.max()),
         "response_length/mean": float(resp.mean()),

@@ -448,6 +448,7 @@ class Trainer:
         self.failures.check_eval(batch.trajectories, step)
         m = batch.metrics
         row = {"type": "eval", "step": step, "success_rate": m.get("success_rate", 0.0),
+               "success_rate/first_attempt": m.get("success_rate/first_attempt", 0.0),
                "reward/mean": m.get("reward/mean", 0.0),
                "num_turns/mean": m.get("num_turns/mean", 0.0),
                "horizon/max_turns": float(horizon), "num_tasks": len(batch),
