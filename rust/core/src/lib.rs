@@ -1,6 +1,8 @@
 //! Pure-Rust core of agentgym-rl (no PyO3 here; see `rust/py` for the bindings).
 //!
 //! - [`env`]: the native environment contract ([`env::Env`]) and tasks.
+//! - [`game`]: the multi-seat game contract ([`game::Game`], self-play); [`games`]: the
+//!   native games.
 //! - [`episode`]: one live episode's bookkeeping (turns, horizon, stop reason).
 //! - [`pool`]: [`pool::EpisodePool`], batched parallel reset/step over many episodes.
 //! - [`trajectory`]: per-episode token segments and packed export of completed ones.
@@ -17,6 +19,8 @@ pub mod env;
 pub mod envs;
 pub mod episode;
 pub mod error;
+pub mod game;
+pub mod games;
 pub mod parse;
 pub mod pool;
 pub mod registry;

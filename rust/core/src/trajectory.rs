@@ -433,7 +433,9 @@ impl TrajectoryStore {
     pub fn add_reward(&mut self, key: u64, turn: usize, delta: f32) -> Result<()> {
         let n = self.record(key)?.turn_rewards.len();
         if turn >= n {
-            return err(format!("episode {key} has {n} turns; turn {turn} does not exist"));
+            return err(format!(
+                "episode {key} has {n} turns; turn {turn} does not exist"
+            ));
         }
         self.live.get_mut(&key).expect("checked above").turn_rewards[turn] += delta;
         Ok(())

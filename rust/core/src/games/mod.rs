@@ -1,0 +1,50 @@
+//! The native multi-seat games ([`crate::game::Game`]), one module each
+//! (`games/<id>/mod.rs`, its tests beside it in `games/<id>/tests.rs`), registered by id in
+//! [`GAMES`].
+//!
+//! - [`tictactoe`]: tic-tac-toe, perfect information, zero-sum; a minimax solver.
+//! - [`kuhn_poker`]: Kuhn poker, hidden information (each seat sees only its own card),
+//!   zero-sum; the game's Nash equilibrium strategy.
+//!
+//! `props` (tests only) holds the property tests every game passes.
+
+use crate::error::{CoreError, Result};
+use crate::game::Game;
+use crate::registry::Kwargs;
+
+pub mod kuhn_poker;
+#[cfg(test)]
+mod props;
+pub mod tictactoe;
+
+/// A game id and its constructor (kwargs as a JSON object, as the envs take them).
+pub struct GameSpec {
+    pub id: &'static str,
+    pub description: &'static str,
+    pub make: fn(&Kwargs) -> Result<Box<dyn Game>>,
+}
+
+/// The shipped games.
+pub static GAMES: &[GameSpec] = &[
+    GameSpec {
+        id: "tictactoe",
+        description: "Tic-tac-toe for two seats (X moves first); tasks are openings",
+        make: tictactoe::make,
+    },
+    GameSpec {
+        id: "kuhn_poker",
+        description: "Kuhn poker for two seats: one private card each, one betting round",
+        make: kuhn_poker::make,
+    },
+];
+
+/// The game `id` built with `kwargs`.
+pub fn make_game(id: &str, kwargs: &Kwargs) -> Result<Box<dyn Game>> {
+    match GAMES.iter().find(|g| g.id == id) {
+        Some(g) => (g.make)(kwargs),
+        None => Err(CoreError::UnknownEnv {
+            id: id.to_string(),
+            known: GAMES.iter().map(|g| g.id).collect::<Vec<_>>().join(", "),
+        }),
+    }
+}
