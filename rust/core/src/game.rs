@@ -37,8 +37,9 @@ pub struct GameStep {
     pub over: bool,
 }
 
-/// A native multi-seat game. `Send` so that a pool can step games on worker threads.
-pub trait Game: Send {
+/// A native multi-seat game. `Send` and `Sync` so that a pool can step games on worker
+/// threads and the bindings can share one.
+pub trait Game: Send + Sync {
     /// The number of seats of every episode of this game.
     fn seats(&self) -> usize;
     /// Seat `seat`'s role, a short name that is the same for that seat in every episode

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 mod batch;
 mod errors;
+mod game;
 mod parse;
 mod pool;
 mod trajectory;
@@ -17,6 +18,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     pool::register(m)?;
+    game::register(m)?;
     trajectory::register(m)?;
     parse::register(m)?;
     turn::register(m)?;

@@ -43,7 +43,7 @@ pub enum ResetResult<'py> {
     Rows((Bound<'py, PyList>, Vec<(usize, Py<PyAny>)>)),
 }
 
-fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
+pub(crate) fn parse_kwargs(kwargs_json: &str) -> PyResult<Kwargs> {
     match serde_json::from_str::<serde_json::Value>(kwargs_json) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
         Ok(_) => Err(PyValueError::new_err("env kwargs must be a JSON object")),
