@@ -394,7 +394,8 @@ class PackedBatch:
         """One sample per model reply of the trajectories with steps, each exactly what the
         backend was sent for that reply followed by the reply: ``token_ids[:H] +
         token_ids[step_context[s]:step_end[s]]`` (``H``: the trajectory's first
-        ``step_context``), its loss mask the trajectory's on the reply and 0 elsewhere. A
+        ``step_context``), its loss mask and logprobs the trajectory's on the reply and 0
+        elsewhere. A
         trajectory without steps is one sample as it is. Returns the samples (per-trajectory
         fields repeated from their trajectory, ``prompt_len`` the tokens before the reply;
         a step sample has no turns and no steps), the index of each sample token in this
@@ -437,7 +438,7 @@ class PackedBatch:
             token_ids=self.token_ids[source],
             offsets=np.concatenate([[0], np.cumsum(sample_lens)]).astype(np.int64),
             loss_mask=self.loss_mask[source] * trained,
-            logprobs=self.logprobs[source],
+            logprobs=(self.logprobs[source] * trained).astype(np.float32, copy=False),
             turn_rewards=self.turn_rewards[turn_idx],
             turn_offsets=np.concatenate([[0], np.cumsum(tlen)]).astype(np.int64),
             step_offsets=np.zeros(len(row) + 1, np.int64),
