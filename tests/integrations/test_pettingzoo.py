@@ -27,7 +27,7 @@ def play(env: GameAEC, choose) -> dict[str, float]:
     return final
 
 
-@pytest.mark.parametrize("game_id", ["tictactoe", "kuhn_poker"])
+@pytest.mark.parametrize("game_id", ["tictactoe", "kuhn_poker", "negotiation"])
 def test_pettingzoo_api_test_passes(game_id, monkeypatch):
     """PettingZoo's ``api_test``, with its one numpy-only check (an observation's dtype
     against its space's: a text observation has none) left out; every other check runs. Its
@@ -43,7 +43,7 @@ def test_pettingzoo_api_test_passes(game_id, monkeypatch):
 
 
 def test_oracle_self_play_reaches_each_games_value():
-    assert game_ids() == ["tictactoe", "kuhn_poker"]
+    assert game_ids() == ["tictactoe", "kuhn_poker", "negotiation"]
     env = GameAEC("tictactoe")
     assert env.possible_agents == ["X", "O"]
     for seed in range(5):  # perfect play from the empty board draws
@@ -98,3 +98,17 @@ def test_the_binding_refuses_bad_input_with_named_errors():
     assert g.over and g.rewards() == [0.0, -1.0]
     with pytest.raises(ValueError, match="over"):
         g.step(["1"])
+
+
+def test_negotiators_reach_deals_and_keep_their_values_private():
+    env = GameAEC("negotiation")
+    assert env.possible_agents == ["A", "B"]
+    deals = 0
+    for task in range(40):
+        env.reset(seed=task, options={"task": task})
+        view = env.observe("B")
+        assert "Your values" in view and "private" in view
+        final = play(env, lambda a, info: info["oracle_action"])
+        assert all(0.0 <= r <= 1.0 for r in final.values())
+        deals += sum(final.values()) > 0
+    assert deals >= 30

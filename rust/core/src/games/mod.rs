@@ -5,6 +5,9 @@
 //! - [`tictactoe`]: tic-tac-toe, perfect information, zero-sum; a minimax solver.
 //! - [`kuhn_poker`]: Kuhn poker, hidden information (each seat sees only its own card),
 //!   zero-sum; the game's Nash equilibrium strategy.
+//! - [`negotiation`]: a natural-language negotiation over a pool of items with private
+//!   valuations ("Deal or No Deal"), general-sum; a scripted negotiator that concedes over
+//!   time.
 //!
 //! `props` (tests only) holds the property tests every game passes.
 
@@ -13,6 +16,7 @@ use crate::game::Game;
 use crate::registry::Kwargs;
 
 pub mod kuhn_poker;
+pub mod negotiation;
 #[cfg(test)]
 mod props;
 pub mod tictactoe;
@@ -35,6 +39,12 @@ pub static GAMES: &[GameSpec] = &[
         id: "kuhn_poker",
         description: "Kuhn poker for two seats: one private card each, one betting round",
         make: kuhn_poker::make,
+    },
+    GameSpec {
+        id: "negotiation",
+        description: "Deal or No Deal for two seats: split a pool of items, each seat's values \
+                      private, by messages and offers",
+        make: negotiation::make,
     },
 ];
 
