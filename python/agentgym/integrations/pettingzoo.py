@@ -3,15 +3,16 @@
 PettingZoo AEC environments: the field's multi-agent convention, for users who bring their
 own agents or compare with other PettingZoo code.
 
-Agents are named by their seat's role (``X``/``O``, ``first``/``second``). Observations and
-actions are text (:class:`~agentgym.envs.spaces.TextSpace`): an observation is the seat's
-own view (the game never puts another seat's private information in it), an action the
-move's text (``"5"``, ``"bet"``, ``"propose: book=1 hat=2 ball=0"``). A game's rewards are final: every agent's reward is 0
-until the game ends, then its return (an unreadable or illegal move ends the game with -1
-for its agent and 0 for the others). ``infos[agent]["valid_actions"]`` lists the legal
-moves of the agent to move and ``infos[agent]["oracle_action"]`` the reference strategy's
-(minimax, Kuhn's equilibrium, a scripted negotiator). ``reset(seed, options={"task": i})`` picks the opening or
-deal (default: task 0); the same task and seed replay the same game.
+Agents are named by their seat's role (``X``/``O``, ``first``/``second``, ``A``/``B``).
+Observations and actions are text (:class:`~agentgym.envs.spaces.TextSpace`): an observation
+is the seat's own view (the game never puts another seat's private information in it), an
+action the move's text (``"5"``, ``"bet"``, ``"propose: book=1 hat=2 ball=0"``). A game's
+rewards are final: every agent's reward is 0 until the game ends, then its return (an
+unreadable or illegal move ends the game with -1 for its agent and 0 for the others).
+``infos[agent]["valid_actions"]`` lists the legal moves of the agent to move and
+``infos[agent]["oracle_action"]`` the reference strategy's (minimax, Kuhn's equilibrium, a
+scripted negotiator). ``reset(seed, options={"task": i})`` picks the opening, deal or pool
+(default: task 0); the same task and seed replay the same game.
 
     from agentgym.integrations.pettingzoo import GameAEC
     env = GameAEC("kuhn_poker")
