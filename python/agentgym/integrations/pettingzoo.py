@@ -1,7 +1,6 @@
 """The native multi-seat games (``tictactoe``, ``kuhn_poker``, ``negotiation``;
-``agentgym._core.Game``) as
-PettingZoo AEC environments: the field's multi-agent convention, for users who bring their
-own agents or compare with other PettingZoo code.
+``agentgym._core.Game``) as PettingZoo AEC environments: the field's multi-agent
+convention, for users who bring their own agents or compare with other PettingZoo code.
 
 Agents are named by their seat's role (``X``/``O``, ``first``/``second``, ``A``/``B``).
 Observations and actions are text (:class:`~agentgym.envs.spaces.TextSpace`): an observation
