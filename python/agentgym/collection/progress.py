@@ -19,7 +19,6 @@ from agentgym.data.trajectories import (
     PackedBatch,
     RowInfo,
     Trajectory,
-    judged_return,
     solved,
 )
 from agentgym.progress import progress_bar
@@ -53,9 +52,8 @@ class Progress:
         codes = packed.stop_reason
         by_code = np.bincount(codes, minlength=len(STOP_REASONS))
         failures = {STOP_REASONS[c]: int(by_code[c]) for c in FAILED_STOP_CODES if by_code[c]}
-        attempt = np.array([np.nan if r is None else r for r in info.attempt_return],
-                           np.float64)
-        successes = int(solved(codes == _DONE, judged_return(packed.rewards, attempt)).sum())
+        attempt = np.array(info.attempt_return, np.float64)  # None: NaN, judged on the reward
+        successes = int(solved(codes == _DONE, packed.rewards, attempt).sum())
         self._count(len(packed), int(packed.loss_mask.sum(dtype=np.int64)), successes,
                     failures)
 
@@ -107,15 +105,14 @@ def shard_stats(t: pa.Table) -> dict[str, Any]:
                 "generated_tokens": 0, "stop_reasons": {}}
     stop = t.column("stop_reason")
     reward = t.column("reward").to_numpy().astype(np.float64)
-    judged = reward
+    attempt = None
     if "attempt_return" in t.column_names:  # schema version 6 on
-        judged = judged_return(reward, t.column("attempt_return").to_numpy(
-            zero_copy_only=False).astype(np.float64))
+        attempt = t.column("attempt_return").to_numpy(zero_copy_only=False).astype(np.float64)
     done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
     counts = pc.value_counts(stop).to_pylist()
     return {
         "rows": int(t.num_rows),
-        "successes": int(solved(done, judged).sum()),
+        "successes": int(solved(done, reward, attempt).sum()),
         "reward_sum": float(reward.sum()),
         "turns_sum": int(t.column("num_turns").to_numpy().sum()),
         "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),

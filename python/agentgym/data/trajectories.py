@@ -41,7 +41,6 @@ __all__ = [
     "RowInfo",
     "Trajectory",
     "pack",
-    "judged_return",
     "solved",
     "trajectories",
     "unpack",
@@ -69,20 +68,16 @@ FAILED_STOP_CODES: tuple[int, ...] = tuple(sorted(STOP_CODES[r] for r in FAILED_
 SUCCESS_REWARD = 1.0
 
 
-def solved(done: Any, reward: Any) -> Any:
+def solved(done: Any, reward: Any, attempt_return: Any = None) -> Any:
     """The success rule over scalars or numpy arrays: ended by the env (``done``, a bool or
     bool array) with at least :data:`SUCCESS_REWARD` reward. An episode that retried
     (reflection) is judged on its last attempt's return, not on its discounted reward:
-    :func:`judged_return`."""
-    return done & (reward >= SUCCESS_REWARD - 1e-6)
-
-
-def judged_return(reward: Any, attempt_return: Any) -> Any:
-    """What :func:`solved` judges: the reward, or where an episode retried its last
-    attempt's return (``attempt_return``: None, or NaN in arrays, where it did not)."""
+    ``attempt_return`` (None, or NaN in an array, where it did not retry)."""
     if isinstance(attempt_return, np.ndarray):
-        return np.where(np.isnan(attempt_return), reward, attempt_return)
-    return reward if attempt_return is None else attempt_return
+        reward = np.where(np.isnan(attempt_return), reward, attempt_return)
+    elif attempt_return is not None:
+        reward = attempt_return
+    return done & (reward >= SUCCESS_REWARD - 1e-6)
 
 
 class BatchFormatError(ValueError):
@@ -146,8 +141,8 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     def success(self) -> bool:
         """Solved: ended by the env (``done``) with full reward (a retried episode: its last
         attempt's return, ``timings["attempt_return"]``, in full)."""
-        return bool(solved(self.stop_reason == "done",
-                           judged_return(self.reward, self.timings.get("attempt_return"))))
+        return bool(solved(self.stop_reason == "done", self.reward,
+                           self.timings.get("attempt_return")))
 
     @property
     def response_length(self) -> int:
@@ -395,12 +390,11 @@ class PackedBatch:
         backend was sent for that reply followed by the reply: ``token_ids[:H] +
         token_ids[step_context[s]:step_end[s]]`` (``H``: the trajectory's first
         ``step_context``), its loss mask and logprobs the trajectory's on the reply and 0
-        elsewhere. A
-        trajectory without steps is one sample as it is. Returns the samples (per-trajectory
-        fields repeated from their trajectory, ``prompt_len`` the tokens before the reply;
-        a step sample has no turns and no steps), the index of each sample token in this
-        batch's token arrays (int64[T'], to gather any per-token array) and each sample's
-        trajectory (int64[B'])."""
+        elsewhere. A trajectory without steps is one sample as it is. Returns the samples
+        (per-trajectory fields repeated from their trajectory, ``prompt_len`` the tokens
+        before the reply; a step sample has no turns and no steps), the index of each sample
+        token in this batch's token arrays (int64[T'], to gather any per-token array) and
+        each sample's trajectory (int64[B'])."""
         n_steps = np.diff(self.step_offsets)
         whole = np.flatnonzero(n_steps == 0)
         stepped = np.repeat(np.arange(len(self), dtype=np.int64), n_steps)
@@ -614,11 +608,8 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         raise BatchFormatError(f"{len(rows)} rows, {len(info)} row infos and "
                                f"{len(token_ids)} token lists")
     names, timings = STOP_REASONS, info.timings
-    if steps is not None:
-        out = trajectories(rows, info, token_ids)
-        for t, (ctx, reply, end) in zip(out, steps):
-            t.step_context, t.step_reply, t.step_end = ctx, reply, end
-        return out
+    if steps is None:  # fresh empty lists per row (a trajectory's lists are its own)
+        steps = [([], [], []) for _ in rows]
     return [Trajectory(
         task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
         sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,
@@ -626,7 +617,8 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         reward=r.reward, num_turns=r.num_turns, stop_reason=names[r.stop_reason],
         policy_version=r.policy_version, timings=timings(i), seed=info.seed[i],
         error=info.error[i], branch_parent=r.branch_parent if r.branch_pos else None,
-        branch_turn=r.branch_turn, branch_pos=r.branch_pos) for i, r in enumerate(rows)]
+        branch_turn=r.branch_turn, branch_pos=r.branch_pos, step_context=st[0],
+        step_reply=st[1], step_end=st[2]) for i, (r, st) in enumerate(zip(rows, steps))]
 
 
 def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
