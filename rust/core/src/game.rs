@@ -21,7 +21,7 @@
 //! action ended it so.
 
 use crate::env::Task;
-use crate::error::Result;
+use crate::error::{CoreError, Result};
 
 /// The reward of a seat whose action was unreadable or illegal (the game ends there; the
 /// other seats get 0).
@@ -76,6 +76,18 @@ pub trait Game: Send + Sync {
     /// [`Env::snapshot`](crate::env::Env::snapshot)); `None`: cannot snapshot.
     fn snapshot(&self) -> Option<Box<dyn Game>> {
         None
+    }
+}
+
+/// The index of `task` for a game whose tasks are indices only (`what`: what an index is,
+/// for the error); a task text is `InvalidTask`.
+pub fn task_index(game: &str, task: &Task, what: &str) -> Result<u64> {
+    match task {
+        Task::Index(i) => Ok(*i),
+        Task::Spec(_) => Err(CoreError::InvalidTask {
+            env: game.to_string(),
+            message: format!("{game} tasks are {what}, not text"),
+        }),
     }
 }
 

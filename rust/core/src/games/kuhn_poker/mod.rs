@@ -20,8 +20,8 @@
 //! 0 for the other seat.
 
 use crate::env::{action_line, Task};
-use crate::error::{CoreError, Result};
-use crate::game::{game_snapshot_of, Game, GameStep, ILLEGAL_MOVE_REWARD};
+use crate::error::Result;
+use crate::game::{game_snapshot_of, task_index, Game, GameStep, ILLEGAL_MOVE_REWARD};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
 
@@ -218,15 +218,7 @@ impl Game for KuhnPoker {
     }
 
     fn reset(&mut self, task: &Task, seed: u64) -> Result<()> {
-        let i = match task {
-            Task::Index(i) => *i,
-            Task::Spec(_) => {
-                return Err(CoreError::InvalidTask {
-                    env: "kuhn_poker".into(),
-                    message: "kuhn_poker tasks are deal indices (0..6), not specs".into(),
-                })
-            }
-        };
+        let i = task_index("kuhn_poker", task, "deal indices (0..6)")?;
         self.deal = (i % DEALS.len() as u64) as usize;
         self.cards = DEALS[self.deal];
         self.seed = seed;

@@ -2,6 +2,7 @@
 //! moves and the README's example transcripts.
 
 use super::*;
+use crate::error::CoreError;
 use serde_json::json;
 
 const README: &str = include_str!("../../../../../envs/kuhn_poker/README.md");

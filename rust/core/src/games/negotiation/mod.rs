@@ -29,7 +29,7 @@
 
 use crate::env::{action_line, Task};
 use crate::error::{CoreError, Result};
-use crate::game::{game_snapshot_of, Game, GameStep, ILLEGAL_MOVE_REWARD};
+use crate::game::{game_snapshot_of, task_index, Game, GameStep, ILLEGAL_MOVE_REWARD};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
 use std::sync::OnceLock;
@@ -403,17 +403,11 @@ impl Game for Negotiation {
     }
 
     fn reset(&mut self, task: &Task, seed: u64) -> Result<()> {
-        let index = match task {
-            Task::Index(i) => *i,
-            Task::Spec(_) => {
-                return Err(CoreError::InvalidTask {
-                    env: "negotiation".into(),
-                    message: "negotiation tasks are indices (any u64 draws a pool and values), \
-                              not text"
-                        .into(),
-                })
-            }
-        };
+        let index = task_index(
+            "negotiation",
+            task,
+            "indices (any u64 draws a pool and values)",
+        )?;
         let (pool, values) = task_setup(index);
         self.reset_with(pool, values, seed);
         Ok(())

@@ -11,8 +11,8 @@
 //! process and shared) that prefers faster wins and slower losses.
 
 use crate::env::{action_line, Task};
-use crate::error::{CoreError, Result};
-use crate::game::{game_snapshot_of, Game, GameStep, ILLEGAL_MOVE_REWARD};
+use crate::error::Result;
+use crate::game::{game_snapshot_of, task_index, Game, GameStep, ILLEGAL_MOVE_REWARD};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::derive;
 use std::sync::OnceLock;
@@ -225,15 +225,11 @@ impl Game for TicTacToe {
     }
 
     fn reset(&mut self, task: &Task, seed: u64) -> Result<()> {
-        let index = match task {
-            Task::Index(i) => *i,
-            Task::Spec(_) => {
-                return Err(CoreError::InvalidTask {
-                    env: "tictactoe".into(),
-                    message: format!("tasks are opening indices (0..{NUM_TASKS}), not text"),
-                })
-            }
-        };
+        let index = task_index(
+            "tictactoe",
+            task,
+            &format!("opening indices (0..{NUM_TASKS})"),
+        )?;
         self.board = opening(index);
         self.seed = seed;
         self.last = None;

@@ -2,6 +2,7 @@
 //! play, win detection, illegal moves, the observations and the README's transcripts.
 
 use super::*;
+use crate::error::CoreError;
 use crate::util::splitmix::SplitMix64;
 use serde_json::json;
 use std::collections::HashSet;
