@@ -19,6 +19,8 @@ pub mod kuhn_poker;
 pub mod negotiation;
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod test_util;
 pub mod tictactoe;
 
 /// A game id and its constructor (kwargs as a JSON object, as the envs take them).

@@ -3,6 +3,7 @@
 //! example transcripts.
 
 use super::*;
+use crate::games::test_util::transcript;
 use serde_json::json;
 use std::collections::HashSet;
 
@@ -749,30 +750,6 @@ fn instructions_state_the_rules_the_role_and_every_action_form() {
     assert!(g.instructions(1).contains("You are B: A moves first."));
 }
 
-/// A game as the README prints it: what the seat to move sees and what it plays, then both
-/// seats' last observations and the rewards.
-fn transcript(task: u64, seed: u64, policy: impl Fn(&Negotiation, usize) -> String) -> String {
-    let mut g = game(task, seed);
-    let mut out = String::new();
-    while let [seat] = g.to_move()[..] {
-        let role = g.role(seat);
-        let a = policy(&g, seat);
-        out.push_str(&format!("--- {role} sees ---\n{}\n", g.observation(seat)));
-        out.push_str(&format!("--- {role} replies: Action: {a} ---\n"));
-        g.step(&[&a]);
-    }
-    for seat in 0..2 {
-        out.push_str(&format!(
-            "--- {} sees ---\n{}\n",
-            g.role(seat),
-            g.observation(seat)
-        ));
-    }
-    let r = g.rewards();
-    out.push_str(&format!("--- rewards: A {}, B {} ---\n", r[0], r[1]));
-    out
-}
-
 /// A talks, B plays the reference negotiator, A walks away.
 fn talk_then_walk(g: &Negotiation, seat: usize) -> String {
     match (seat, g.history().len()) {
@@ -784,9 +761,9 @@ fn talk_then_walk(g: &Negotiation, seat: usize) -> String {
 
 #[test]
 fn the_readme_transcripts_are_what_the_game_prints() {
-    let deal = transcript(4, 0, |g, s| g.oracle_action(s).unwrap());
+    let deal = transcript(game(4, 0), |g, s| g.oracle_action(s).unwrap());
     assert!(README.contains(&format!("```\n{deal}```")), "{deal}");
-    let walk = transcript(8, 0, talk_then_walk);
+    let walk = transcript(game(8, 0), talk_then_walk);
     assert!(README.contains(&format!("```\n{walk}```")), "{walk}");
     let instructions = game(0, 0).instructions(1);
     assert!(

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::error::CoreError;
+use crate::games::test_util::transcript;
 use crate::util::splitmix::SplitMix64;
 use serde_json::json;
 use std::collections::HashSet;
@@ -342,30 +343,6 @@ fn snapshot_continues_independently() {
     assert_eq!(copy.observation(1), g.observation(1));
 }
 
-/// A game as the README prints it: what the seat to move sees and what it plays, then both
-/// seats' last observations and the rewards.
-fn transcript(task: u64, seed: u64, policy: impl Fn(&TicTacToe, usize) -> String) -> String {
-    let mut g = game(task, seed);
-    let mut out = String::new();
-    while let [seat] = g.to_move()[..] {
-        let role = g.role(seat);
-        let a = policy(&g, seat);
-        out.push_str(&format!("--- {role} sees ---\n{}\n", g.observation(seat)));
-        out.push_str(&format!("--- {role} replies: Action: {a} ---\n"));
-        g.step(&[&a]);
-    }
-    for seat in 0..2 {
-        out.push_str(&format!(
-            "--- {} sees ---\n{}\n",
-            g.role(seat),
-            g.observation(seat)
-        ));
-    }
-    let r = g.rewards();
-    out.push_str(&format!("--- rewards: X {}, O {} ---\n", r[0], r[1]));
-    out
-}
-
 /// X plays the solver, O the lowest free cell.
 fn solver_vs_lowest(g: &TicTacToe, seat: usize) -> String {
     match seat {
@@ -376,12 +353,12 @@ fn solver_vs_lowest(g: &TicTacToe, seat: usize) -> String {
 
 #[test]
 fn readme_shows_what_the_code_prints() {
-    let game_text = transcript(0, 1, solver_vs_lowest);
+    let game_text = transcript(game(0, 1), solver_vs_lowest);
     assert!(
         README.contains(&format!("```\n{game_text}```")),
         "{game_text}"
     );
-    let illegal = transcript(14, 0, |_, _| "the center".to_string());
+    let illegal = transcript(game(14, 0), |_, _| "the center".to_string());
     assert!(README.contains(&format!("```\n{illegal}```")), "{illegal}");
     let instructions = game(0, 0).instructions(1);
     assert!(
