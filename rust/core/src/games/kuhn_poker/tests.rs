@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::error::CoreError;
+use crate::games::test_util::{assert_illegal_ends, play};
 use serde_json::json;
 
 const README: &str = include_str!("../../../../../envs/kuhn_poker/README.md");
@@ -11,14 +12,6 @@ fn game(task: u64, seed: u64) -> KuhnPoker {
     let mut g = KuhnPoker::new();
     g.reset(&Task::Index(task), seed).unwrap();
     g
-}
-
-/// Plays `moves` in turn (each by the seat to move), asserting that every one is accepted.
-fn play(g: &mut KuhnPoker, moves: &[&str]) {
-    for m in moves {
-        let step = g.step(&[m]);
-        assert_eq!(step.refused, vec![false], "{m:?} refused");
-    }
 }
 
 /// Every complete betting sequence and seat 0's chips when seat 0 holds the higher card
@@ -341,23 +334,7 @@ fn an_illegal_or_unreadable_move_ends_the_game_against_its_seat() {
         for (before, bad, seat) in cases {
             let mut g = game(task, 1);
             play(&mut g, before);
-            assert_eq!(g.to_move(), vec![seat]);
-            let step = g.step(&[bad]);
-            assert_eq!(
-                step,
-                GameStep {
-                    refused: vec![true],
-                    over: true
-                },
-                "{bad:?}"
-            );
-            let mut want = vec![0.0; 2];
-            want[seat] = ILLEGAL_MOVE_REWARD;
-            assert_eq!(g.rewards(), want);
-            assert!(g.over() && g.to_move().is_empty());
-            for s in 0..2 {
-                assert!(g.valid_actions(s).is_empty() && g.oracle_action(s).is_none());
-            }
+            assert_illegal_ends(&mut g, bad, seat);
             assert!(g.observation(seat).ends_with("your reward is -1."));
             assert!(g.observation(1 - seat).ends_with("your reward is 0."));
         }

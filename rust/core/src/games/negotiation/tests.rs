@@ -3,7 +3,7 @@
 //! example transcripts.
 
 use super::*;
-use crate::games::test_util::transcript;
+use crate::games::test_util::{assert_illegal_ends, play, transcript};
 use serde_json::json;
 use std::collections::HashSet;
 
@@ -27,15 +27,6 @@ fn custom(pool: Items, a: Items, b: Items) -> Negotiation {
 /// 1 book, 2 hats, 3 balls; A values book 2, hat 4, ball 0; B book 4, hat 0, ball 2.
 fn hand_checked() -> Negotiation {
     custom([1, 2, 3], [2, 4, 0], [4, 0, 2])
-}
-
-/// Plays `moves` in turn (each by the seat to move), asserting that every one is accepted.
-fn play(g: &mut Negotiation, moves: &[&str]) {
-    for m in moves {
-        assert!(!g.over(), "{m:?} after the end");
-        let step = g.step(&[m]);
-        assert_eq!(step.refused, vec![false], "{m:?} refused");
-    }
 }
 
 #[test]
@@ -273,23 +264,9 @@ fn an_illegal_or_unreadable_move_ends_the_game_against_its_seat() {
     for (before, bad, seat) in cases {
         let mut g = hand_checked();
         play(&mut g, before);
-        assert_eq!(g.to_move(), vec![seat]);
-        let step = g.step(&[bad]);
-        assert_eq!(
-            step,
-            GameStep {
-                refused: vec![true],
-                over: true
-            },
-            "{bad:?}"
-        );
-        let mut want = vec![0.0; 2];
-        want[seat] = ILLEGAL_MOVE_REWARD;
-        assert_eq!(g.rewards(), want, "{bad:?}");
-        assert!(g.over() && g.to_move().is_empty() && g.deal().is_none());
-        for s in 0..2 {
-            assert!(g.valid_actions(s).is_empty() && g.oracle_action(s).is_none());
-        }
+        assert_illegal_ends(&mut g, bad, seat);
+        assert!(g.deal().is_none());
+        let want = g.rewards();
         let turn = before.len() + 1;
         assert!(g.observation(seat).ends_with(&format!(
             "Turn {turn}: Your move was unreadable or illegal. The game is over. Your reward \

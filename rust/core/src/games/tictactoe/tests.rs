@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::CoreError;
-use crate::games::test_util::transcript;
+use crate::games::test_util::{assert_illegal_ends, play, transcript};
 use crate::util::splitmix::SplitMix64;
 use serde_json::json;
 use std::collections::HashSet;
@@ -14,15 +14,6 @@ fn game(task: u64, seed: u64) -> TicTacToe {
     let mut g = TicTacToe::new();
     g.reset(&Task::Index(task), seed).unwrap();
     g
-}
-
-/// Plays `moves` (one per step, for whoever is to move).
-fn play(g: &mut TicTacToe, moves: &[&str]) {
-    for m in moves {
-        assert!(!g.over(), "move {m:?} after the end");
-        let step = g.step(&[m]);
-        assert_eq!(step.refused, vec![false], "move {m:?} refused");
-    }
 }
 
 /// Plain minimax (no memo, no depth): +1 X wins, -1 O wins, 0 draw with perfect play.
@@ -245,18 +236,7 @@ fn unreadable_or_illegal_moves_end_the_game() {
         "1", "2", "10", "0", "abc", "", "five", "5 5", "5..", "+5", "٥", "5\u{0}",
     ] {
         let mut g = game(10, 0);
-        let step = g.step(&[bad]);
-        assert_eq!(
-            step,
-            GameStep {
-                refused: vec![true],
-                over: true
-            },
-            "{bad:?}"
-        );
-        assert_eq!(g.rewards(), vec![ILLEGAL_MOVE_REWARD, 0.0], "{bad:?}");
-        assert!(g.to_move().is_empty() && g.valid_actions(0).is_empty());
-        assert_eq!(g.oracle_action(0), None);
+        assert_illegal_ends(&mut g, bad, 0);
         assert!(g
             .observation(0)
             .ends_with("You made an illegal move; the game is over."));
