@@ -108,6 +108,11 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     prompt, then the turns the window kept); see :meth:`PackedBatch.step_samples`. Empty:
     the whole record was every reply's context.
 
+    A seat of a multi-seat game (self-play, :mod:`agentgym.engine.selfplay`) carries its
+    ``seat`` index, its ``role``, the ``player`` that played it (``"policy"``: the learning
+    policy, the only one with loss mask 1; else an opponent's name) and the ``episode_id``
+    its seats share; a single-agent episode has seat 0 and the rest None.
+
     Instances are not tracked by the cyclic GC (msgspec ``gc=False``): a trajectory holds
     numbers, strings and lists of numbers, so it is never part of a reference cycle, and a
     rollout makes thousands whose token lists the collector would otherwise traverse again
@@ -136,6 +141,10 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     step_context: list[int] = msgspec.field(default_factory=list)
     step_reply: list[int] = msgspec.field(default_factory=list)
     step_end: list[int] = msgspec.field(default_factory=list)
+    seat: int = 0
+    role: str | None = None
+    player: str | None = None
+    episode_id: int | None = None
 
     @property
     def success(self) -> bool:
@@ -172,13 +181,14 @@ PACKED_FIELDS: dict[str, Any] = {
     "step_context": np.uint32,
     "step_reply": np.uint32,
     "step_end": np.uint32,
+    "seat": np.uint32,
 }
 #: The per-step fields (``RolloutConfig.context_window``); a mapping without any of them
 #: (the trajectory store's drain) reads as a batch without steps.
 STEP_FIELDS = ("step_context", "step_reply", "step_end")
 _PER_TRAJECTORY = (
     "rewards", "num_turns", "stop_reason", "group_id", "sample_index", "policy_version",
-    "prompt_len", "branch_parent", "branch_turn", "branch_pos",
+    "prompt_len", "branch_parent", "branch_turn", "branch_pos", "seat",
 )
 
 
@@ -202,6 +212,9 @@ class PackedBatch:
     ``step_reply``, ``step_end`` uint32, positions within the trajectory; trajectory ``b``'s
     steps are ``step_offsets[b]:step_offsets[b + 1]`` (none: its whole record was the
     context of every reply).
+    Per trajectory too: ``seat`` uint32, the seat of a multi-seat game's row (0 for a
+    single-agent episode; a mapping without it reads as all 0). Outcome advantages group by
+    ``(group_id, seat)``.
     """
 
     token_ids: np.ndarray
@@ -224,6 +237,7 @@ class PackedBatch:
     step_context: np.ndarray
     step_reply: np.ndarray
     step_end: np.ndarray
+    seat: np.ndarray
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PackedBatch:
@@ -236,6 +250,9 @@ class PackedBatch:
             b = len(d["offsets"]) - 1 if "offsets" in d else 0
             d = {**d, "step_offsets": np.zeros(max(b, 0) + 1, np.int64),
                  **{n: np.zeros(0, np.uint32) for n in STEP_FIELDS}}
+        if "seat" not in d:  # the store's drain: single-agent rows, or seats added after
+            d = {**d, "seat": np.zeros(max(len(d["offsets"]) - 1, 0) if "offsets" in d
+                                       else 0, np.uint32)}
         for name, dtype in PACKED_FIELDS.items():
             if name not in d:
                 raise BatchFormatError(f"packed batch is missing field {name!r}")
@@ -478,6 +495,9 @@ class RowInfo:
     #: ``timings["attempt_return"]``: the last attempt's return of an episode that retried
     #: (``RolloutConfig.reflection``; None where it did not). Its success is judged on it.
     attempt_return: list[float | None]
+    #: Per row of a multi-seat game: ``(episode_id, role, player)`` (None: a single-agent
+    #: row; the whole field None: no game rows).
+    seat_info: list[tuple[int, str, str] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.task_id)
@@ -514,26 +534,42 @@ class RowInfo:
                    undo_turns=[int(t.timings.get("undo_turns", 0)) for t in trajs],
                    attempts=[int(t.timings.get("attempts", 1)) for t in trajs],
                    plan_turns=[int(t.timings.get("plan_turns", 0)) for t in trajs],
-                   attempt_return=[t.timings.get("attempt_return") for t in trajs])
+                   attempt_return=[t.timings.get("attempt_return") for t in trajs],
+                   seat_info=[None if t.role is None else (t.episode_id, t.role, t.player)
+                              for t in trajs] if any(t.role is not None for t in trajs)
+                   else None)
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:
         """The rows of ``infos`` in order."""
         if len(infos) == 1:
             return infos[0]
-        return cls(**{f.name: [x for i in infos for x in getattr(i, f.name)]
-                      for f in fields(cls)})
+        return cls(**{f.name: [x for i in infos for x in _listed(i, f.name)]
+                      for f in fields(cls)})._compact()
 
     def rows(self, start: int, stop: int) -> RowInfo:
         """Rows ``start ... stop - 1``."""
         if (start, stop) == (0, len(self)):
             return self
-        return RowInfo(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+        return RowInfo(**{f.name: _listed(self, f.name)[start:stop]
+                          for f in fields(self)})._compact()
 
     def select(self, indices: Sequence[int]) -> RowInfo:
         """Rows ``indices`` (in that order), as :meth:`PackedBatch.select`."""
-        return RowInfo(**{f.name: [getattr(self, f.name)[i] for i in indices]
-                          for f in fields(self)})
+        return RowInfo(**{f.name: [_listed(self, f.name)[i] for i in indices]
+                          for f in fields(self)})._compact()
+
+    def _compact(self) -> RowInfo:
+        """``seat_info`` None where no row is a game's."""
+        if self.seat_info is not None and all(x is None for x in self.seat_info):
+            self.seat_info = None
+        return self
+
+
+def _listed(info: RowInfo, name: str) -> list:
+    """Field ``name`` of ``info`` as a list (``seat_info`` None: one None per row)."""
+    value = getattr(info, name)
+    return [None] * len(info) if value is None else value
 
 
 def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
@@ -591,6 +627,7 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
         step_context=cat("step_context", np.uint32),
         step_reply=cat("step_reply", np.uint32),
         step_end=cat("step_end", np.uint32),
+        seat=np.array([t.seat for t in trajs], np.uint32),
     )
     batch.validate()
     return batch
@@ -598,18 +635,20 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
 
 def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
                  token_ids: Sequence[list[int]],
-                 steps: Sequence[tuple[list[int], list[int], list[int]]] | None = None
-                 ) -> list[Trajectory]:
+                 steps: Sequence[tuple[list[int], list[int], list[int]]] | None = None,
+                 seats: Sequence[int] | None = None) -> list[Trajectory]:
     """The one place rows become :class:`Trajectory` objects: row ``i`` of the trajectory
     store's rows (``TrajectoryStore.drain_rows``, or :func:`agentgym._core.packed_rows` of
     a packed batch), of ``info``, of ``token_ids`` and of ``steps`` (its ``step_context``,
-    ``step_reply`` and ``step_end``; None: no steps) is trajectory ``i``."""
+    ``step_reply`` and ``step_end``; None: no steps) is trajectory ``i``; ``seats`` holds
+    each row's seat where ``info.seat_info`` tags game rows."""
     if not len(rows) == len(info) == len(token_ids):
         raise BatchFormatError(f"{len(rows)} rows, {len(info)} row infos and "
                                f"{len(token_ids)} token lists")
     names, timings = STOP_REASONS, info.timings
     if steps is None:  # fresh empty lists per row (a trajectory's lists are its own)
         steps = [([], [], []) for _ in rows]
+    tags = info.seat_info
     return [Trajectory(
         task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
         sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,
@@ -618,7 +657,16 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         policy_version=r.policy_version, timings=timings(i), seed=info.seed[i],
         error=info.error[i], branch_parent=r.branch_parent if r.branch_pos else None,
         branch_turn=r.branch_turn, branch_pos=r.branch_pos, step_context=st[0],
-        step_reply=st[1], step_end=st[2]) for i, (r, st) in enumerate(zip(rows, steps))]
+        step_reply=st[1], step_end=st[2], **_seat_fields(seats, tags, i))
+        for i, (r, st) in enumerate(zip(rows, steps))]
+
+
+def _seat_fields(seats, tags, i: int) -> dict:
+    """Row ``i``'s seat fields (none for a single-agent row)."""
+    tag = tags[i] if tags is not None else None
+    if tag is None:
+        return {}
+    return {"seat": int(seats[i]), "episode_id": tag[0], "role": tag[1], "player": tag[2]}
 
 
 def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
@@ -636,7 +684,7 @@ def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
                  for b in range(len(packed))]
     return trajectories(_core.packed_rows(packed), info,
                         [tokens[offsets[b]:offsets[b + 1]] for b in range(len(packed))],
-                        steps)
+                        steps, packed.seat.tolist() if info.seat_info is not None else None)
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int) -> None:

@@ -74,6 +74,13 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     every token once (ended with ``length`` at ``max_record_tokens``). Each reply is then a
     step whose context is a slice of the record (``Trajectory.step_context``); the learner
     trains one sample per step (docs/mechanisms.md).
+
+    ``opponent`` decides who plays the seats of a multi-seat game (self-play,
+    :mod:`agentgym.engine.selfplay`): ``"self"`` (default) the learning policy every seat;
+    ``"solver"`` or ``"random"`` the game's reference strategy or a random legal move every
+    seat but the policy's (seat ``group_id % seats``); the name of a backend in
+    ``RolloutEngine.opponents``, or ``"pool"`` (one of them per episode). Single-agent envs
+    ignore it.
     """
 
     max_turns: int | None = 10
@@ -144,6 +151,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     context_window: int | None = None
     #: With ``context_window``: the most tokens one trajectory records (``length`` there).
     max_record_tokens: int = 1 << 20
+    #: Who plays a game's other seats: self | solver | random | pool | an opponent backend.
+    opponent: str = "self"
 
     def __post_init__(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:

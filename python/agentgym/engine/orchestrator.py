@@ -50,6 +50,7 @@ from agentgym.engine.drivers import EnvDriver, make_driver
 from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.planning import ACT_PROMPT, PLAN_PREFIX, plan_due
 from agentgym.engine.reflection import final_reward, note, retries
+from agentgym.engine.selfplay import GameDriver, GamePlay, is_game
 from agentgym.engine.undo import undo_rules
 from agentgym.pool import episode_seed, episode_seeds
 from agentgym.progress import progress_bar
@@ -105,6 +106,14 @@ class _Episode:
     step_context: list[int] | None = None
     step_reply: list[int] | None = None
     step_end: list[int] | None = None
+    #: A seat of a game episode (self-play): its index, role, player, the episode's id
+    #: (None: a single-agent episode) and its reward where it never moved (its record has
+    #: no turn to hold it).
+    seat: int = 0
+    role: str | None = None
+    player: str | None = None
+    episode_id: int | None = None
+    reward_override: float | None = None
 
 
 @dataclass(slots=True)
@@ -253,6 +262,8 @@ class _Run:
             prefix = cfg.plan_prefix if cfg.plan_prefix is not None else PLAN_PREFIX
             self.plan_ids = self.fmt.fast.encode(prefix, add_special_tokens=False).ids
             self.act_ids = self.codec.observation_ids([ACT_PROMPT])[0]
+        #: Self-play: the game episodes' part of the run (None: a single-agent env).
+        self.games = GamePlay(self, driver) if isinstance(driver, GameDriver) else None
         if self.pool is not None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
@@ -374,6 +385,8 @@ class _Run:
                     for e, n in zip(played, self.pool.undo_turns([e.slot for e in played])):
                         e.undo_turns += n
         overrides = self._reflection_rewards(eps) if self.reflect else None
+        if self.games is not None:
+            overrides = _seat_rewards(eps)
         if self.cfg.plan_bonus:
             self._plan_bonus(eps, overrides)
         self.driver.finish([(e.slot, e.stop_reason) for e in eps])
@@ -402,16 +415,21 @@ class _Run:
                        attempts=[e.attempts for e in eps],
                        plan_turns=[e.plan_turns for e in eps],
                        attempt_return=[e.attempt_return if e.attempts > 1 else None
-                                       for e in eps])
+                                       for e in eps],
+                       seat_info=[(e.episode_id, e.role, e.player) for e in eps]
+                       if self.games is not None else None)
+        seats = [e.seat for e in eps] if self.games is not None else None
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
             trajs = trajectories(rows, info, [e.ids for e in eps],
-                                 [_steps(e) for e in eps] if self.window else None)
+                                 [_steps(e) for e in eps] if self.window else None, seats)
         if sink is None:
             return trajs
         if self.window:
             packed.update(_step_arrays(eps))
+        if seats is not None:
+            packed["seat"] = np.array(seats, np.uint32)
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
         return trajs if trajs is not None else [None] * len(eps)
 
@@ -459,22 +477,26 @@ class _Run:
 
     # -- one episode ----------------------------------------------------------------------
     async def _generate(self, ep: _Episode, sampling: SamplingParams, start: int = 0,
-                        last: BackendError | None = None, prompt: list[int] | None = None):
-        """One reply to ``prompt`` (default: the episode's record); a ``BackendError`` is
-        retried (fresh request id, exponential backoff) up to ``backend_retries`` times,
-        then raised. ``start``/``last``: attempts already made by the caller and the error
-        of the last one."""
+                        last: BackendError | None = None, prompt: list[int] | None = None,
+                        backend: Backend | None = None, context: tuple | None = None):
+        """One reply to ``prompt`` (default: the episode's record) from ``backend`` (default:
+        the engine's; ``context``: what it gets where it ``needs_context``, default the
+        episode's); a ``BackendError`` is retried (fresh request id, exponential backoff) up
+        to ``backend_retries`` times, then raised. ``start``/``last``: attempts already made
+        by the caller and the error of the last one."""
         prompt = ep.ids if prompt is None else prompt
-        backend = self.engine.backend
+        backend = self.engine.backend if backend is None else backend
+        needs_context = backend.needs_context
         cfg = self.cfg
         for attempt in range(start, cfg.backend_retries + 1):
             if attempt:
                 await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
             rid = f"{self.engine.run_id}-{ep.key}-{ep.turns + ep.plan_turns}-{attempt}"
             try:
-                if self.needs_context:
+                if needs_context:
                     coro = backend.generate(prompt, sampling, request_id=rid,
-                                            context=self._context(ep))
+                                            context=self._context(ep) if context is None
+                                            else context)
                 else:
                     coro = backend.generate(prompt, sampling, request_id=rid)
                 if cfg.turn_timeout_s is not None:
@@ -831,6 +853,15 @@ def _step_arrays(eps: list[_Episode]) -> dict[str, np.ndarray]:
             "step_end": flat[2]}
 
 
+def _seat_rewards(eps: list[_Episode]) -> np.ndarray | None:
+    """The rewards of the closing game seats that never moved (NaN: the store's own sum;
+    None: every seat moved)."""
+    if all(e.reward_override is None for e in eps):
+        return None
+    return np.array([np.nan if e.reward_override is None else e.reward_override
+                     for e in eps], np.float32)
+
+
 def _failing(message: str):
     """A ``play`` for :meth:`_Run.run_episode` that fails at once: the episode ends with
     ``env_error`` and ``message``."""
@@ -867,6 +898,9 @@ class RolloutEngine:
         self._groups = itertools.count()
         self._keys = itertools.count()
         self._drivers: dict[tuple, tuple[object, asyncio.Lock]] = {}
+        #: Opponent backends of game episodes by name (``RolloutConfig.opponent``: one of
+        #: them, or ``"pool"``: one per episode); the engine never closes them.
+        self.opponents: dict[str, Backend] = {}
 
     @property
     def policy_version(self) -> int:
@@ -900,6 +934,8 @@ class RolloutEngine:
         return self.backend.policy_version
 
     def _driver(self, env_id: str, cfg: RolloutConfig, env_kwargs: dict):
+        if is_game(env_id):
+            return self._game_driver(env_id, cfg, env_kwargs)
         undo = undo_rules(cfg)
         restarts, forks = cfg.reflection > 0, cfg.branch_at > 0
         lasts = restarts and cfg.reflection_restore == "last"
@@ -912,6 +948,21 @@ class RolloutEngine:
                                  cfg.inline_env_budget_s, undo=undo, restarts=restarts,
                                  forks=forks, lasts=lasts, **env_kwargs)
             self._drivers[key] = (driver, asyncio.Lock())
+        return self._drivers[key]
+
+    def _game_driver(self, game_id: str, cfg: RolloutConfig, env_kwargs: dict):
+        """The table of game ``game_id``; the single-agent mechanisms are refused."""
+        on = [name for name, value in (
+            ("undo", cfg.undo), ("reflection", cfg.reflection), ("branch_at", cfg.branch_at),
+            ("plan", cfg.plan), ("context_window", cfg.context_window),
+            ("env_workers", cfg.env_workers)) if value]
+        if on:
+            raise ValueError(f"{game_id} is a multi-seat game: {', '.join(on)} apply to "
+                             f"single-agent episodes only")
+        key = (game_id, cfg.max_concurrency, repr(sorted(env_kwargs.items())))
+        if key not in self._drivers:
+            self._drivers[key] = (GameDriver(game_id, cfg.max_concurrency, **env_kwargs),
+                                  asyncio.Lock())
         return self._drivers[key]
 
     def requests(self, tasks: int | Sequence[int | str],
@@ -981,6 +1032,8 @@ class RolloutEngine:
         driver, lock = self._driver(env_id, cfg, dict(env_kwargs or {}))
         async with lock, _gc_tuned(cfg.gc_threshold):
             run = _Run(self, driver, cfg)
+            #: trajectories per request: one per seat of a game
+            per = driver.seats if run.games is not None else 1
             done: asyncio.Queue = asyncio.Queue()
             if batches:
                 run.batch_sink = done.put_nowait
@@ -1013,7 +1066,7 @@ class RolloutEngine:
                         arrived.put_nowait(tree)
                     for _ in range(capacity):
                         arrived.put_nowait(None)
-                    done.put_nowait(_FeedEnd(n))
+                    done.put_nowait(_FeedEnd(n * per))
 
                 async def next_episode():
                     return await arrived.get()
@@ -1023,7 +1076,7 @@ class RolloutEngine:
                 # Popped, not iterated: a finished episode (its context is the trajectory's
                 # token list) is freed once its trajectory is, however long the stream.
                 eps = self._episodes(requests, cfg)
-                total = len(eps)
+                total = len(eps) * per
                 queue = collections.deque(eps if width == 1 else _trees(eps, width))
                 capacity = max(1, min(cfg.max_concurrency // width, len(queue)))
 
@@ -1036,6 +1089,14 @@ class RolloutEngine:
                         slots = range(w * width, (w + 1) * width)
                         while (tree := await next_episode()) is not None:
                             trajs = await run.run_tree(tree, slots)
+                            if not batches:
+                                for traj in trajs:
+                                    done.put_nowait(traj)
+                        return
+                    if run.games is not None:
+                        while (ep := await next_episode()) is not None:
+                            ep.slot = w
+                            trajs = await run.games.run_game(ep, time.perf_counter())
                             if not batches:
                                 for traj in trajs:
                                     done.put_nowait(traj)
@@ -1087,7 +1148,7 @@ class RolloutEngine:
         async with _gc_tuned(gen0):  # also while the batch is assembled (many new objects)
             trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs,
                                                   **overrides)]
-            trajs.sort(key=lambda t: (t.group_id, t.sample_index))
+            trajs.sort(key=lambda t: (t.group_id, t.sample_index, t.seat))
             wall = time.perf_counter() - t0
             return RolloutBatch(trajs, batch_metrics(trajs, wall))
 

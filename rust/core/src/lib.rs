@@ -3,6 +3,8 @@
 //! - [`env`]: the native environment contract ([`env::Env`]) and tasks.
 //! - [`game`]: the multi-seat game contract ([`game::Game`], self-play); [`games`]: the
 //!   native games.
+//! - [`game_pool`]: [`game_pool::GamePool`], batched reset/step over many games (the
+//!   engine's self-play path).
 //! - [`episode`]: one live episode's bookkeeping (turns, horizon, stop reason).
 //! - [`pool`]: [`pool::EpisodePool`], batched parallel reset/step over many episodes.
 //! - [`trajectory`]: per-episode token segments and packed export of completed ones.
@@ -20,6 +22,7 @@ pub mod envs;
 pub mod episode;
 pub mod error;
 pub mod game;
+pub mod game_pool;
 pub mod games;
 pub mod parse;
 pub mod pool;

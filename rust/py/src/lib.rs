@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 mod batch;
 mod errors;
 mod game;
+mod game_pool;
 mod parse;
 mod pool;
 mod trajectory;
@@ -19,6 +20,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     pool::register(m)?;
     game::register(m)?;
+    game_pool::register(m)?;
     trajectory::register(m)?;
     parse::register(m)?;
     turn::register(m)?;
