@@ -95,6 +95,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-rollouts", action="store_true", default=None,
                    help="overlap the next rollout with the current update")
     p.add_argument("--no-warmup", action="store_true", help="skip the tiny model's warm-up")
+    p.add_argument("--self-play", action="store_true", default=None,
+                   help="train on a multi-seat game (tictactoe, kuhn_poker, negotiation): "
+                        "the policy plays the seats --opponents leaves it")
+    p.add_argument("--opponents", choices=["self", "pool", "solver", "random"],
+                   help="with --self-play: the policy every seat (self, the default), or one "
+                        "seat against frozen earlier checkpoints (pool), the game's solver or "
+                        "a random player")
+    p.add_argument("--no-role-baseline", action="store_true",
+                   help="with --self-play: no per-role baseline (plain REINFORCE under rae)")
     add_mechanism_args(p)
     p.add_argument("--resume", help="checkpoint (or run folder) to resume from")
     p.add_argument("--output", "-o", help="run folder (default runs/<timestamp>)")
@@ -154,6 +163,12 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["learner"] = {**cfg.get("learner", {}), "lr": args.lr}
     if args.no_warmup:
         cfg["warmup"] = None
+    if args.self_play or args.opponents:
+        cfg["self_play"] = True
+        if args.opponents:
+            cfg["opponents"] = args.opponents
+    if args.no_role_baseline:
+        cfg["role_baseline"] = False
     if mechanisms := mechanism_rollout(args):
         cfg["rollout"] = {**cfg.get("rollout", {}), **mechanisms}
     if args.report_to is not None:

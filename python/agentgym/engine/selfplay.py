@@ -178,13 +178,13 @@ class GamePlay:
 
         players = seat_players(self.opponent, ep.group_id, ep.seed, self.seats,
                                list(self.run.engine.opponents))
-        out = []
+        out, base = [], ep.key
         for seat in range(self.seats):
             sp = ep if seat == 0 else _Episode(0, ep.slot, ep.task, ep.seed, ep.group_id,
                                                ep.sample_index)
-            sp.key = ep.key * self.seats + seat
+            sp.key = base * self.seats + seat
             sp.seat, sp.role, sp.player, sp.episode_id = seat, self.roles[seat], \
-                players[seat], ep.key
+                players[seat], base
             sp.policy_version = self.backends[players[seat]].policy_version
             self.run.store.begin(sp.key, sp.group_id, sp.sample_index, sp.policy_version,
                                  sp.key)

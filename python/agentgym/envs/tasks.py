@@ -114,6 +114,10 @@ def task_set(env_id: str, **env_kwargs: Any) -> TaskSet:
     from agentgym.engine.drivers import is_native
     from agentgym.envs.registry import make
 
+    if env_id in _core.native_game_ids():  # a multi-seat game: openings or deals, no splits
+        n = int(_core.GamePool(env_id, 1, json.dumps(env_kwargs)).num_tasks)
+        return TaskSet(env_id, dict(env_kwargs), None if n >= _UNBOUNDED else n, (), None,
+                       None, "openings or deals (see the game's README)")
     if is_native(env_id):
         splits, held_out, tasks = _core.native_env_tasks(env_id)
         n = int(_core.EnvPool(env_id, 1, json.dumps(env_kwargs)).num_tasks)

@@ -10,6 +10,15 @@ Estimators (``estimator=``):
   token), discounted returns over model tokens, whitened across the batch's model tokens.
 * ``reinforce_pp_baseline`` -- outcome minus group mean, broadcast, then batch-whitened.
 * ``gae`` -- PPO's GAE(gamma, lambda) over per-token values, whitened across the batch.
+* ``rae`` -- role-conditioned advantage estimation (SPIRAL): ``r - b_role``, the return
+  less a running baseline of the row's role (``role_baseline``, float[B], from a
+  :class:`RoleBaseline`; None: 0, plain REINFORCE), broadcast. Self-play trains both seats
+  of a zero-sum game with one policy: without a per-role baseline the seats' returns pull
+  against each other.
+
+Rows of a multi-seat game (``PackedBatch.seat``) form their groups per seat: the outcome
+estimators group by ``(group_id, seat)``, so the samples of one deal played from one seat
+are compared with each other, never with the other seat's.
 
 Multi-turn conventions (token-level estimators ``reinforce_pp`` and ``gae``):
 
@@ -66,6 +75,7 @@ from agentgym.data.trajectories import FAILED_STOP_CODES, STOP_CODES, PackedBatc
 __all__ = [
     "ESTIMATORS",
     "AdvantageResult",
+    "RoleBaseline",
     "compute_advantages",
     "discounted_returns",
     "gae",
@@ -77,7 +87,7 @@ __all__ = [
     "whiten",
 ]
 
-ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+ESTIMATORS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae", "rae")
 _OUTCOME_MODES = ("keep", "zero", "drop")
 _HORIZON, _LENGTH = STOP_CODES["horizon"], STOP_CODES["length"]
 
@@ -328,6 +338,7 @@ def compute_advantages(
     whiten_advantages: bool = True,
     extra_valid: np.ndarray | None = None,
     branch_step_weight: float = 1.0,
+    role_baseline: np.ndarray | None = None,
 ) -> AdvantageResult:
     """Advantages for a packed batch (see the module docstring for every option).
 
@@ -336,7 +347,8 @@ def compute_advantages(
     token-level estimators (``reinforce_pp``, ``gae``). ``extra_valid`` (bool[B]) marks
     further trajectories as invalid (e.g. too stale). ``whiten_advantages`` applies to
     ``gae`` (``reinforce_pp*`` always whiten, as defined). ``branch_step_weight``: the
-    step-group term of branched rows.
+    step-group term of branched rows. ``role_baseline`` (float[B]): each row's role
+    baseline under ``rae``.
     """
     pb = batch
     if estimator not in ESTIMATORS:
@@ -367,7 +379,7 @@ def compute_advantages(
         else:
             def outcome(s, g, v):
                 return grpo_advantages(s, g, v, norm_by_std=False)
-        seq_adv = outcome(scores, pb.group_id, valid)
+        seq_adv = outcome(scores, _groups(pb), valid)
         if pb.num_tokens and (pb.branch_pos > 0).any():
             tok_adv = _branched(pb, traj, scores, valid, seq_adv, outcome, branch_step_weight)
         else:
@@ -376,6 +388,11 @@ def compute_advantages(
         if estimator == "reinforce_pp_baseline":
             adv = whiten(adv, tok_valid)
         adv = adv.astype(np.float32)
+    elif estimator == "rae":
+        base = 0.0 if role_baseline is None else np.asarray(role_baseline, np.float64)
+        seq_adv = np.where(valid, scores - base, 0.0).astype(np.float32)
+        adv = np.where(tok_valid, seq_adv[traj], 0.0).astype(np.float32) if pb.num_tokens \
+            else np.zeros(0, np.float32)
     else:
         turn_rw = pb.turn_rewards.copy()
         if zero.any():
@@ -407,6 +424,48 @@ def compute_advantages(
 
     metrics = _metrics(scores, valid, adv, tok_valid, returns, pb)
     return AdvantageResult(adv.astype(np.float32), returns, valid, scores, seq_adv, metrics)
+
+
+def _groups(pb: PackedBatch) -> np.ndarray:
+    """Each row's outcome group: its ``group_id``, split by seat where the batch holds rows
+    of a game's seats."""
+    if not pb.seat.any():
+        return pb.group_id
+    keys = np.stack([pb.group_id.astype(np.uint64), pb.seat.astype(np.uint64)], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+class RoleBaseline:
+    """SPIRAL's role baseline: per role key (e.g. ``(env, role)``), an exponential moving
+    average of the returns, ``b <- decay * b + (1 - decay) * mean(returns of the batch's
+    valid rows of that role)``, starting at 0. Its state is a plain dict
+    (``state_dict``/``load_state_dict``), checkpointed with the run."""
+
+    def __init__(self, decay: float = 0.95):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"role baseline decay must be in [0, 1), got {decay}")
+        self.decay = float(decay)
+        self.values: dict[str, float] = {}
+
+    def of(self, roles: list[str]) -> np.ndarray:
+        """The baseline of each row's role, float32[B]."""
+        return np.array([self.values.get(r, 0.0) for r in roles], np.float32)
+
+    def update(self, roles: list[str], scores: np.ndarray, valid: np.ndarray) -> None:
+        """Move each role's baseline toward the mean return of its valid rows."""
+        scores, valid = np.asarray(scores, np.float64), np.asarray(valid, bool)
+        for role in sorted(set(roles)):
+            rows = np.array([r == role for r in roles]) & valid
+            if rows.any():
+                b = self.values.get(role, 0.0)
+                self.values[role] = self.decay * b + (1 - self.decay) * float(scores[rows].mean())
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "values": dict(self.values)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.decay = float(state["decay"])
+        self.values = {str(k): float(v) for k, v in state["values"].items()}
 
 
 def _branched(pb: PackedBatch, traj: np.ndarray, scores: np.ndarray, valid: np.ndarray,

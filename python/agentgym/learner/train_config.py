@@ -5,7 +5,9 @@
 ``"REINFORCE++"`` (fixed horizon ``max_turns``) and ``"PPO"`` (GAE with a critic, fixed
 horizon). ``learner`` holds :class:`~agentgym.learner.LearnerConfig` overrides
 (``lr``, ``kl_coef``, ...), ``rollout`` extra :class:`~agentgym.engine.RolloutConfig`
-overrides, ``backend_kwargs`` go to :func:`~agentgym.backends.make_backend`. The rollout
+overrides, ``backend_kwargs`` go to :func:`~agentgym.backends.make_backend`.
+``self_play`` trains on a multi-seat game (:mod:`agentgym.learner.selfplay`: ``opponents``,
+the role baseline, the opponent pool, evaluation against ``eval_opponents``). The rollout
 fields (``max_turns``, ``temperature``, ``max_new_tokens``, ``max_total_tokens``,
 ``max_concurrency``, ``system_prompt``) default to :class:`~agentgym.engine.RolloutConfig`'s.
 """
@@ -128,9 +130,42 @@ class TrainerConfig:
     progress: bool | None = None
     seed: int = 0
     resume: str | None = None
+    # self-play on a multi-seat game (agentgym.learner.selfplay): who the policy plays
+    # (self | solver | random | pool), SPIRAL's role baseline for adv_estimator "rae" (the
+    # default here), the opponent pool (a snapshot every opponent_pool_every steps, the
+    # last opponent_pool_size kept) and the fixed opponents of evaluation
+    self_play: bool = False
+    opponents: str = "self"
+    role_baseline: bool = True
+    role_baseline_decay: float = 0.95
+    opponent_pool_size: int = 4
+    opponent_pool_every: int = 10
+    eval_opponents: list[str] = field(default_factory=lambda: ["random", "solver"])
 
     def __post_init__(self) -> None:
         self.method_key = canonical_method(self.method)
+        from agentgym import _core
+
+        game = self.env in _core.native_game_ids()
+        if game and not self.self_play:
+            raise ValueError(f"{self.env} is a multi-seat game: train it with self_play=True "
+                             "(agentgym-rl train --self-play)")
+        if self.self_play:
+            from agentgym.learner.selfplay import OPPONENT_KINDS
+
+            if not game:
+                raise ValueError(f"self_play needs a multi-seat game, not {self.env!r}; the "
+                                 f"games: {', '.join(_core.native_game_ids())}")
+            if self.opponents not in OPPONENT_KINDS:
+                raise ValueError(f"opponents must be one of {OPPONENT_KINDS}, got "
+                                 f"{self.opponents!r}")
+            bad = [o for o in self.eval_opponents if o not in ("solver", "random")]
+            if bad or not self.eval_opponents:
+                raise ValueError(f"eval_opponents take solver and random, got "
+                                 f"{self.eval_opponents!r}")
+            if self.opponents == "pool" and self.num_rollout_workers:
+                raise ValueError("opponents='pool' keeps its opponent backends in process: "
+                                 "not with num_rollout_workers")
         if self.max_steps < 0 or self.tasks_per_step < 1 or self.n_samples < 1:
             raise ValueError("max_steps >= 0, tasks_per_step >= 1 and n_samples >= 1 required")
         if self.eval_every < 0 or self.eval_tasks < 0:
@@ -157,7 +192,10 @@ class TrainerConfig:
 
     @property
     def adv_estimator(self) -> str:
-        return self.learner.get("adv_estimator", METHODS[self.method_key])
+        """The learner's estimator: ``learner["adv_estimator"]``, else ``rae`` under
+        self-play, else the method's."""
+        default = "rae" if self.self_play else METHODS[self.method_key]
+        return self.learner.get("adv_estimator", default)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -46,6 +46,7 @@ import torch
 from agentgym.data.trajectories import STOP_CODES
 from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
+from agentgym.learner.selfplay import SelfPlay, outcomes
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
 from agentgym.learner.train_config import TrainerConfig
 from agentgym.progress import progress_bar
@@ -80,12 +81,12 @@ def make_schedule(cfg: TrainerConfig):
 
 
 def _informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
-    """The GRPO groups of ``trajs`` (by ``group_id``, in first-seen order) whose scores are
-    not all equal: the score is the episode reward, less ``format_penalty`` for an episode
-    cut mid-turn (``length``); a failed episode scores as its reward."""
-    groups: dict[int, list] = {}
+    """The GRPO groups of ``trajs`` (by ``group_id`` and seat, in first-seen order) whose
+    scores are not all equal: the score is the episode reward, less ``format_penalty`` for
+    an episode cut mid-turn (``length``); a failed episode scores as its reward."""
+    groups: dict[tuple[int, int], list] = {}
     for t in trajs:
-        groups.setdefault(t.group_id, []).append(t)
+        groups.setdefault((t.group_id, t.seat), []).append(t)
     out = []
     for g in groups.values():
         scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
@@ -182,6 +183,14 @@ class Trainer:
         self._setup_models(distributed, ckpt)
         self.task_rng = np.random.default_rng(cfg.seed)
         self.version_offset = 0
+        self.selfplay = None
+        if cfg.self_play:
+            from agentgym import _core
+
+            self.selfplay = SelfPlay(
+                cfg.env, _core.GamePool(cfg.env, 1, "{}").roles, cfg.opponents,
+                role_baseline=cfg.role_baseline, role_baseline_decay=cfg.role_baseline_decay,
+                pool_size=cfg.opponent_pool_size, pool_every=cfg.opponent_pool_every)
         if ckpt:
             self._restore(ckpt)
         self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
@@ -195,7 +204,14 @@ class Trainer:
               "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
               "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
               "system_prompt": cfg.system_prompt, **cfg.rollout}
+        if cfg.self_play:
+            ro["opponent"] = cfg.opponents
         self.runner = await asyncio.to_thread(self._open_runner, ro)
+        if self.selfplay is not None and cfg.opponents == "pool":
+            if not self.selfplay.pool:  # the starting weights are the first opponent
+                self.selfplay.add_snapshot(f"pool:v{self.policy_version}", self._weights())
+            for name, sd in self.selfplay.pool:
+                await self._add_opponent(name, sd)
         if self.version_offset:
             # a resumed run's runner continues the checkpoint's version count, so its
             # trajectories, the staleness rule and the learner metrics see the run's versions
@@ -279,6 +295,8 @@ class Trainer:
         self.task_rng.bit_generator.state = st["task_rng"]
         self.step = int(st["step"])
         self.version_offset = int(st["policy_version"])
+        if self.selfplay is not None and "selfplay" in st:
+            self.selfplay.load_state_dict(st["selfplay"])
         self.eval_history = list(st.get("eval_history", []))
         if st.get("ref_model_dir") and self.ref_model is not None:
             self.ref_model.load_state_dict(
@@ -389,6 +407,12 @@ class Trainer:
                 "filter_groups/kept_groups": float(len(kept) // cfg.n_samples),
                 "batch/trained": float(len(train)),
             })
+        if self.selfplay is not None:  # the policy's rows train; the games rate and count
+            self.selfplay.rate(played)
+            rows = SelfPlay.train_rows(played)
+            metrics = {**batch.metrics, **batch_metrics(rows, time.perf_counter() - t0),
+                       **outcomes(played, "selfplay/")}
+            batch = RolloutBatch(SelfPlay.train_rows(batch.trajectories), metrics)
         batch.metrics["horizon/max_turns"] = float(horizon)
         return batch
 
@@ -405,17 +429,22 @@ class Trainer:
             cut = pb.stop_reason == STOP_CODES["length"]
             pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
         version = self.runner.policy_version
+        baseline = self.selfplay.baselines(pb.seat) if self.selfplay is not None else None
         if self.dp is not None:  # the other ranks train on the same batch
-            self.dp.broadcast_object((pb, version))
-        return self._policy_update(pb, version)
+            self.dp.broadcast_object((pb, version, baseline))
+        out = self._policy_update(pb, version, baseline)
+        if self.selfplay is not None:
+            self.selfplay.update_baseline(pb.seat, pb.rewards, ~pb.failed)
+            out.update(self.selfplay.metrics())
+        return out
 
-    def _policy_update(self, pb, version: int) -> dict[str, float]:
+    def _policy_update(self, pb, version: int, baseline=None) -> dict[str, float]:
         from agentgym.learner import policy_update
 
         return policy_update(
             self.model, self.optimizer, pb, self.learner_config, self.ref_model, self.critic,
             critic_optimizer=self.critic_optimizer, current_version=version,
-            data_parallel=self.dp)
+            data_parallel=self.dp, role_baseline=baseline)
 
     def _follow(self) -> dict[str, Any]:
         """A data-parallel rank other than 0: train on each batch rank 0 broadcasts, until
@@ -426,10 +455,39 @@ class Trainer:
             steps += 1
         return {"rank": self.dp.rank, "steps": steps, "output_dir": str(self.output_dir)}
 
+    def _weights(self) -> dict:
+        """A CPU copy of the learner's weights."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
     async def sync_weights(self) -> None:
-        """Send the learner's weights to the runner's backends (bumps its policy_version)."""
-        sd = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """Send the learner's weights to the runner's backends (bumps its policy_version);
+        under self-play with an opponent pool, a due snapshot joins the pool."""
+        sd = self._weights()
         await self.runner.update_weights(sd)
+        sp = self.selfplay
+        if sp is not None and sp.snapshot_due(self.step + 1):
+            name = f"pool:v{self.policy_version}"
+            evicted = sp.add_snapshot(name, sd)
+            await self._add_opponent(name, sd)
+            if evicted is not None:
+                old = self.runner.opponents.pop(evicted, None)
+                if old is not None:
+                    await old.close()
+
+    async def _add_opponent(self, name: str, weights: dict) -> None:
+        """A backend of the run's kind serving ``weights``, as opponent ``name`` of the
+        engine's game episodes (it keeps ``name``'s version)."""
+        from agentgym.backends.base import make_backend
+
+        cfg = self.cfg
+        kw = dict(cfg.backend_kwargs)
+        if cfg.backend == "transformers":
+            kw.setdefault("device", str(self.device))
+            kw.setdefault("seed", cfg.seed)
+        backend = await asyncio.to_thread(make_backend, cfg.backend, self.model_dir, **kw)
+        await backend.update_weights(weights)
+        backend.policy_version = int(name.rsplit("v", 1)[1])
+        self.runner.opponents[name] = backend
 
     async def evaluate(self, step: int | None = None, tasks: list[int] | None = None
                        ) -> dict[str, Any]:
@@ -441,6 +499,8 @@ class Trainer:
         horizon = cfg.eval_max_turns or self.schedule.stages[-1].max_turns
         self._seed_rollout(10**6 + step, 10**9)
         t0 = time.perf_counter()
+        if self.selfplay is not None:
+            return self._log_eval(await self._evaluate_game(step, horizon, t0))
         batch = await self.runner.collect(tasks if tasks is not None else self.eval_task_ids,
                                           cfg.env, env_kwargs=self.eval_env_kwargs,
                                           max_turns=horizon, n_samples=1,
@@ -454,8 +514,38 @@ class Trainer:
                "horizon/max_turns": float(horizon), "num_tasks": len(batch),
                "policy_version": self.policy_version,
                "timing_s/eval": time.perf_counter() - t0}
+        return self._log_eval(row)
+
+    def _log_eval(self, row: dict[str, Any]) -> dict[str, Any]:
         self.eval_history.append(row)
         self.logger.log(row)
+        return row
+
+    async def _evaluate_game(self, step: int, horizon: int, t0: float) -> dict[str, Any]:
+        """Greedy games against each of ``eval_opponents`` on the held-out openings or
+        deals, the policy in every seat of each (one episode per task and seat): win, draw
+        and loss rates overall and per seat (``vs_<opponent>/...``). ``success_rate`` is the
+        win + draw rate against the first of them."""
+        from agentgym.engine.orchestrator import EpisodeRequest
+
+        cfg = self.cfg
+        seats = len(self.selfplay.roles)
+        base = 10**9 - 10**9 % seats  # group % seats: the policy's seat
+        reqs = [EpisodeRequest(task, base + i * seats + s)
+                for i, task in enumerate(self.eval_task_ids) for s in range(seats)]
+        row: dict[str, Any] = {"type": "eval", "step": step}
+        for opp in cfg.eval_opponents:
+            trajs = [t async for t in self.runner.stream_requests(
+                reqs, cfg.env, env_kwargs=self.eval_env_kwargs, max_turns=horizon,
+                temperature=cfg.eval_temperature, opponent=opp)]
+            self.failures.check_eval(trajs, step)
+            row.update(outcomes(trajs, f"vs_{opp}/"))
+        first = cfg.eval_opponents[0]
+        row["success_rate"] = row.get(f"vs_{first}/win_rate", 0.0) + \
+            row.get(f"vs_{first}/draw_rate", 0.0)
+        row.update({"horizon/max_turns": float(horizon), "num_tasks": len(reqs),
+                    "policy_version": self.policy_version,
+                    "timing_s/eval": time.perf_counter() - t0})
         return row
 
     def save(self) -> Path:
@@ -466,6 +556,8 @@ class Trainer:
                  "task_rng": self.task_rng.bit_generator.state,
                  "config": self.cfg.to_dict(), "eval_history": self.eval_history,
                  "ref_model_dir": self.ref_model_dir}
+        if self.selfplay is not None:
+            state["selfplay"] = self.selfplay.state_dict()
         return save_checkpoint(self.output_dir / "checkpoints", self.step, model=self.model,
                                tokenizer=self.tokenizer, optimizer=self.optimizer, state=state,
                                critic=self.critic, critic_optimizer=self.critic_optimizer,

@@ -55,7 +55,7 @@ class LearnerConfig:
     """Every knob of :func:`policy_update`, with defaults from AgentGym-RL/verl recipes."""
 
     # advantages
-    adv_estimator: str = "grpo"  # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gae
+    adv_estimator: str = "grpo"  # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gae | rae
     norm_adv_by_std: bool = True  # False: Dr.GRPO (r - group mean)
     adv_eps: float = 1e-6
     # branched groups (RolloutConfig.branch_at): weight of the step-group advantage
@@ -378,6 +378,7 @@ def policy_update(
     critic_optimizer: torch.optim.Optimizer | None = None,
     current_version: int | None = None,
     data_parallel: Any = None,
+    role_baseline: np.ndarray | None = None,
 ) -> dict[str, float]:
     """One learner step on a packed batch; returns verl-named metrics.
 
@@ -395,6 +396,9 @@ def policy_update(
     the same batch): each rank runs its token share of every pass and mini-batch, the loss
     normalisers are the whole mini-batch's and the gradients are reduced across ranks, so
     the update equals the single-process one.
+
+    ``role_baseline`` (float[B]): each trajectory's role baseline, for ``adv_estimator="rae"``
+    (:class:`~agentgym.learner.advantages.RoleBaseline`).
     """
     config = config or LearnerConfig()
     dp = data_parallel
@@ -410,7 +414,7 @@ def policy_update(
     record = pb
     adv = None
     if pb.has_steps:  # bounded contexts: one sample per reply, the episode's advantages
-        adv, pb, stale_w = _step_samples(pb, config, stale_w)
+        adv, pb, stale_w = _step_samples(pb, config, stale_w, role_baseline)
     maybe_valid, all_plan = _pass_plan(pb, config, stale_w, dp)
 
     was_training = model.training
@@ -422,7 +426,7 @@ def policy_update(
     if use_kl:
         ref_t = _logprob_pass(ref_model, all_plan, pb, config, dp)
     if adv is None:
-        adv = _advantages(pb, config, stale_w, values_t, ref_t)
+        adv = _advantages(pb, config, stale_w, values_t, ref_t, role_baseline)
     prox_t = None
     if config.old_logprob_source == "recompute":
         prox_t = _logprob_pass(model, all_plan, pb, config, dp)
@@ -462,7 +466,7 @@ def policy_update(
 
 
 def _advantages(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, values_t=None,
-                ref_t=None) -> AdvantageResult:
+                ref_t=None, role_baseline: np.ndarray | None = None) -> AdvantageResult:
     return compute_advantages(
         pb, config.adv_estimator, norm_by_std=config.norm_adv_by_std, eps=config.adv_eps,
         gamma=config.gamma, lam=config.lam, truncated=config.truncated,
@@ -471,11 +475,12 @@ def _advantages(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, val
         kl_coef=config.kl_reward_coef if config.use_kl_in_reward else 0.0,
         kl_estimator=config.kl_reward_estimator, extra_valid=stale_w > 0,
         whiten_advantages=config.whiten_advantages,
-        branch_step_weight=config.branch_step_weight,
+        branch_step_weight=config.branch_step_weight, role_baseline=role_baseline,
     )
 
 
-def _step_samples(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray
+def _step_samples(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray,
+                  role_baseline: np.ndarray | None = None
                   ) -> tuple[AdvantageResult, PackedBatch, np.ndarray]:
     """A batch with steps (``RolloutConfig.context_window``) as one sample per reply: the
     advantages computed over each whole trajectory (its group, its turns, its branches),
@@ -487,7 +492,7 @@ def _step_samples(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray
             "sample per reply, and a critic's values or a KL in the reward over the whole "
             "trajectory are not defined there: use a critic-free estimator "
             f"({', '.join(e for e in ESTIMATORS if e != 'gae')}) and use_kl_loss for a KL")
-    adv = _advantages(pb, config, stale_w)
+    adv = _advantages(pb, config, stale_w, role_baseline=role_baseline)
     samples, source, row = pb.step_samples()
     adv = replace(
         adv, advantages=adv.advantages[source],

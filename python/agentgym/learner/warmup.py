@@ -75,6 +75,11 @@ def random_policy_transcripts(
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
 
+    from agentgym import _core
+
+    if env_id in _core.native_game_ids():
+        return _game_transcripts(env_id, tokenizer, episodes, max_turns, env_kwargs or {},
+                                 system_prompt, seed, num_tasks, with_masks)
     fmt = ChatFormatter(tokenizer)
     n = min(episodes, 256)
     if is_native(env_id):
@@ -123,6 +128,32 @@ def random_policy_transcripts(
             pool.finish(live, "horizon")
         out.extend(zip(seqs, masks) if with_masks else seqs)
     return out
+
+
+def _game_transcripts(game_id: str, tokenizer: Any, episodes: int, max_turns: int,
+                      env_kwargs: dict, system_prompt: str | None, seed: int,
+                      num_tasks: int | None, with_masks: bool):
+    """:func:`random_policy_transcripts` of a multi-seat game: the rollout engine's own
+    self-play episodes with a random legal move in every seat (``Action: <move>`` replies),
+    each seat's record a transcript (episode ``i`` plays task ``i % num_tasks``)."""
+    import concurrent.futures
+
+    from agentgym.backends.scripted import ScriptedBackend
+    from agentgym.engine import RolloutEngine
+
+    engine = RolloutEngine(ScriptedBackend(tokenizer, "random", seed=seed), tokenizer,
+                           max_turns=max_turns, opponent="self", seed=seed, progress=False,
+                           system_prompt=system_prompt)
+    try:
+        tasks = [i % num_tasks if num_tasks else i for i in range(episodes)]
+        # its own event loop on a thread: the trainer calls this from inside its loop
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            batch = ex.submit(engine.collect_sync, tasks, game_id,
+                              env_kwargs=env_kwargs).result()
+    finally:
+        engine.close()
+    out = [(t.token_ids, t.loss_mask) for t in batch.trajectories if t.num_turns]
+    return out if with_masks else [ids for ids, _ in out]
 
 
 class _GymPool:
