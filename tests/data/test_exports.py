@@ -64,6 +64,7 @@ def test_exports_match_a_hand_built_trajectory():
         "step_context": ([], np.uint32),
         "step_reply": ([], np.uint32),
         "step_end": ([], np.uint32),
+        "seat": ([0, 0], np.uint32),  # single-agent rows: seat 0
     }
     packed = pack([a, b])
     assert {f.name for f in fields(packed)} == want.keys()

@@ -114,9 +114,10 @@ def test_single_episode_layout():
     assert b.rewards.tolist() == [1.25] and b.num_turns.tolist() == [2]
     assert b.prompt_len.tolist() == [3] and b.stop_reason_names() == ["done"]
     # from_dict keeps the drained arrays (already of the right dtype): no copies.
-    # (the store plays whole records: a batch from its drain has no steps)
+    # (the store plays whole records: a batch from its drain has no steps, and its rows are
+    # single-agent: seat 0)
     for f in fields(b):
-        if f.name.startswith("step_"):
+        if f.name.startswith("step_") or f.name == "seat":
             assert not getattr(b, f.name).any()
             continue
         assert np.shares_memory(getattr(b, f.name), d[f.name]) or d[f.name].size == 0, f.name

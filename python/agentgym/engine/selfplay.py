@@ -44,7 +44,7 @@ import msgspec
 import numpy as np
 
 from agentgym import _core
-from agentgym.backends.base import Backend, SamplingParams
+from agentgym.backends.base import Backend, BackendError, SamplingParams
 
 __all__ = ["GameDriver", "OPPONENTS", "is_game", "seat_players"]
 
@@ -149,11 +149,9 @@ class GamePlay:
         self.heads = [run.fmt.system_ids(s) for s in systems]
         loop = asyncio.get_running_loop()
         pool = driver.pool
-        self.reset_batcher = TickBatcher(
-            lambda eps: pool.reset([e.slot for e in eps], [e.task for e in eps],
-                                   [e.seed for e in eps]), loop=loop)
-        self.step_batcher = TickBatcher(
-            lambda rows: pool.step([r[0] for r in rows], [r[1] for r in rows]), loop=loop)
+        self.eot = run.fmt.end_of_turn_id
+        self.reset_batcher = TickBatcher(self._reset_batch, loop=loop)
+        self.turn_batcher = TickBatcher(self._turn_batch, loop=loop)
         self.oracle_batcher = TickBatcher(
             lambda rows: pool.oracle_actions([r[0] for r in rows], [r[1] for r in rows]),
             loop=loop)
@@ -213,8 +211,6 @@ class GamePlay:
                 run._close_now(sp)
             raise
         except Exception as e:  # a backend or game failure ends the episode for every seat
-            from agentgym.backends.base import BackendError
-
             reason = "backend_error" if isinstance(e, BackendError) else "env_error"
             _end(seats, reason, f"{type(e).__name__}: {e}" if reason == "env_error" else str(e))
         for sp in seats:
@@ -222,61 +218,147 @@ class GamePlay:
         return await asyncio.gather(*[run.close_batcher.submit(sp) for sp in seats])
 
     async def _play(self, seats: list) -> None:
-        run, cfg = self.run, self.run.cfg
-        first = seats[0]
-        view = await self.reset_batcher.submit(first)
-        max_turns = cfg.max_turns
+        """The episode's moves: each round the movers (their observations already on their
+        records) reply concurrently, and one turn batch records the replies, steps the game
+        and appends the next movers' observations."""
+        cfg = self.run.cfg
+        view = await self.reset_batcher.submit(seats)
+        max_turns, cap = cfg.max_turns, cfg.max_total_tokens
         while True:
-            to_move, observations, over, rewards, refused = view
+            to_move, _, over, rewards, _ = view
             if over:
                 break
             movers = [seats[s] for s in to_move]
-            self._observe(movers, observations)
             for sp in movers:
                 if max_turns is not None and sp.turns >= max_turns:
                     raise GameOver("horizon")
-                if len(sp.ids) >= cfg.max_total_tokens:
+                if len(sp.ids) >= cap:
                     raise GameOver("length")
-            replies = await asyncio.gather(*[self._reply(sp) for sp in movers],
-                                           return_exceptions=True)
-            for r in replies:
-                if isinstance(r, BaseException):
-                    raise r
-            for sp, r in zip(movers, replies):
-                self._record(sp, r)
-            if any(r.ends for r in replies):  # cut by the context cap: the episode ends
-                raise GameOver("length")
-            moves = run.codec.actions([r.tokens for r in replies])
-            view = await self.step_batcher.submit((first.slot, moves))
-            for sp, bad in zip(movers, view[4]):
-                sp.invalid_turns += bad
+            if len(movers) == 1:  # turn-taking games: no task per reply
+                replies = [await self._reply(movers[0])]
+            else:  # simultaneous moves: generated together
+                replies = await asyncio.gather(*[self._reply(sp) for sp in movers],
+                                               return_exceptions=True)
+                for r in replies:
+                    if isinstance(r, BaseException):
+                        raise r
+            view = await self.turn_batcher.submit((seats, movers, replies))
         for sp, reward in zip(seats, rewards):
             sp.stop_reason = "done"
             if sp.turns:
-                run.store.add_reward(sp.key, sp.turns - 1, float(reward))
+                self.run.store.add_reward(sp.key, sp.turns - 1, float(reward))
             elif reward:
                 sp.reward_override = float(reward)
 
-    def _observe(self, movers: list, observations: list[str]) -> None:
-        """Each mover's observation onto its context: a first prompt (its head and the
-        observation) or a templated user turn, stored with mask 0."""
+    # -- batched work, once per event-loop tick -------------------------------------------
+    def _reset_batch(self, games: list[list]) -> list:
+        """Start the tick's new games in one pool call and put the first movers' prompts on
+        their records; per game its view, or the exception that kept it from starting."""
+        live = [g for g in games if not g[0].closed]
+        views = self.driver.pool.reset([g[0].slot for g in live], [g[0].task for g in live],
+                                       [g[0].seed for g in live]) if live else []
+        self._observe(live, views)
+        got = dict(zip(map(id, live), views))
+        return [got.get(id(g)) for g in games]
+
+    def _turn_batch(self, items: list[tuple[list, list, list]]) -> list:
+        """The tick's moves of every game: the replies onto their seats' records (mask 1
+        where the policy wrote them; a reply cut at ``max_new_tokens`` closed with a masked
+        end-of-turn token; a turn of reward 0 each), their actions parsed in one call, the
+        games stepped in one pool call, and the next movers' observations appended. Per game
+        its view after the step, or :class:`GameOver` where a reply met the context cap."""
+        items = [it for it in items if not it[0][0].closed] if any(
+            it[0][0].closed for it in items) else items
         run = self.run
-        fresh, later = [], []
-        for sp, obs in zip(movers, observations):
-            (later if sp.ids else fresh).append((sp, obs))
-        for sp, obs in fresh:
-            head = self.heads[sp.seat]
+        movers = [sp for _, ms, _ in items for sp in ms]
+        replies = [r for _, _, rs in items for r in rs]
+        if movers:
+            self._record(movers, replies)
+        stepped = [it for it in items if not any(r.ends for r in it[2])]
+        out: dict[int, object] = {id(it): GameOver("length") for it in items
+                                  if any(r.ends for r in it[2])}
+        if stepped:
+            actions = run.codec.actions([r.tokens for it in stepped for r in it[2]])
+            moves, k = [], 0
+            for it in stepped:
+                moves.append(actions[k:k + len(it[2])])
+                k += len(it[2])
+            views = self.driver.pool.step([it[0][0].slot for it in stepped], moves)
+            for it, view in zip(stepped, views):
+                if not isinstance(view, BaseException):
+                    for sp, bad in zip(it[1], view[4]):
+                        sp.invalid_turns += bad
+            self._observe([it[0] for it in stepped], views)
+            out.update(zip(map(id, stepped), views))
+        return [out[id(it)] for it in items]
+
+    def _record(self, movers: list, replies: list[_Reply]) -> None:
+        """The replies onto their seats' records, in a few store calls for the tick."""
+        store, eot = self.run.store, self.eot
+        keys = np.fromiter((sp.key for sp in movers), np.uint64, len(movers))
+        lens = [len(r.tokens) for r in replies]
+        offsets = np.zeros(len(movers) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        learn = np.fromiter((sp.player == "policy" for sp in movers), bool, len(movers))
+        flat = np.fromiter((t for r in replies for t in r.tokens), np.uint32, int(offsets[-1]))
+        lps = np.zeros(int(offsets[-1]), np.float32)
+        for k, r in enumerate(replies):
+            if learn[k] and r.logprobs:
+                lps[offsets[k]:offsets[k + 1]] = r.logprobs
+        store.append_batch(keys, flat, offsets, learn, lps)
+        closing = [k for k, r in enumerate(replies) if not r.ended and not r.ends]
+        if closing:  # cut at max_new_tokens: a masked end-of-turn token closes the reply
+            store.append_batch(keys[closing], np.full(len(closing), eot, np.uint32),
+                               np.arange(len(closing) + 1, dtype=np.int64),
+                               np.zeros(len(closing), bool))
+        store.add_turns(keys, np.zeros(len(movers), np.float32))
+        closed = set(closing)
+        for k, (sp, r) in enumerate(zip(movers, replies)):
+            sp.ids.extend(r.tokens)
+            if k in closed:
+                sp.ids.append(eot)
+            sp.cut_turns += r.cut
+            sp.turns += 1
+
+    def _observe(self, games: list[list], views: list) -> None:
+        """Each running game's movers' observations onto their records (mask 0): a first
+        prompt (the seat's head and the observation, per seat in one codec call) or a
+        templated user turn (all in one codec call and one store call)."""
+        run = self.run
+        fresh: dict[int, list] = {}
+        later = []
+        for seats, view in zip(games, views):
+            if isinstance(view, BaseException) or view[2]:
+                continue
+            for s, obs in zip(view[0], view[1]):
+                sp = seats[s]
+                if sp.ids:
+                    later.append((sp, obs))
+                else:
+                    fresh.setdefault(s, []).append((sp, obs))
+        for seat, rows in fresh.items():
+            head = self.heads[seat]
             if head is not None:
-                sp.ids = run.codec.prompts(run.store, [sp.key], head, [obs])[0]
+                prompts = run.codec.prompts(run.store, [sp.key for sp, _ in rows], head,
+                                            [o for _, o in rows])
             else:
-                sp.ids = run.fmt.initial_prompt(self.systems[sp.seat], obs,
-                                                run.cfg.reply_prefix)
-                run.store.append(sp.key, np.array(sp.ids, np.uint32), False)
-            sp.prompt_len = len(sp.ids)
+                prompts = [run.fmt.initial_prompt(self.systems[seat], o, run.cfg.reply_prefix)
+                           for _, o in rows]
+                for (sp, _), ids in zip(rows, prompts):
+                    run.store.append(sp.key, np.array(ids, np.uint32), False)
+            for (sp, _), ids in zip(rows, prompts):
+                sp.ids = ids
+                sp.prompt_len = len(ids)
         if later:
             ids = run.codec.observation_ids([o for _, o in later])
+            lens = [len(x) for x in ids]
+            offsets = np.zeros(len(later) + 1, np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            run.store.append_batch(
+                np.fromiter((sp.key for sp, _ in later), np.uint64, len(later)),
+                np.fromiter((t for x in ids for t in x), np.uint32, int(offsets[-1])),
+                offsets, np.zeros(len(later), bool))
             for (sp, _), obs_ids in zip(later, ids):
-                run.store.append(sp.key, np.array(obs_ids, np.uint32), False)
                 sp.ids.extend(obs_ids)
 
     async def _reply(self, sp) -> _Reply:
@@ -289,8 +371,18 @@ class GamePlay:
         backend = self.backends[sp.player]
         context = (self.views[sp.seat], sp.slot, sp.seed, sp.sample_index)
         t0 = time.perf_counter()
-        res = await run._generate(sp, sampling, prompt=sp.ids, backend=backend,
-                                  context=context)
+        if cfg.turn_timeout_s is None:  # the first try straight to the backend
+            rid = f"{run.engine.run_id}-{sp.key}-{sp.turns}-0"
+            try:
+                res = await (backend.generate(sp.ids, sampling, request_id=rid, context=context)
+                             if backend.needs_context else
+                             backend.generate(sp.ids, sampling, request_id=rid))
+            except BackendError as e:
+                res = await run._generate(sp, sampling, start=1, last=e, prompt=sp.ids,
+                                          backend=backend, context=context)
+        else:
+            res = await run._generate(sp, sampling, prompt=sp.ids, backend=backend,
+                                      context=context)
         sp.gen_s += time.perf_counter() - t0
         toks = res.token_ids
         ended = bool(toks) and toks[-1] == run.fmt.end_of_turn_id
@@ -298,23 +390,6 @@ class GamePlay:
         ends = cut and (sampling is not run.sampling or cfg.truncated_turn == "end" or not toks)
         return _Reply(toks, res.logprobs if sp.player == "policy" else None, ended,
                       cut and not ends, ends)
-
-    def _record(self, sp, r: _Reply) -> None:
-        """Seat ``sp``'s reply onto its record: the tokens (mask 1 where the learning policy
-        wrote them), a closing end-of-turn token (mask 0) where the reply was cut, a turn
-        with reward 0 (the game's rewards land on each seat's last turn at the end)."""
-        store = self.run.store
-        learn = sp.player == "policy"
-        store.append(sp.key, np.array(r.tokens, np.uint32), learn,
-                     np.array(r.logprobs, np.float32) if learn and r.logprobs else None)
-        sp.ids.extend(r.tokens)
-        if not r.ended and not r.ends:
-            eot = self.run.fmt.end_of_turn_id
-            store.append(sp.key, np.array([eot], np.uint32), False)
-            sp.ids.append(eot)
-        sp.cut_turns += r.cut
-        store.add_turn(sp.key, 0.0)
-        sp.turns += 1
 
 
 def _end(seats: list, reason: str, error: str | None) -> None:

@@ -14,7 +14,21 @@ from agentgym.engine.orchestrator import RolloutEngine
 
 
 class TaskRefError(ValueError):
-    """A dataset row or prompt does not say which agentgym env and task to play."""
+    """A dataset row or prompt does not say which agentgym env and task to play, or names
+    a multi-seat game (the adapters hand over one trajectory per request)."""
+
+
+def single_agent(env_id: str) -> str:
+    """``env_id``, where it is not a multi-seat game (a :class:`TaskRefError` otherwise):
+    one request of the trainer adapters is one episode with one trajectory, while a game's
+    episode has one per seat."""
+    from agentgym.engine.selfplay import is_game
+
+    if is_game(env_id):
+        raise TaskRefError(f"{env_id} is a multi-seat game: the trainer adapters take "
+                           "single-agent envs only (train games with agentgym-rl train "
+                           "--self-play)")
+    return env_id
 
 
 def task_label(env_id: str, task: int | str) -> str:
@@ -49,7 +63,7 @@ def task_ref(fields: Mapping[str, Any]) -> tuple[str, int | str]:
         raise TaskRefError(f"no agentgym env_id/task in {fields!r}") from e
     if not isinstance(env_id, str) or not env_id:
         raise TaskRefError(f"env_id must be a non-empty string, got {env_id!r}")
-    return env_id, check_task(task)
+    return single_agent(env_id), check_task(task)
 
 
 class EpisodeCoalescer:
@@ -75,7 +89,8 @@ class EpisodeCoalescer:
              env_kwargs: Mapping[str, Any] | None = None, **overrides) -> asyncio.Future:
         """A future of the episode's ``Trajectory``. ``engine_key`` selects engines made
         for it (``make_engine(engine_key)``); ``overrides`` are ``RolloutConfig`` fields."""
-        key = (env_id, engine_key, _frozen(env_kwargs or {}), _frozen(overrides))
+        key = (single_agent(env_id), engine_key, _frozen(env_kwargs or {}),
+               _frozen(overrides))
         return self._batcher.submit((key, task, dict(env_kwargs or {}), overrides))
 
     async def _play_batch(self, items: list) -> list:

@@ -71,11 +71,10 @@ def random_policy_transcripts(
     task ``i % num_tasks`` (``i`` when ``num_tasks`` is None). ``with_masks``: a list of
     ``(ids, mask)`` pairs instead, ``mask[t] == 1`` on the policy's tokens (each action and
     its end-of-turn token)."""
+    from agentgym import _core
     from agentgym.engine.chat import ChatFormatter
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
-
-    from agentgym import _core
 
     if env_id in _core.native_game_ids():
         return _game_transcripts(env_id, tokenizer, episodes, max_turns, env_kwargs or {},

@@ -1,0 +1,192 @@
+"""Self-play learning result: the tiny model trained on tic-tac-toe by self-play, with and
+without the role baseline, and against a fixed random opponent, over several seeds.
+
+    python bench/selfplay_learning.py [--seeds 0,1,2] [--arms self_rae,self_plain,random_rae]
+                                      [--steps 60] [--keep]
+    python bench/selfplay_learning.py --plot-only
+
+Every arm is the same recipe (the tiny model after its format warm-up on random legal moves,
+``tasks_per_step`` openings x ``n_samples`` samples a step, ``adv_estimator="rae"``, greedy
+evaluation every ``eval_every`` steps on the 10 held-out two-mark openings, the policy in each
+seat: 20 games against the random player and 20 against the minimax solver) with one change:
+
+* ``self_rae``: self-play, the policy in both seats, SPIRAL's role baseline (an EMA per role);
+* ``self_plain``: self-play without the role baseline (REINFORCE on the raw returns);
+* ``random_rae``: the policy in one seat against a random legal move, with the role baseline.
+
+Reports per arm the start and final win + draw rate against the random player and the draw
+rate against the solver (mean, min and max over seeds; the solver never loses), the illegal
+move share of the final evaluation, and whether a seeded run repeats (``--repeat-check``
+reruns seed 0 of the first arm for a few steps and compares its metrics rows). Writes
+``bench/results/selfplay_learning.json`` (after every run, so a run cut short keeps what it
+finished) and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "selfplay_learning.json"
+
+#: Arm -> (what it is, TrainerConfig fields it sets).
+ARMS: dict[str, tuple[str, dict]] = {
+    "self_rae": ("self-play, role baseline", {"opponents": "self", "role_baseline": True}),
+    "self_plain": ("self-play, no baseline", {"opponents": "self", "role_baseline": False}),
+    "random_rae": ("vs a random player, role baseline",
+                   {"opponents": "random", "role_baseline": True}),
+}
+
+
+def recipe(steps: int) -> dict:
+    return {"env": "tictactoe", "self_play": True, "model": "tiny", "max_steps": steps,
+            "tasks_per_step": 16, "n_samples": 2, "max_turns": 5, "max_new_tokens": 8,
+            "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 10,
+            "eval_tasks": 10, "learner": {"lr": 1e-4}, "warmup": {"episodes": 512},
+            "save_every": 0, "tensorboard": False, "plot": False, "progress": False,
+            "torch_threads": 1}
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def run_one(arm: str, seed: int, steps: int, out_dir: Path) -> dict:
+    from agentgym.learner.trainer import Trainer
+
+    cfg = {**recipe(steps), **ARMS[arm][1], "seed": seed,
+           "output_dir": str(out_dir / f"{arm}_s{seed}")}
+    t0 = time.time()
+    Trainer(cfg).train()
+    rows = [json.loads(x) for x in (Path(cfg["output_dir"]) / "metrics.jsonl").read_text()
+            .splitlines()]
+    evals = [r for r in rows if r["type"] == "eval"]
+    curve = [{"step": r["step"],
+              "vs_random_win_draw": r["vs_random/win_rate"] + r["vs_random/draw_rate"],
+              "vs_solver_draw": r["vs_solver/draw_rate"],
+              "vs_solver_loss": r["vs_solver/loss_rate"]} for r in evals]
+    train = [r for r in rows if r["type"] == "train"]
+    return {"arm": arm, "seed": seed, "steps": steps, "wall_s": round(time.time() - t0, 1),
+            "curve": curve, "start": curve[0], "final": curve[-1],
+            "best_vs_random_win_draw": max(c["vs_random_win_draw"] for c in curve),
+            "train_invalid_share_last": train[-1].get("invalid_turns/share"),
+            "train_rows": [{k: r.get(k) for k in ("step", "selfplay/win_rate",
+                                                  "selfplay/draw_rate", "role_baseline/X",
+                                                  "role_baseline/O", "reward/mean")}
+                           for r in train]}
+
+
+def repeat_check(arm: str, steps: int, out_dir: Path) -> dict:
+    """Run ``arm`` with seed 0 twice for ``steps`` steps: do the metrics rows (less wall
+    times) repeat?"""
+    rows = []
+    for k in range(2):
+        from agentgym.learner.trainer import Trainer
+
+        cfg = {**recipe(steps), **ARMS[arm][1], "seed": 0, "eval_every": steps,
+               "output_dir": str(out_dir / f"repeat{k}")}
+        Trainer(cfg).train()
+        rows.append([{key: v for key, v in json.loads(x).items()
+                      if "timing" not in key and "per_s" not in key and "time" not in key}
+                     for x in (Path(cfg["output_dir"]) / "metrics.jsonl").read_text()
+                     .splitlines()])
+    same = rows[0] == rows[1]
+    diff = [] if same else sorted({k for a, b in zip(*rows) for k in a if a.get(k) != b.get(k)})
+    return {"arm": arm, "steps": steps, "repeats": same, "differing_keys": diff}
+
+
+def summary(runs: list[dict]) -> dict:
+    out = {}
+    for arm in ARMS:
+        rs = [r for r in runs if r["arm"] == arm]
+        if not rs:
+            continue
+        row = {"what": ARMS[arm][0], "seeds": [r["seed"] for r in rs]}
+        for when in ("start", "final"):
+            for key in ("vs_random_win_draw", "vs_solver_draw"):
+                vals = [r[when][key] for r in rs]
+                row[f"{when}/{key}"] = {"mean": round(statistics.fmean(vals), 3),
+                                        "min": min(vals), "max": max(vals)}
+        out[arm] = row
+    return out
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for arm, color in zip(ARMS, ("C0", "C1", "C2")):
+        for r in [r for r in report["runs"] if r["arm"] == arm]:
+            steps = [c["step"] for c in r["curve"]]
+            for ax, key in zip(axes, ("vs_random_win_draw", "vs_solver_draw")):
+                ax.plot(steps, [c[key] for c in r["curve"]], color=color, alpha=0.7)
+        axes[0].plot([], [], color=color, label=ARMS[arm][0])
+    axes[0].set_title("win + draw rate vs random (held-out openings)")
+    axes[1].set_title("draw rate vs the minimax solver")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--keep", action="store_true", help="keep the runs already in --out")
+    ap.add_argument("--plot-only", action="store_true")
+    ap.add_argument("--repeat-check", type=int, default=3, metavar="STEPS",
+                    help="rerun seed 0 of the first arm twice for STEPS steps (0: skip)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.plot_only:
+        report = json.loads(out.read_text())
+        plot(report, out.with_suffix(".png"))
+        return report
+    runs = json.loads(out.read_text())["runs"] if args.keep and out.exists() else []
+    done = {(r["arm"], r["seed"]) for r in runs}
+    report = {"bench": "selfplay_learning", "recipe": recipe(args.steps), "arms": {
+        a: ARMS[a][0] for a in ARMS}, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "runs": runs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in args.arms.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                if (arm, seed) in done:
+                    continue
+                runs.append(run_one(arm, seed, args.steps, Path(tmp)))
+                report["summary"] = summary(runs)
+                _write(out, json.dumps(report, indent=2) + "\n")
+                print(json.dumps({k: runs[-1][k] for k in ("arm", "seed", "start", "final",
+                                                           "wall_s")}), flush=True)
+        if args.repeat_check:
+            report["repeat_check"] = repeat_check(args.arms.split(",")[0], args.repeat_check,
+                                                  Path(tmp))
+            _write(out, json.dumps(report, indent=2) + "\n")
+    plot(report, out.with_suffix(".png"))
+    print(json.dumps({"summary": report.get("summary"),
+                      "repeat_check": report.get("repeat_check")}, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
