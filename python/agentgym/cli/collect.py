@@ -66,6 +66,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                                           "from it and the task)")
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--opponent", default=None,
+                   help="a multi-seat game's other seats: self (the model every seat, the "
+                        "default), solver or random")
     p.add_argument("--env-workers", type=int, default=None)
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="play on Ray rollout workers: the cluster at ADDRESS; alone, a local "
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         "max_total_tokens": args.max_total_tokens, "temperature": args.temperature,
         "top_p": args.top_p, "seed": args.seed, "system_prompt": args.system_prompt,
         "max_concurrency": args.max_concurrency, "env_workers": args.env_workers,
+        "opponent": args.opponent,
     }.items() if v is not None}
     rollout.update(mechanism_rollout(args))
     backend_kwargs = parse_key_values(args.backend_kwarg)

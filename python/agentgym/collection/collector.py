@@ -39,18 +39,37 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from agentgym import _core
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
 from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.orchestrator import EpisodeRequest
+from agentgym.engine.selfplay import is_game
 
 __all__ = ["ROW_FIELDS", "Collector", "collect"]
 
 #: Rollout settings that shape the rows: part of a run's identity.
 ROW_FIELDS = ("max_turns", "max_new_tokens", "max_total_tokens", "temperature", "top_p",
               "top_k", "action_format", "system_prompt", "seed", "undo", "max_undos",
-              "undo_depth", "reflection", "reflection_discount", "reflection_prompt")
+              "undo_depth", "reflection", "reflection_discount", "reflection_prompt",
+              "opponent")
+
+
+def _episode_end(packed: PackedBatch | None, trajs: list[Trajectory] | None, end: int,
+                 count: int) -> int:
+    """``end`` moved past the rest of its episode's rows (a game's seats are consecutive
+    rows with the same group and sample)."""
+    if packed is not None:
+        group, sample = packed.group_id, packed.sample_index
+        while 0 < end < count and group[end] == group[end - 1] \
+                and sample[end] == sample[end - 1]:
+            end += 1
+        return end
+    while 0 < end < count and (trajs[end].group_id, trajs[end].sample_index) == \
+            (trajs[end - 1].group_id, trajs[end - 1].sample_index):
+        end += 1
+    return end
 
 
 def _task_spec(tasks: Sequence[int | str]) -> Any:
@@ -203,6 +222,8 @@ class Collector:
                                         "agentgym_version": _version()})
         self.out = self.store.path
         self.summary: dict[str, Any] | None = None
+        #: rows per key: one per seat of a multi-seat game
+        self.per = _core.GamePool(env_id, 1, "{}").seats if is_game(env_id) else 1
 
     @property
     def total(self) -> int:
@@ -226,7 +247,8 @@ class Collector:
         if self.retry_failed:
             store.drop_failed()
         missing = self.missing()
-        prog = Progress(self.total, self.total - len(missing), self.progress)
+        per = self.per
+        prog = Progress(self.total * per, (self.total - len(missing)) * per, self.progress)
         writer = _Writer(store, {"run_id": store.run_id, "max_turns": self.max_turns,
                                  "env_kwargs": self.env_kwargs, "tokenizer": self.tokenizer})
         ok = False
@@ -247,6 +269,8 @@ class Collector:
                         row = 0
                         while row < count:  # fill the shard buffer, submit when full
                             end = min(count, row + self.shard_size - len(buf))
+                            if per > 1:  # an episode's seats stay in one shard
+                                end = _episode_end(packed, trajs, end, count)
                             if packed is None:
                                 buf.add_trajectories(trajs[row:end])
                             else:
@@ -291,7 +315,7 @@ class Collector:
 
     def _finish(self, prog: Progress) -> None:
         store = self.store
-        run = run_summary((s["stats"] for s in store.shards), self.total)
+        run = run_summary((s["stats"] for s in store.shards), self.total * self.per)
         self.summary = {"out": str(self.out), "run_id": store.run_id, "env_id": self.env_id,
                         "run": run, "session": prog.session(), "shards": len(store.shards)}
         store.finish(run["complete"], self.summary)

@@ -3,7 +3,11 @@ Parquet and JSONL.
 
 A row's key is (``task_index``, ``sample_index``): ``task_index`` is the task's position in
 the run's task list (recorded in ``metadata.json``), which is also its ``group_id``, so
-a resumed run gives every key the same episode seed. ``SCHEMA_VERSION`` changes only when a
+a resumed run gives every key the same episode seed. An episode of a multi-seat game
+(self-play) has one row per seat under its key: (``task_index``, ``sample_index``,
+``seat``) is then a row's identity, and the seats of one episode are always in the same
+shard. Version 7 added ``seat``, ``episode_id``, ``role`` and ``player``; older shards read
+as single-agent rows. ``SCHEMA_VERSION`` changes only when a
 field is added, removed or retyped; Parquet shards carry it in their schema metadata
 (``agentgym.schema_version``) and ``metadata.json`` records it.
 
@@ -36,7 +40,7 @@ from agentgym.data.trajectories import (
 __all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
            "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -49,6 +53,13 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("task_text", pa.string(), "the task text (null for a task index)"),
     ("group_id", pa.uint64(), "GRPO group: equals task_index"),
     ("sample_index", pa.uint32(), "sample within the group (the key)"),
+    ("seat", pa.uint32(), "a multi-seat game's seat (one row per seat under the key; 0 for a "
+                          "single-agent episode)"),
+    ("episode_id", pa.uint64(), "a game episode's id, the same on all its seats' rows (null "
+                                "for a single-agent episode)"),
+    ("role", pa.string(), "the seat's role in the game (X, O, first, ...; else null)"),
+    ("player", pa.string(), "who played the seat: policy (the only rows with loss mask 1) or "
+                            "the opponent's name (else null)"),
     ("seed", pa.uint64(), "the env seed, from (run seed, group_id)"),
     ("token_ids", pa.list_(pa.uint32()), "the whole conversation, token-exact"),
     ("loss_mask", pa.list_(pa.uint8()), "1 exactly on model-generated tokens"),
@@ -137,6 +148,7 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         raise BatchFormatError(f"packed batch has {n} rows, its row info {len(info)}")
     tasks = info.task_id
     is_text = [isinstance(x, str) for x in tasks]
+    tags = info.seat_info or [None] * n
     cols = {
         "run_id": pa.array([run_id] * n, pa.string()),
         "env_id": pa.array(info.env_id, pa.string()),
@@ -145,6 +157,10 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "task_text": pa.array([x if s else None for x, s in zip(tasks, is_text)], pa.string()),
         "group_id": pa.array(packed.group_id, pa.uint64()),
         "sample_index": pa.array(packed.sample_index, pa.uint32()),
+        "seat": pa.array(packed.seat, pa.uint32()),
+        "episode_id": pa.array([None if g is None else g[0] for g in tags], pa.uint64()),
+        "role": pa.array([None if g is None else g[1] for g in tags], pa.string()),
+        "player": pa.array([None if g is None else g[2] for g in tags], pa.string()),
         "seed": pa.array(np.array(info.seed, np.uint64)),
         "token_ids": _packed_list(packed.offsets, packed.token_ids, pa.uint32()),
         "loss_mask": _packed_list(packed.offsets, packed.loss_mask, pa.uint8()),
@@ -230,8 +246,11 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         steps["step_offsets"], steps["step_context"] = listed("step_context", np.uint32)
         steps["step_reply"] = listed("step_reply", np.uint32)[1]
         steps["step_end"] = listed("step_end", np.uint32)[1]
+    seats = {}
+    if "seat" in table.column_names:  # absent before schema version 7: single-agent rows
+        seats["seat"] = plain("seat", np.uint32)
     packed = PackedBatch.from_dict({
-        **branch, **steps,
+        **branch, **steps, **seats,
         "token_ids": token_ids, "offsets": offsets, "loss_mask": loss_mask,
         "logprobs": logprobs, "rewards": plain("reward", np.float32),
         "turn_rewards": turn_rewards, "turn_offsets": turn_offsets,
@@ -262,6 +281,10 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         # absent before schema version 6: judged on the reward
         attempt_return=(table.column("attempt_return").to_pylist()
                         if "attempt_return" in table.column_names else [None] * table.num_rows))
+    if "role" in table.column_names and table.column("role").null_count < table.num_rows:
+        info.seat_info = [None if r is None else (e, r, p) for e, r, p in zip(
+            table.column("episode_id").to_pylist(), table.column("role").to_pylist(),
+            table.column("player").to_pylist())]
     return packed, info
 
 

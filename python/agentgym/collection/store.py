@@ -20,7 +20,7 @@ Invariants:
   never match and the next open deletes; a shard renamed but not yet in the manifest is
   complete and is adopted by the next open.
 * Every key (``task_index``, ``sample_index``) is in at most one visible shard at every
-  moment. ``drop_failed`` (``--retry-failed``) rewrites a shard in place (``os.replace`` of
+  moment (a game episode's key has one row per seat, all in that shard). ``drop_failed`` (``--retry-failed``) rewrites a shard in place (``os.replace`` of
   a complete temporary file onto the same name) without its failed rows; the keys it drops
   are missing, and the next rows for them land in new shards. So a plain reader of the
   folder (pyarrow, ``datasets``, polars) sees each key exactly once when a run is complete.
@@ -253,13 +253,14 @@ class RunStore:
         if man_path.exists():
             listed = {s["name"]: s for s in json.loads(man_path.read_text()).get("shards", [])}
         self.shards: list[dict[str, Any]] = []
-        tasks, samples, failed = [], [], []
+        tasks, samples, failed, seats = [], [], [], []
         for f in shard_files(self.path):
             if not f.name.endswith(self.fmt):
                 raise RunMismatchError(f"{self.path} holds {f.name}, not a {self.fmt} shard")
             known = listed.get(f.name, {}).get("stats")
-            t = read_shard(f, ["task_index", "sample_index"]
+            t = read_shard(f, ["task_index", "sample_index", "seat"]
                            + (["stop_reason"] if known else STATS_COLUMNS))
+            seats.append(t.column("seat").to_numpy().astype(np.int64))
             ti = t.column("task_index").to_numpy()
             si = t.column("sample_index").to_numpy().astype(np.int64)
             fl = _failed_rows(t)
@@ -281,13 +282,21 @@ class RunStore:
         self._failed = np.concatenate(failed) if failed else np.zeros(0, bool)
         if len(self._tasks):
             keys = self._tasks * (1 << 32) + self._samples
-            uniq, counts = np.unique(keys, return_counts=True)
-            if (counts > 1).any():
-                k = int(uniq[np.argmax(counts > 1)])
+            # a key's rows: one per seat, in one shard
+            shard = np.repeat(np.arange(len(self.shards)), [s["rows"] for s in self.shards])
+            _, per_seat = np.unique(np.stack([keys, np.concatenate(seats)], 1), axis=0,
+                                    return_counts=True)
+            in_shards = np.unique(np.stack([keys, shard], 1), axis=0)[:, 0]
+            uniq, counts = np.unique(in_shards, return_counts=True)
+            if (per_seat > 1).any() or (counts > 1).any():
+                dup = np.unique(keys, return_counts=True)
+                k = int(uniq[np.argmax(counts > 1)]) if (counts > 1).any() else \
+                    int(dup[0][np.argmax(dup[1] > 1)])
                 names = [s["name"] for s, (a, b) in zip(self.shards, _spans(self.shards))
                          if (keys[a:b] == k).any()]
                 raise ShardError(f"key (task_index={k >> 32}, sample_index={k & 0xFFFFFFFF}) "
-                                 f"is in more than one shard of {self.path}: {names}")
+                                 f"is in more than one shard of {self.path}, or twice for "
+                                 f"one seat: {names}")
         nums = [int(_SHARD.match(s["name"]).group(1)) for s in self.shards]
         self._next = max(nums, default=-1) + 1
         self._write_manifest(complete=False)
