@@ -177,6 +177,37 @@ def test_a_backend_failure_on_one_seat_ends_its_episode_for_every_seat(tokenizer
     assert {t.stop_reason for t in batch if t.episode_id != 2} == {"done"}
 
 
+def test_a_game_that_panics_ends_its_episode_for_every_seat(tokenizer):
+    class Panicker(ScriptedBackend):
+        """Seat 1 of the episodes of group 1 makes the test game panic."""
+
+        async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+            view, slot = context[0], context[1]
+            if view.seat == 1 and self.panic_slot == slot:
+                ids = self._encode("Action: panic") + [self.end_of_turn_id]
+                from agentgym.backends.base import GenerateResult
+
+                return GenerateResult(token_ids=ids, logprobs=[0.0] * len(ids),
+                                      finish_reason="stop", policy_version=0)
+            return await super().generate(prompt_ids, sampling, request_id, context)
+
+    backend = Panicker(tokenizer, "oracle")
+    backend.panic_slot = 1
+    eng = RolloutEngine(backend, tokenizer, max_turns=4, max_concurrency=4)
+    batch = eng.collect_sync(4, "_test_panic_game")
+    by_slot_one = [t for t in batch if t.stop_reason == "env_error"]
+    assert len(by_slot_one) == 2 and {t.seat for t in by_slot_one} == {0, 1}
+    assert len({t.episode_id for t in by_slot_one}) == 1
+    assert all("panic" in t.error and sum(t.loss_mask) == 0 for t in by_slot_one)
+    rest = [t for t in batch if t.episode_id != by_slot_one[0].episode_id]
+    assert len(rest) == 6 and {t.stop_reason for t in rest} == {"done"}
+    assert {t.num_turns for t in rest} == {2}  # 4 moves, 2 per seat
+    # the slot's game is rebuilt for its next episode
+    backend.panic_slot = None
+    again = eng.collect_sync(4, "_test_panic_game", max_concurrency=4)
+    assert {t.stop_reason for t in again} == {"done"} and len(again) == 8
+
+
 def test_single_agent_mechanisms_are_refused_on_a_game(tokenizer):
     eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer)
     for kw in ({"undo": True}, {"reflection": 1}, {"context_window": 2}, {"plan": True}):

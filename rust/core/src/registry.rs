@@ -99,14 +99,16 @@ static TEST_SPECS: &[EnvSpec] = &[EnvSpec {
 
 static TEST_ENVS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// Adds the test-only envs (`_test_panic`) to this process's registry, for tests of
-/// failure handling; calling it again changes nothing. Returns their ids.
+/// Adds the test-only envs (`_test_panic`) and games (`_test_panic_game`) to this process's
+/// registry, for tests of failure handling; calling it again changes nothing. Returns the
+/// envs' ids.
 pub fn register_test_envs() -> Vec<&'static str> {
     TEST_ENVS_REGISTERED.store(true, Ordering::Relaxed);
     TEST_SPECS.iter().map(|s| s.id).collect()
 }
 
-fn test_envs_registered() -> bool {
+/// Whether the test-only envs and games are registered (always in this crate's unit tests).
+pub fn test_envs_registered() -> bool {
     cfg!(test) || TEST_ENVS_REGISTERED.load(Ordering::Relaxed)
 }
 

@@ -7,7 +7,7 @@ use crate::errors::{to_py, EnvError};
 use crate::pool::parse_kwargs;
 use agentgym_core::env::Task;
 use agentgym_core::game::Game;
-use agentgym_core::games::{make_game, GAMES};
+use agentgym_core::games::{make_game, specs};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -186,10 +186,10 @@ impl PyGame {
     }
 }
 
-/// The ids of the native multi-seat games.
+/// The ids of the native multi-seat games (the test-only ones too once registered).
 #[pyfunction]
 fn native_game_ids() -> Vec<&'static str> {
-    GAMES.iter().map(|g| g.id).collect()
+    specs().map(|g| g.id).collect()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -19,6 +19,7 @@ pub mod kuhn_poker;
 pub mod negotiation;
 #[cfg(test)]
 mod props;
+pub mod test_panic;
 #[cfg(test)]
 mod test_util;
 pub mod tictactoe;
@@ -50,9 +51,27 @@ pub static GAMES: &[GameSpec] = &[
     },
 ];
 
+/// Test-only games, registered with the test envs
+/// ([`crate::registry::register_test_envs`]).
+static TEST_GAMES: &[GameSpec] = &[GameSpec {
+    id: "_test_panic_game",
+    description: "Test-only game that panics on demand (see games/test_panic)",
+    make: test_panic::make,
+}];
+
+/// Every registered game: the shipped ones, then the test-only ones once registered.
+pub fn specs() -> impl Iterator<Item = &'static GameSpec> {
+    let tests: &'static [GameSpec] = if crate::registry::test_envs_registered() {
+        TEST_GAMES
+    } else {
+        &[]
+    };
+    GAMES.iter().chain(tests)
+}
+
 /// The game `id` built with `kwargs`.
 pub fn make_game(id: &str, kwargs: &Kwargs) -> Result<Box<dyn Game>> {
-    match GAMES.iter().find(|g| g.id == id) {
+    match specs().find(|g| g.id == id) {
         Some(g) => (g.make)(kwargs),
         None => Err(CoreError::UnknownEnv {
             id: id.to_string(),
