@@ -361,7 +361,11 @@ mod tests {
     #[test]
     fn views_hold_only_the_movers_own_observation() {
         let mut p = pool(1);
-        let v = p.reset(&[(0, Task::Index(0), 3)]).unwrap().remove(0).unwrap();
+        let v = p
+            .reset(&[(0, Task::Index(0), 3)])
+            .unwrap()
+            .remove(0)
+            .unwrap();
         // deal 0: seat 0 holds the Jack, seat 1 the Queen
         assert!(v.observations[0].contains("Jack"));
         assert!(!v.observations[0].contains("Queen"));
