@@ -6,7 +6,8 @@ without the role baseline, and against a fixed random opponent, over several see
     python bench/selfplay_learning.py --plot-only
 
 Every arm is the same recipe (the tiny model after its format warm-up on random legal moves,
-``tasks_per_step`` openings x ``n_samples`` samples a step, ``adv_estimator="rae"``, greedy
+``tasks_per_step`` openings x ``n_samples`` samples a step at a fixed horizon of 5 moves a
+seat, ``adv_estimator="rae"``, greedy
 evaluation every ``eval_every`` steps on the 10 held-out two-mark openings, the policy in each
 seat: 20 games against the random player and 20 against the minimax solver) with one change:
 
@@ -47,7 +48,10 @@ ARMS: dict[str, tuple[str, dict]] = {
 
 
 def recipe(steps: int) -> dict:
+    # a fixed horizon (method GRPO; the estimator is rae, self-play's default): a game needs
+    # up to 5 moves of one seat, which ScalingInter-RL's first stages would cut
     return {"env": "tictactoe", "self_play": True, "model": "tiny", "max_steps": steps,
+            "method": "GRPO",
             "tasks_per_step": 16, "n_samples": 2, "max_turns": 5, "max_new_tokens": 8,
             "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 10,
             "eval_tasks": 10, "learner": {"lr": 1e-4}, "warmup": {"episodes": 512},
