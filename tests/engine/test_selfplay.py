@@ -208,6 +208,19 @@ def test_a_game_that_panics_ends_its_episode_for_every_seat(tokenizer):
     assert {t.stop_reason for t in again} == {"done"} and len(again) == 8
 
 
+def test_simultaneous_seats_are_generated_together_and_stepped_once(tokenizer):
+    backend = RecordingBackend(tokenizer, "oracle")
+    eng = RolloutEngine(backend, tokenizer, max_turns=4, max_concurrency=8)
+    batch = eng.collect_sync(8, "_test_panic_game", env_kwargs={"simultaneous": True})
+    assert len(batch) == 16 and {t.stop_reason for t in batch} == {"done"}
+    assert {t.num_turns for t in batch} == {2}  # 4 moves, both seats each round
+    assert backend.most_in_flight == 16  # both seats of all 8 games at once
+    for t in batch:  # each seat's record is still its own, token-exact
+        sent = backend.sent[f"{eng.run_id}-{t.episode_id * 2 + t.seat}"]
+        for prompt, reply in sent:
+            assert t.token_ids[:len(prompt)] == prompt
+
+
 def test_single_agent_mechanisms_are_refused_on_a_game(tokenizer):
     eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer)
     for kw in ({"undo": True}, {"reflection": 1}, {"context_window": 2}, {"plan": True}):

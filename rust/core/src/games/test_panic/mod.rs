@@ -1,6 +1,7 @@
 //! `_test_panic_game`: a test-only two-seat game, not shipped (registered with the test envs
 //! by [`crate::registry::register_test_envs`]), so that tests can show a game that panics
-//! ends only its own episode. The seats alternate, seat 0 first; any move is accepted and the
+//! ends only its own episode. The seats alternate, seat 0 first (with the kwarg
+//! `simultaneous=true` both seats move at once, every round); any move is accepted and the
 //! game ends after 4 moves with 0 for both, except the move `panic`, which panics inside
 //! `step`.
 
@@ -12,11 +13,15 @@ use crate::registry::{Kwargs, KwargsReader};
 #[derive(Default, Clone)]
 pub struct PanicGame {
     moves: Vec<String>,
+    simultaneous: bool,
 }
 
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Game>> {
-    KwargsReader::new("_test_panic_game", kwargs, &[])?;
-    Ok(Box::new(PanicGame::default()))
+    let kw = KwargsReader::new("_test_panic_game", kwargs, &["simultaneous"])?;
+    Ok(Box::new(PanicGame {
+        moves: Vec::new(),
+        simultaneous: kw.bool_or("simultaneous", false)?,
+    }))
 }
 
 const MOVES: usize = 4;
@@ -36,10 +41,10 @@ impl Game for PanicGame {
     }
 
     fn to_move(&self) -> Vec<usize> {
-        if self.moves.len() < MOVES {
-            vec![self.moves.len() % 2]
-        } else {
-            vec![]
+        match (self.moves.len() < MOVES, self.simultaneous) {
+            (false, _) => vec![],
+            (true, true) => vec![0, 1],
+            (true, false) => vec![self.moves.len() % 2],
         }
     }
 
@@ -48,12 +53,12 @@ impl Game for PanicGame {
     }
 
     fn step(&mut self, moves: &[&str]) -> GameStep {
-        if moves[0].trim() == "panic" {
+        if moves.iter().any(|m| m.trim() == "panic") {
             panic!("test game asked to panic");
         }
-        self.moves.push(moves[0].to_string());
+        self.moves.extend(moves.iter().map(|m| m.to_string()));
         GameStep {
-            refused: vec![false],
+            refused: vec![false; moves.len()],
             over: self.over(),
         }
     }
@@ -63,7 +68,7 @@ impl Game for PanicGame {
     }
 
     fn valid_actions(&self, seat: usize) -> Vec<String> {
-        if self.to_move() == [seat] {
+        if self.to_move().contains(&seat) {
             vec!["noop".into(), "panic".into()]
         } else {
             vec![]
@@ -71,7 +76,7 @@ impl Game for PanicGame {
     }
 
     fn oracle_action(&self, seat: usize) -> Option<String> {
-        (self.to_move() == [seat]).then(|| "noop".into())
+        self.to_move().contains(&seat).then(|| "noop".into())
     }
 
     fn num_tasks(&self) -> u64 {
