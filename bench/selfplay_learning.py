@@ -18,7 +18,8 @@ seat: 20 games against the random player and 20 against the minimax solver) with
 Reports per arm the start and final win + draw rate against the random player and the draw
 rate against the solver (mean, min and max over seeds; the solver never loses), the illegal
 move share of the final evaluation, and whether a seeded run repeats (``--repeat-check``
-reruns seed 0 of the first arm for a few steps and compares its metrics rows). Writes
+reruns seed 0 of the first arm for a few steps and compares its metrics rows), and the
+share of training moves the game refused as illegal, step by step. Writes
 ``bench/results/selfplay_learning.json`` (after every run, so a run cut short keeps what it
 finished) and ``.png``.
 """
@@ -54,7 +55,7 @@ def recipe(steps: int) -> dict:
             "method": "GRPO",
             "tasks_per_step": 16, "n_samples": 2, "max_turns": 5, "max_new_tokens": 8,
             "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 10,
-            "eval_tasks": 10, "learner": {"lr": 1e-4}, "warmup": {"episodes": 512},
+            "eval_tasks": 10, "learner": {"lr": 3e-4}, "warmup": {"episodes": 512},
             "save_every": 0, "tensorboard": False, "plot": False, "progress": False,
             "torch_threads": 1}
 
@@ -89,7 +90,8 @@ def run_one(arm: str, seed: int, steps: int, out_dir: Path) -> dict:
             "train_invalid_share_last": train[-1].get("invalid_turns/share"),
             "train_rows": [{k: r.get(k) for k in ("step", "selfplay/win_rate",
                                                   "selfplay/draw_rate", "role_baseline/X",
-                                                  "role_baseline/O", "reward/mean")}
+                                                  "role_baseline/O", "reward/mean",
+                                                  "invalid_turns/share", "num_turns/mean")}
                            for r in train]}
 
 
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--keep", action="store_true", help="keep the runs already in --out")
     ap.add_argument("--plot-only", action="store_true")
