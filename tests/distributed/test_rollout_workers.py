@@ -132,6 +132,14 @@ def test_pool_plays_bounded_contexts_as_the_engine_does(pool, tiny_model_dir):
         assert len(t.step_reply) == t.num_turns and t.token_ids == w.token_ids
 
 
+def test_pool_refuses_a_multi_seat_game_by_name(pool):
+    async def go():
+        return [t async for t in pool.stream_requests([EpisodeRequest(0, 0, 0)], "kuhn_poker")]
+
+    with pytest.raises(ValueError, match="multi-seat game.*in-process engine"):
+        asyncio.run(go())
+
+
 def test_worker_messages_carry_every_trajectory_field_exactly():
     """What a worker sends is what the driver yields: every field of a model's trajectory
     (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one

@@ -486,6 +486,12 @@ class RayRolloutPool:
 
     async def _run(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
                    batches: bool, trajectories: bool = True) -> AsyncIterator:
+        from agentgym.engine.selfplay import is_game
+
+        if is_game(env_id):  # the pool's bookkeeping is one row per request
+            raise ValueError(f"{env_id} is a multi-seat game: the Ray rollout pool plays "
+                             "single-agent envs (one row per request); play games with the "
+                             "in-process engine")
         await self.start()
         reqs = [tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
                 for r in requests]
