@@ -221,6 +221,24 @@ def test_simultaneous_seats_are_generated_together_and_stepped_once(tokenizer):
             assert t.token_ids[:len(prompt)] == prompt
 
 
+def test_a_seat_that_times_out_ends_its_episode_for_every_seat(tokenizer):
+    class Stuck(ScriptedBackend):
+        """Seat 1 of the game in slot 2 never answers."""
+
+        async def generate(self, prompt_ids, sampling, request_id=None, context=None):
+            if context[0].seat == 1 and context[1] == 2:
+                await asyncio.sleep(60)
+            return await super().generate(prompt_ids, sampling, request_id, context)
+
+    eng = RolloutEngine(Stuck(tokenizer, "oracle"), tokenizer, max_turns=9, max_concurrency=4,
+                        episode_timeout_s=1.0)
+    batch = eng.collect_sync(4, "tictactoe")
+    stuck = [t for t in batch if t.stop_reason == "timeout"]
+    assert len(stuck) == 2 and len({t.episode_id for t in stuck}) == 1
+    assert all(sum(t.loss_mask) == 0 for t in stuck)
+    assert {t.stop_reason for t in batch if t not in stuck} == {"done"}
+
+
 def test_single_agent_mechanisms_are_refused_on_a_game(tokenizer):
     eng = RolloutEngine(ScriptedBackend(tokenizer), tokenizer)
     for kw in ({"undo": True}, {"reflection": 1}, {"context_window": 2}, {"plan": True}):

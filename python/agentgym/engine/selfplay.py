@@ -266,16 +266,16 @@ class GamePlay:
         where the policy wrote them; a reply cut at ``max_new_tokens`` closed with a masked
         end-of-turn token; a turn of reward 0 each), their actions parsed in one call, the
         games stepped in one pool call, and the next movers' observations appended. Per game
-        its view after the step, or :class:`GameOver` where a reply met the context cap."""
-        items = [it for it in items if not it[0][0].closed] if any(
-            it[0][0].closed for it in items) else items
+        its view after the step, or :class:`GameOver` where a reply met the context cap (None
+        for a game closed meanwhile, by a cancellation)."""
         run = self.run
-        movers = [sp for _, ms, _ in items for sp in ms]
-        replies = [r for _, _, rs in items for r in rs]
+        live = [it for it in items if not it[0][0].closed]
+        movers = [sp for _, ms, _ in live for sp in ms]
+        replies = [r for _, _, rs in live for r in rs]
         if movers:
             self._record(movers, replies)
-        stepped = [it for it in items if not any(r.ends for r in it[2])]
-        out: dict[int, object] = {id(it): GameOver("length") for it in items
+        stepped = [it for it in live if not any(r.ends for r in it[2])]
+        out: dict[int, object] = {id(it): GameOver("length") for it in live
                                   if any(r.ends for r in it[2])}
         if stepped:
             actions = run.codec.actions([r.tokens for it in stepped for r in it[2]])
@@ -290,7 +290,7 @@ class GamePlay:
                         sp.invalid_turns += bad
             self._observe([it[0] for it in stepped], views)
             out.update(zip(map(id, stepped), views))
-        return [out[id(it)] for it in items]
+        return [out.get(id(it)) for it in items]
 
     def _record(self, movers: list, replies: list[_Reply]) -> None:
         """The replies onto their seats' records, in a few store calls for the tick."""
