@@ -217,7 +217,7 @@ def test_simultaneous_seats_are_generated_together_and_stepped_once(tokenizer):
     assert backend.most_in_flight == 16  # both seats of all 8 games at once
     for t in batch:  # each seat's record is still its own, token-exact
         sent = backend.sent[f"{eng.run_id}-{t.episode_id * 2 + t.seat}"]
-        for prompt, reply in sent:
+        for prompt, _ in sent:
             assert t.token_ids[:len(prompt)] == prompt
 
 

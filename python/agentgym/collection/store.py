@@ -20,8 +20,9 @@ Invariants:
   never match and the next open deletes; a shard renamed but not yet in the manifest is
   complete and is adopted by the next open.
 * Every key (``task_index``, ``sample_index``) is in at most one visible shard at every
-  moment (a game episode's key has one row per seat, all in that shard). ``drop_failed`` (``--retry-failed``) rewrites a shard in place (``os.replace`` of
-  a complete temporary file onto the same name) without its failed rows; the keys it drops
+  moment (a game episode's key has one row per seat, all in that shard). ``drop_failed``
+  (``--retry-failed``) rewrites a shard in place (``os.replace`` of a complete temporary
+  file onto the same name) without its failed rows; the keys it drops
   are missing, and the next rows for them land in new shards. So a plain reader of the
   folder (pyarrow, ``datasets``, polars) sees each key exactly once when a run is complete.
 * Opening an existing folder with a different identity (env, env kwargs, model, tokenizer,
