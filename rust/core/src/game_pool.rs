@@ -15,6 +15,7 @@ use crate::env::Task;
 use crate::error::{CoreError, Result};
 use crate::game::Game;
 use crate::games::make_game;
+use crate::pool::panic_message;
 use crate::registry::Kwargs;
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -61,16 +62,6 @@ pub struct GamePool {
     roles: Vec<String>,
     instructions: Vec<String>,
     num_tasks: u64,
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".to_string()
-    }
 }
 
 fn view(game: &dyn Game, refused: Vec<bool>) -> GameView {
