@@ -90,7 +90,8 @@ class _Wire(msgspec.Struct, array_like=True, gc=False):
 
     index: list[int]
     arrays: dict[str, bytes]
-    info: dict[str, list]
+    #: RowInfo's fields (``seat_info`` None where no row is a game's)
+    info: dict[str, list | None]
 
 
 def _encode(index: list[int], packed: PackedBatch, info: RowInfo) -> bytes:
