@@ -55,7 +55,7 @@ def recipe(steps: int) -> dict:
             "method": "GRPO",
             "tasks_per_step": 16, "n_samples": 2, "max_turns": 5, "max_new_tokens": 8,
             "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 10,
-            "eval_tasks": 10, "learner": {"lr": 3e-4}, "warmup": {"episodes": 512},
+            "eval_tasks": 10, "learner": {"lr": 1e-3, "kl_coef": 0.2}, "warmup": {"episodes": 512},
             "save_every": 0, "tensorboard": False, "plot": False, "progress": False,
             "torch_threads": 1}
 
