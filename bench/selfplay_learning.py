@@ -136,15 +136,20 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for arm, color in zip(ARMS, ("C0", "C1", "C2")):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    arms = [a for a in ARMS if any(r["arm"] == a for r in report["runs"])]
+    for arm, color in zip(arms, ("C0", "C1", "C2")):
         for r in [r for r in report["runs"] if r["arm"] == arm]:
             steps = [c["step"] for c in r["curve"]]
             for ax, key in zip(axes, ("vs_random_win_draw", "vs_solver_draw")):
                 ax.plot(steps, [c[key] for c in r["curve"]], color=color, alpha=0.7)
+            axes[2].plot([x["step"] for x in r["train_rows"]],
+                         [x["invalid_turns/share"] for x in r["train_rows"]], color=color,
+                         alpha=0.6)
         axes[0].plot([], [], color=color, label=ARMS[arm][0])
-    axes[0].set_title("win + draw rate vs random (held-out openings)")
-    axes[1].set_title("draw rate vs the minimax solver")
+    axes[0].set_title("greedy win + draw rate vs random (held-out openings)")
+    axes[1].set_title("greedy draw rate vs the minimax solver")
+    axes[2].set_title("training moves refused as illegal (share)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
