@@ -39,13 +39,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from agentgym import _core
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
 from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.orchestrator import EpisodeRequest
-from agentgym.engine.selfplay import is_game
+from agentgym.engine.selfplay import game_roles, is_game
 
 __all__ = ["ROW_FIELDS", "Collector", "collect"]
 
@@ -61,13 +60,12 @@ def _episode_end(packed: PackedBatch | None, trajs: list[Trajectory] | None, end
     """``end`` moved past the rest of its episode's rows (a game's seats are consecutive
     rows with the same group and sample)."""
     if packed is not None:
-        group, sample = packed.group_id, packed.sample_index
-        while 0 < end < count and group[end] == group[end - 1] \
-                and sample[end] == sample[end - 1]:
-            end += 1
-        return end
-    while 0 < end < count and (trajs[end].group_id, trajs[end].sample_index) == \
-            (trajs[end - 1].group_id, trajs[end - 1].sample_index):
+        def key(i):
+            return packed.group_id[i], packed.sample_index[i]
+    else:
+        def key(i):
+            return trajs[i].group_id, trajs[i].sample_index
+    while 0 < end < count and key(end) == key(end - 1):
         end += 1
     return end
 
@@ -223,7 +221,7 @@ class Collector:
         self.out = self.store.path
         self.summary: dict[str, Any] | None = None
         #: rows per key: one per seat of a multi-seat game
-        self.per = _core.GamePool(env_id, 1, "{}").seats if is_game(env_id) else 1
+        self.per = len(game_roles(env_id)) if is_game(env_id) else 1
 
     @property
     def total(self) -> int:

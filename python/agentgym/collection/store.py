@@ -283,16 +283,14 @@ class RunStore:
         self._failed = np.concatenate(failed) if failed else np.zeros(0, bool)
         if len(self._tasks):
             keys = self._tasks * (1 << 32) + self._samples
-            # a key's rows: one per seat, in one shard
+            # a key's rows: one per seat, all in one shard
             shard = np.repeat(np.arange(len(self.shards)), [s["rows"] for s in self.shards])
-            _, per_seat = np.unique(np.stack([keys, np.concatenate(seats)], 1), axis=0,
-                                    return_counts=True)
-            in_shards = np.unique(np.stack([keys, shard], 1), axis=0)[:, 0]
-            uniq, counts = np.unique(in_shards, return_counts=True)
-            if (per_seat > 1).any() or (counts > 1).any():
-                dup = np.unique(keys, return_counts=True)
-                k = int(uniq[np.argmax(counts > 1)]) if (counts > 1).any() else \
-                    int(dup[0][np.argmax(dup[1] > 1)])
+            rows, n = np.unique(np.stack([keys, np.concatenate(seats)], 1), axis=0,
+                                return_counts=True)
+            homes = np.unique(np.stack([keys, shard], 1), axis=0)[:, 0]  # sorted by key
+            bad = np.concatenate([rows[n > 1, 0], homes[1:][homes[1:] == homes[:-1]]])
+            if bad.size:
+                k = int(bad[0])
                 names = [s["name"] for s, (a, b) in zip(self.shards, _spans(self.shards))
                          if (keys[a:b] == k).any()]
                 raise ShardError(f"key (task_index={k >> 32}, sample_index={k & 0xFFFFFFFF}) "

@@ -35,6 +35,7 @@ reason on each seat's row; the batch goes on.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import zlib
@@ -46,7 +47,7 @@ import numpy as np
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
 
-__all__ = ["GameDriver", "OPPONENTS", "is_game", "seat_players"]
+__all__ = ["GameDriver", "OPPONENTS", "game_roles", "is_game", "seat_players"]
 
 #: The opponent kinds every game has; any other name is a backend of
 #: ``RolloutEngine.opponents`` (``"pool"``: one of them per episode).
@@ -58,6 +59,11 @@ _SCRIPTED = {"solver": "oracle", "random": "random"}
 def is_game(env_id: str) -> bool:
     """``env_id`` is a native multi-seat game."""
     return env_id in _core.native_game_ids()
+
+
+def game_roles(game_id: str) -> list[str]:
+    """The role of each seat of game ``game_id`` (its length: the seats)."""
+    return list(_core.GamePool(game_id, 0, "{}").roles)
 
 
 def seat_players(opponent: str, group_id: int, seed: int, seats: int,
@@ -274,9 +280,13 @@ class GamePlay:
         replies = [r for _, _, rs in live for r in rs]
         if movers:
             self._record(movers, replies)
-        stepped = [it for it in live if not any(r.ends for r in it[2])]
-        out: dict[int, object] = {id(it): GameOver("length") for it in live
-                                  if any(r.ends for r in it[2])}
+        out: dict[int, object] = {}
+        stepped = []
+        for it in live:
+            if any(r.ends for r in it[2]):
+                out[id(it)] = GameOver("length")
+            else:
+                stepped.append(it)
         if stepped:
             actions = run.codec.actions([r.tokens for it in stepped for r in it[2]])
             moves, k = [], 0
@@ -295,23 +305,15 @@ class GamePlay:
     def _record(self, movers: list, replies: list[_Reply]) -> None:
         """The replies onto their seats' records, in a few store calls for the tick."""
         store, eot = self.run.store, self.eot
-        keys = np.fromiter((sp.key for sp in movers), np.uint64, len(movers))
-        lens = [len(r.tokens) for r in replies]
-        offsets = np.zeros(len(movers) + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        learn = np.fromiter((sp.player == "policy" for sp in movers), bool, len(movers))
-        flat = np.fromiter((t for r in replies for t in r.tokens), np.uint32, int(offsets[-1]))
-        lps = np.zeros(int(offsets[-1]), np.float32)
-        for k, r in enumerate(replies):
-            if learn[k] and r.logprobs:
-                lps[offsets[k]:offsets[k + 1]] = r.logprobs
-        store.append_batch(keys, flat, offsets, learn, lps)
+        # only the policy's replies carry logprobs (``_reply`` drops an opponent's)
+        _append(store, movers, [r.tokens for r in replies],
+                [sp.player == "policy" for sp in movers], [r.logprobs for r in replies])
         closing = [k for k, r in enumerate(replies) if not r.ended and not r.ends]
         if closing:  # cut at max_new_tokens: a masked end-of-turn token closes the reply
-            store.append_batch(keys[closing], np.full(len(closing), eot, np.uint32),
-                               np.arange(len(closing) + 1, dtype=np.int64),
-                               np.zeros(len(closing), bool))
-        store.add_turns(keys, np.zeros(len(movers), np.float32))
+            _append(store, [movers[k] for k in closing], [[eot]] * len(closing),
+                    [False] * len(closing))
+        store.add_turns(np.fromiter((sp.key for sp in movers), np.uint64, len(movers)),
+                        np.zeros(len(movers), np.float32))
         closed = set(closing)
         for k, (sp, r) in enumerate(zip(movers, replies)):
             sp.ids.extend(r.tokens)
@@ -351,13 +353,7 @@ class GamePlay:
                 sp.prompt_len = len(ids)
         if later:
             ids = run.codec.observation_ids([o for _, o in later])
-            lens = [len(x) for x in ids]
-            offsets = np.zeros(len(later) + 1, np.int64)
-            np.cumsum(lens, out=offsets[1:])
-            run.store.append_batch(
-                np.fromiter((sp.key for sp, _ in later), np.uint64, len(later)),
-                np.fromiter((t for x in ids for t in x), np.uint32, int(offsets[-1])),
-                offsets, np.zeros(len(later), bool))
+            _append(run.store, [sp for sp, _ in later], ids, [False] * len(later))
             for (sp, _), obs_ids in zip(later, ids):
                 sp.ids.extend(obs_ids)
 
@@ -390,6 +386,24 @@ class GamePlay:
         ends = cut and (sampling is not run.sampling or cfg.truncated_turn == "end" or not toks)
         return _Reply(toks, res.logprobs if sp.player == "policy" else None, ended,
                       cut and not ends, ends)
+
+
+def _append(store, eps: list, segments: list[list[int]], is_model: list[bool],
+            logprobs: list[list[float] | None] | None = None) -> None:
+    """``segments[i]`` onto the record of ``eps[i]`` in one store call (mask 1 where
+    ``is_model[i]``; ``logprobs[i]``, where given, its behaviour logprobs, else 0)."""
+    offsets = np.zeros(len(eps) + 1, np.int64)
+    np.cumsum([len(x) for x in segments], out=offsets[1:])
+    total = int(offsets[-1])
+    lps = None
+    if logprobs is not None and any(logprobs):
+        lps = np.zeros(total, np.float32)
+        for k, lp in enumerate(logprobs):
+            if lp:
+                lps[offsets[k]:offsets[k + 1]] = lp
+    store.append_batch(np.fromiter((e.key for e in eps), np.uint64, len(eps)),
+                       np.fromiter(itertools.chain.from_iterable(segments), np.uint32, total),
+                       offsets, np.array(is_model, bool), lps)
 
 
 def _end(seats: list, reason: str, error: str | None) -> None:

@@ -453,12 +453,15 @@ class RoleBaseline:
 
     def update(self, roles: list[str], scores: np.ndarray, valid: np.ndarray) -> None:
         """Move each role's baseline toward the mean return of its valid rows."""
-        scores, valid = np.asarray(scores, np.float64), np.asarray(valid, bool)
-        for role in sorted(set(roles)):
-            rows = np.array([r == role for r in roles]) & valid
-            if rows.any():
+        names, which = np.unique(np.asarray(roles, object), return_inverse=True)
+        valid = np.asarray(valid, bool)
+        n = np.bincount(which[valid], minlength=len(names))
+        total = np.bincount(which[valid], weights=np.asarray(scores, np.float64)[valid],
+                            minlength=len(names))
+        for role, k, t in zip(names.tolist(), n, total):
+            if k:
                 b = self.values.get(role, 0.0)
-                self.values[role] = self.decay * b + (1 - self.decay) * float(scores[rows].mean())
+                self.values[role] = self.decay * b + (1 - self.decay) * t / k
 
     def state_dict(self) -> dict:
         return {"decay": self.decay, "values": dict(self.values)}

@@ -133,7 +133,7 @@ class SelfPlay:
         """Update the OpenSkill ratings with the step's games between the policy and an
         opponent (self-play games rate nobody)."""
         games = [rows for rows in _episodes(trajs)
-                 if {r.player for r in rows} - {"policy"} and "policy" in {r.player for r in rows}
+                 if len({r.player for r in rows}) > 1  # the policy and an opponent
                  and not any(r.stop_reason in FAILED_STOP_REASONS for r in rows)]
         if not games:
             return

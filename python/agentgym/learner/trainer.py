@@ -185,10 +185,10 @@ class Trainer:
         self.version_offset = 0
         self.selfplay = None
         if cfg.self_play:
-            from agentgym import _core
+            from agentgym.engine.selfplay import game_roles
 
             self.selfplay = SelfPlay(
-                cfg.env, _core.GamePool(cfg.env, 1, "{}").roles, cfg.opponents,
+                cfg.env, game_roles(cfg.env), cfg.opponents,
                 role_baseline=cfg.role_baseline, role_baseline_decay=cfg.role_baseline_decay,
                 pool_size=cfg.opponent_pool_size, pool_every=cfg.opponent_pool_every)
         if ckpt:

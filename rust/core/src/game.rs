@@ -37,6 +37,16 @@ pub struct GameStep {
     pub over: bool,
 }
 
+impl GameStep {
+    /// The step of a game already over: nobody moved, nothing was refused.
+    pub fn already_over() -> Self {
+        GameStep {
+            refused: Vec::new(),
+            over: true,
+        }
+    }
+}
+
 /// A native multi-seat game. `Send` and `Sync` so that a pool can step games on worker
 /// threads and the bindings can share one.
 pub trait Game: Send + Sync {

@@ -302,10 +302,7 @@ impl Game for KuhnPoker {
 
     fn step(&mut self, moves: &[&str]) -> GameStep {
         let Some(seat) = self.to_move().first().copied() else {
-            return GameStep {
-                refused: Vec::new(),
-                over: true,
-            };
+            return GameStep::already_over();
         };
         let text = moves.first().copied().unwrap_or("");
         match Act::parse(text).filter(|a| legal(&self.history).contains(a)) {

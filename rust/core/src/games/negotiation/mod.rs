@@ -492,10 +492,7 @@ impl Game for Negotiation {
 
     fn step(&mut self, moves: &[&str]) -> GameStep {
         let Some(seat) = self.mover() else {
-            return GameStep {
-                refused: Vec::new(),
-                over: true,
-            };
+            return GameStep::already_over();
         };
         let text = moves.first().copied().unwrap_or("");
         match Move::parse(text).filter(|mv| self.allowed(seat, mv)) {

@@ -289,10 +289,7 @@ impl Game for TicTacToe {
 
     fn step(&mut self, moves: &[&str]) -> GameStep {
         let Some(seat) = self.mover() else {
-            return GameStep {
-                refused: Vec::new(),
-                over: true,
-            };
+            return GameStep::already_over();
         };
         let cell = moves
             .first()
