@@ -245,11 +245,27 @@ def assert_invalid_action_is_a_free_turn(env_id: str, action: str) -> agentgym.E
     return pool
 
 
-def read_wandb_history(run_dir: str | Path) -> list[dict[str, float]]:
+def read_wandb_history(run_dir: str | Path, at_least: int = 0,
+                       patience_s: float = 30.0) -> list[dict[str, float]]:
     """The history rows (``wandb.log`` calls) of an offline Weights & Biases run folder,
     read from its ``run-<id>.wandb`` file: a LevelDB-style log (a 7-byte file header, then
     32 KiB blocks of records, each ``crc32 u32, length u16, type u8`` then the bytes; types
-    full 1, first 2, middle 3, last 4) of ``wandb_internal_pb2.Record`` messages."""
+    full 1, first 2, middle 3, last 4) of ``wandb_internal_pb2.Record`` messages.
+
+    wandb's service process writes that file on its own; on a busy machine its last records
+    can land after ``finish()`` returned, so the file is read again (up to ``patience_s``)
+    until it holds ``at_least`` history rows. What the rows hold is the caller's to check."""
+    import time
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        rows = _wandb_rows(run_dir)
+        if len(rows) >= at_least or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
+def _wandb_rows(run_dir: str | Path) -> list[dict[str, float]]:
     import json
     import struct
 
