@@ -113,7 +113,8 @@ def transcript(t, tokenizer) -> str:
 
 
 async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
-    """Greedy and sampled episodes of SmolLM2 on one env (``backend`` serves every env)."""
+    """Greedy and sampled episodes of SmolLM2 on one env (``backend`` serves every env);
+    a column left out of ``--columns`` is ``None`` (and has no transcript)."""
     row = table.row(env)
     conc = args.model_concurrency if row.max_concurrency is None else \
         min(args.model_concurrency, 5)  # ScienceWorld: a JVM per episode in flight
@@ -123,17 +124,19 @@ async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
                            max_concurrency=conc)
     t0 = time.time()
     try:
-        greedy = await engine.collect(plan.eval_ids, env, env_kwargs=plan.eval_kwargs,
-                                      temperature=0.0)
-        sampled = None if args.samples == 0 else await engine.collect(
+        greedy = None if "greedy" not in args.columns else await engine.collect(
+            plan.eval_ids, env, env_kwargs=plan.eval_kwargs, temperature=0.0)
+        sampled = None if args.samples == 0 or "sampled" not in args.columns else \
+            await engine.collect(
             plan.eval_ids, env, env_kwargs=plan.eval_kwargs, temperature=1.0,
             n_samples=args.samples)
     finally:
         engine.close()
-    return {"greedy": _model_column(greedy, args.max_new_tokens),
+    return {"greedy": None if greedy is None else _model_column(greedy, args.max_new_tokens),
             "sampled": None if sampled is None else _model_column(sampled, args.max_new_tokens),
             "wall_s": round(time.time() - t0, 1),
-            "transcript": transcript(greedy.trajectories[0], tokenizer)}
+            "transcript": None if greedy is None else transcript(greedy.trajectories[0],
+                                                                  tokenizer)}
 
 
 def _cell(col: dict | None) -> str:
@@ -172,6 +175,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--model-concurrency", type=int, default=32,
                     help="the model's episodes in flight per env")
     ap.add_argument("--no-model", action="store_true", help="random and oracle only")
+    ap.add_argument("--columns", default="greedy,sampled",
+                    help="the model columns to play; one left out is kept from the env's row "
+                         "in --out (same tasks), its wall time with it")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--transcripts", default=str(TRANSCRIPTS),
                     help="file for the first greedy episode of every env")
@@ -180,6 +186,9 @@ def main(argv=None) -> dict:
                     help="keep the rows and transcripts of envs in --out that this run does "
                          "not play (a table measured in parts)")
     args = ap.parse_args(argv)
+    args.columns = set(args.columns.split(","))
+    if not args.columns <= {"greedy", "sampled"}:
+        ap.error(f"--columns takes greedy and/or sampled, not {args.columns}")
     if args.table:
         report = json.loads(Path(args.table).read_text())
         print(markdown(report), end="")
@@ -223,11 +232,13 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
     transcripts = []
     kept_rows: list[dict] = []
     kept_transcripts: dict[str, str] = {}
-    if args.keep and Path(args.out).exists():
-        kept_rows = [r for r in json.loads(Path(args.out).read_text())["results"]
-                     if r["env"] not in envs]
-        if Path(args.transcripts).exists():
-            kept_transcripts = _transcript_blocks(Path(args.transcripts).read_text())
+    earlier = {r["env"]: r for r in json.loads(Path(args.out).read_text())["results"]} \
+        if Path(args.out).exists() else {}
+    earlier_transcripts = _transcript_blocks(Path(args.transcripts).read_text()) \
+        if Path(args.transcripts).exists() else {}
+    if args.keep:
+        kept_rows = [r for e, r in earlier.items() if e not in envs]
+        kept_transcripts = {e: t for e, t in earlier_transcripts.items() if e not in envs}
     order = [*[r["env"] for r in kept_rows], *envs]
     played: list[dict] = []
     try:
@@ -239,8 +250,14 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
                    "max_total_tokens": settings.max_total_tokens}
             if backend is not None:
                 cols = await model_column_pair(backend, env, plan, args, tok)
-                transcripts.append(cols.pop("transcript"))
+                if cols["transcript"] is not None:
+                    transcripts.append(cols.pop("transcript"))
+                else:
+                    cols.pop("transcript")
+                    if env in earlier_transcripts:
+                        transcripts.append(earlier_transcripts[env])
                 cols["sampled_per_task"] = args.samples
+                cols.update(_kept_columns(earlier.get(env), plan.eval_ids, args.columns))
                 row["smollm2-135m"] = cols
             for policy in ("random", "oracle"):
                 row[policy] = await scripted(env, plan.eval_ids, plan.eval_kwargs, policy,
@@ -268,6 +285,22 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
     print(markdown(report), end="", file=sys.stderr)
     print(json.dumps(report))
     return report
+
+
+def _kept_columns(earlier: dict | None, tasks: list, played: set[str]) -> dict:
+    """The model columns of an env's earlier row that this run does not play: the same tasks,
+    their wall time as ``<column>_wall_s``; ``SystemExit`` when the row is missing."""
+    keep = {"greedy", "sampled"} - played
+    if not keep:
+        return {}
+    model = (earlier or {}).get("smollm2-135m") or {}
+    if earlier is None or earlier["tasks"] != tasks or any(model.get(c) is None for c in keep):
+        raise SystemExit(f"--columns leaves out {sorted(keep)}, but --out has no such column "
+                         f"for {tasks} to keep")
+    out = {c: model[c] for c in keep}
+    out.update({f"{c}_wall_s": model.get(f"{c}_wall_s", model.get("wall_s")) for c in keep})
+    out["kept_columns"] = sorted(keep)
+    return out
 
 
 def _transcript_blocks(text: str) -> dict[str, str]:
