@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 import agentgym  # noqa: E402
 
 #: Every listed native env; those with a ``bench/baselines/<env>_py.py`` are also compared.
-ENVS = tuple(agentgym._core.native_env_ids())
+ENVS = tuple(e for e in agentgym._core.native_env_ids() if not e.startswith("_"))
 RANDOM_ACTIONS = 6
 ORACLE_LIMIT = 200
 

@@ -71,9 +71,10 @@ def test_test_env_exists_only_once_registered():
         else:
             raise AssertionError("_test_panic constructed before registration")
         shipped = _core.native_env_ids()
-        assert _core._register_test_envs() == ["_test_panic"]
-        assert _core._register_test_envs() == ["_test_panic"]
-        assert _core.native_env_ids() == shipped + ["_test_panic"]
+        test_ids = ["_test_panic", "_bench_cartpole"]
+        assert _core._register_test_envs() == test_ids
+        assert _core._register_test_envs() == test_ids
+        assert _core.native_env_ids() == shipped + test_ids
         assert is_native("_test_panic")
         (obs,) = agentgym.EnvPool("_test_panic", 1).reset()
         assert obs.startswith("reset task=Index(0)"), obs

@@ -2,7 +2,7 @@
 //!
 //! Each shipped native env has one [`EnvSpec`] in [`shipped`]; constructor kwargs arrive as
 //! a JSON object so that the bindings can pass Python keyword arguments through unchanged.
-//! Test-only envs (`_test_panic`) are not shipped: they exist only once
+//! Test-only envs (`_test_panic`, and `_bench_cartpole` for benches) are not shipped: they exist only once
 //! [`register_test_envs`] has run (and always in this crate's own unit tests).
 
 use crate::env::Env;
@@ -88,18 +88,28 @@ static SHIPPED: &[EnvSpec] = &[
 ];
 
 /// Test-only envs, added by [`register_test_envs`].
-static TEST_SPECS: &[EnvSpec] = &[EnvSpec {
-    id: "_test_panic",
-    description: "Test-only env that panics or fails on demand (see envs/test_panic)",
-    make: crate::envs::test_panic::make,
-    splits: &[],
-    held_out: None,
-    tasks: "any index (test-only env)",
-}];
+static TEST_SPECS: &[EnvSpec] = &[
+    EnvSpec {
+        id: "_test_panic",
+        description: "Test-only env that panics or fails on demand (see envs/test_panic)",
+        make: crate::envs::test_panic::make,
+        splits: &[],
+        held_out: None,
+        tasks: "any index (test-only env)",
+    },
+    EnvSpec {
+        id: "_bench_cartpole",
+        description: "CartPole-v1's dynamics, for the EnvPool comparison (see envs/bench_cartpole)",
+        make: crate::envs::bench_cartpole::make,
+        splits: &[],
+        held_out: None,
+        tasks: "procedural: any index seeds a start state (bench-only env)",
+    },
+];
 
 static TEST_ENVS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// Adds the test-only envs (`_test_panic`) and games (`_test_panic_game`) to this process's
+/// Adds the test-only envs (`_test_panic`, `_bench_cartpole`) and games (`_test_panic_game`) to this process's
 /// registry, for tests of failure handling; calling it again changes nothing. Returns the
 /// envs' ids.
 pub fn register_test_envs() -> Vec<&'static str> {
@@ -226,7 +236,7 @@ mod tests {
     fn test_envs_are_not_shipped() {
         let shipped: Vec<&str> = shipped().map(|s| s.id).collect();
         let test_ids = register_test_envs();
-        assert_eq!(test_ids, ["_test_panic"]);
+        assert_eq!(test_ids, ["_test_panic", "_bench_cartpole"]);
         for id in &test_ids {
             assert!(!shipped.contains(id), "{id} is shipped");
             assert!(

@@ -1287,6 +1287,15 @@ env_props! {
         spec_seeds: &["0", " 11499 ", "18446744073709551615"],
         ..GAME
     };
+    // `text=false` answers empty observations on purpose (the bench's formatting-skipped
+    // arm), which the observation checks here refuse; its unit tests cover it.
+    bench_cartpole => Profile {
+        id: "_bench_cartpole",
+        sparse: false,
+        max_obs: 128,
+        spec_seeds: &["0.01 0.02 0.03 0.04", "-2 -0.5 0.2 1e-3"],
+        ..GAME
+    };
     search => Profile {
         id: "search",
         rewards: Rewards::Within(0.0, 1.0),
