@@ -1,24 +1,22 @@
-"""The SkyRL adapters: agentgym envs through skyrl-gym's real registry and ``BaseTextEnv``,
-and the generator's output checked against SkyRL's ``GeneratorOutput`` type.
-
-The ``skyrl`` package that defines ``GeneratorOutput`` (``skyrl.train.generators.base``,
-skyrl 0.3.0) pins transformers <= 5.8 and needs Python >= 3.12 to import (pydantic refuses
-its ``typing.TypedDict`` on 3.11), so it is not installed here: ``GeneratorOutput`` and
-``TrajectoryID`` below are transcribed field for field from that file, and the output is
-validated against them with pydantic in strict mode."""
+"""The SkyRL adapters: agentgym envs through skyrl-gym's real registry and ``BaseTextEnv``
+(these run in the main virtualenv, which has skyrl-gym), and ``AgentGymGenerator`` against
+SkyRL's real generator interface: the ``skyrl`` package (``skyrl.train.generators.base``:
+``GeneratorInterface``, ``GeneratorInput``, ``GeneratorOutput``, ``TrajectoryID``) needs
+Python >= 3.12 and pins transformers <= 5.8, so the tests marked ``skyrl`` run in its own
+virtualenv, ``.venv-skyrl`` (``scripts/setup.sh --skyrl``; scripts/test.sh runs them with
+``-m skyrl``). SkyRL's own generator playing these envs on a vLLM server is
+``bench/peer_skyrl.py`` (tests/bench/test_peer_skyrl.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import skyrl_gym
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, ValidationError
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.registration import registry
-from typing_extensions import TypedDict
+from skyrl_gym.metrics import aggregate_for_environment
 
 import agentgym
 from agentgym.integrations._episodes import TaskRefError
@@ -29,28 +27,38 @@ from agentgym.integrations.skyrl import (
     register_envs,
 )
 
+# The main test run deselects the ``skyrl`` tests by their marker; in .venv-skyrl these
+# imports succeed.
+try:
+    from skyrl.train.generators.base import (
+        BatchMetadata,
+        GeneratorInput,
+        GeneratorInterface,
+        GeneratorOutput,
+        TrajectoryID,
+    )
+except ImportError as e:  # collected, then deselected, outside .venv-skyrl
+    SKYRL_MISSING: ImportError | None = e
+else:
+    SKYRL_MISSING = None
 
-@dataclass
-class TrajectoryID:  # skyrl.train.generators.base.TrajectoryID (skyrl 0.3.0)
-    instance_id: str
-    repetition_id: int
+
+@pytest.fixture
+def skyrl_types():
+    if SKYRL_MISSING is not None:
+        pytest.fail(f"SkyRL's skyrl package is not importable ({SKYRL_MISSING}); run the "
+                    "skyrl tests with .venv-skyrl/bin/python (scripts/setup.sh --skyrl)")
 
 
-class GeneratorOutput(TypedDict):  # skyrl.train.generators.base.GeneratorOutput (0.3.0)
-    prompt_token_ids: list[list[int]]
-    response_ids: list[list[int]]
-    rewards: list[float] | list[list[float]]
-    loss_masks: list[list[int]]
-    stop_reasons: list[str] | None
-    rollout_metrics: dict[str, Any] | None
-    rollout_logprobs: list[list[float]] | None
-    trajectory_ids: list[TrajectoryID] | None
-    trajectory_generation_times: list[float] | None
-    rollout_expert_indices: list[list[list[list[int]]]] | None
-    is_last_step: list[bool] | None
-    env_metrics: list[dict[str, Any]] | None
-    pixel_values: list[Any] | None  # list[torch.Tensor] in SkyRL
-    image_grid_thw: list[Any] | None
+def validate(typed_dict, value):
+    """``value`` validated in strict mode against SkyRL's TypedDict ``typed_dict`` (as a
+    field of a pydantic model that allows its ``torch.Tensor`` fields)."""
+
+    class Checked(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True, strict=True)
+        value: typed_dict
+
+    return Checked(value=value).value
 
 
 def test_every_env_registered_with_skyrl_gym():
@@ -58,6 +66,11 @@ def test_every_env_registered_with_skyrl_gym():
     assert ids == [ENV_PREFIX + e for e in agentgym.list_envs()]
     assert all(i in registry for i in ids)
     assert register_envs(["maze"]) == ["agentgym-maze"]  # again: no error
+    # SkyRL's generator aggregates episode metrics through the registered class
+    assert registry["agentgym-maze"].entry_point is AgentGymTextEnv
+    assert aggregate_for_environment("agentgym-maze", [{"turns": 2, "reward": 0.0},
+                                                       {"turns": 4, "reward": 1.0}]) \
+        == {"turns": 3.0, "reward": 0.5}
 
 
 @pytest.mark.parametrize("env_id", ["maze", "office"])
@@ -77,7 +90,8 @@ def test_oracle_plays_through_the_skyrl_env(env_id):
         action = twin.unwrapped.oracle_action()
         out = env.step(f"Thought: go.\nAction: {action}")
         obs, reward, term, trunc, _ = twin.step(action)
-        assert out["postprocessed_action"] == action
+        # the parsed action is reported, never handed back as text to re-encode
+        assert out["metadata"]["action"] == action and out["postprocessed_action"] is None
         assert out["reward"] == reward and out["done"] == (term or trunc)
         assert out["observations"] == ([] if out["done"] else [{"role": "user", "content": obs}])
         total += out["reward"]
@@ -107,20 +121,29 @@ def generator(turn_model_dir):
     gen.close()
 
 
-def test_generator_output_is_skyrls_type_in_input_order(generator):
+@pytest.mark.skyrl
+def test_generator_implements_skyrls_interface(skyrl_types):
+    assert issubclass(AgentGymGenerator, GeneratorInterface)
+    assert not getattr(AgentGymGenerator.generate, "__isabstractmethod__", False)
+
+
+@pytest.mark.skyrl
+def test_generator_output_is_skyrls_type_in_input_order(skyrl_types, generator):
     gen, tok = generator
     rows = [("agentgym-maze", 2), ("maze", 5), ("agentgym-maze", 2), ("agentgym-wordle", 0)]
-    batch = {
+    batch = validate(GeneratorInput, {
         "prompts": [[{"role": "user", "content": "label"}]] * len(rows),
         "env_classes": [c for c, _ in rows],
         "env_extras": [{"task": t} for _, t in rows],
         "sampling_params": {"temperature": 1.0, "max_generate_length": 10},
         "trajectory_ids": [TrajectoryID(f"{c}/{t}", 0) for c, t in rows],
-        "batch_metadata": None,
-    }
+        "batch_metadata": BatchMetadata(global_step=3, training_phase="train"),
+    })
     out = asyncio.run(gen.generate(batch))
-    TypeAdapter(GeneratorOutput).validate_python(out, strict=True)
+    validate(GeneratorOutput, out)
     assert set(out) == set(GeneratorOutput.__annotations__)
+    with pytest.raises(ValidationError):  # the check is strict: a wrong type fails
+        validate(GeneratorOutput, {**out, "rewards": [str(r) for r in out["rewards"]]})
     assert out["trajectory_ids"] == batch["trajectory_ids"]
     n = len(rows)
     assert all(len(out[k]) == n for k in ("prompt_token_ids", "response_ids", "rewards",
@@ -149,7 +172,8 @@ def test_generator_output_is_skyrls_type_in_input_order(generator):
     assert metrics["reward/mean"] == pytest.approx(sum(out["rewards"]) / n)
 
 
-def test_generator_rejects_rows_without_task(generator):
+@pytest.mark.skyrl
+def test_generator_rejects_rows_without_task(skyrl_types, generator):
     gen, _ = generator
     with pytest.raises(TaskRefError):
         asyncio.run(gen.generate({"prompts": [[]], "env_classes": ["agentgym-maze"],

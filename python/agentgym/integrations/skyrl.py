@@ -54,7 +54,9 @@ class AgentGymTextEnv(BaseTextEnv):
     ``env_kwargs``. ``init(prompt)`` resets the env and returns the conversation the model
     starts from: the prompt's own system message (else the env's instructions) and the
     first observation as a user message. ``step(text)`` parses the action from the model's
-    text the way the rollout engine does (a text without one goes to the env as is).
+    text the way the rollout engine does (a text without one goes to the env as is) and
+    reports it as ``metadata["action"]``; ``postprocessed_action`` stays None, since SkyRL's
+    generator would re-encode that text in place of the model's own tokens.
     """
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None,
@@ -91,7 +93,8 @@ class AgentGymTextEnv(BaseTextEnv):
         self.info = dict(info)
         return BaseTextEnvStepOutput(
             observations=[] if done else [{"role": "user", "content": obs}],
-            reward=float(reward), done=done, metadata=dict(info), postprocessed_action=cmd)
+            reward=float(reward), done=done, metadata={**info, "action": cmd},
+            postprocessed_action=None)
 
     def get_metrics(self) -> dict[str, Any]:
         return {"turns": self.turns, "reward": self.total_reward}
@@ -100,21 +103,19 @@ class AgentGymTextEnv(BaseTextEnv):
         self.env.close()
 
 
-def _make_text_env(env_id: str):
-    def make(env_config: Any = None, extras: Mapping[str, Any] | None = None, **kw):
-        return AgentGymTextEnv(env_config, extras, env_id=env_id)
-
-    return make
-
-
 def register_envs(env_ids=None) -> list[str]:
     """Register agentgym envs (all registered ids by default) with skyrl-gym as
-    ``agentgym-<id>``; returns the skyrl-gym ids. Registering again is a no-op."""
+    ``agentgym-<id>``; returns the skyrl-gym ids. Registering again is a no-op.
+
+    The entry point is the class :class:`AgentGymTextEnv` with ``env_id`` in the spec's
+    kwargs: SkyRL's generator aggregates an env's metrics through its registered class
+    (``skyrl_gym.metrics.aggregate_for_environment`` calls ``entry_point.aggregate_metrics``).
+    """
     ids = []
     for env_id in env_ids or agentgym.list_envs():
         name = ENV_PREFIX + env_id
         if name not in registry:
-            register(id=name, entry_point=_make_text_env(env_id))
+            register(id=name, entry_point=AgentGymTextEnv, kwargs={"env_id": env_id})
         ids.append(name)
     return ids
 
