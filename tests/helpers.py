@@ -30,8 +30,9 @@ def mask_runs(mask) -> list[tuple[int, int, int]]:
 
 
 #: How vLLM's log names a request that ``OpenAIBackend`` sent as ``request_id``:
-#: cmpl-{request_id}-{attempt}-{8 hex}-{prompt index}, then -{8 hex} inside the engine.
-_VLLM_REQUEST = r"cmpl-(\S+?)-\d+-[0-9a-f]{8}-0(?:-[0-9a-f]{8})?"
+#: cmpl-{request_id}-{attempt}-{8 hex}-{prompt index} (completions API) or
+#: generate-tokens-{request_id}-{attempt}-{8 hex} (token API), then -{8 hex} inside the engine.
+_VLLM_REQUEST = r"(?:cmpl|generate-tokens)-(\S+?)-\d+-[0-9a-f]{8}(?:-0)?(?:-[0-9a-f]{8})?"
 
 
 def vllm_request_log(server) -> tuple[set[str], set[str]]:
