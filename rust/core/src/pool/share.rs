@@ -192,8 +192,18 @@ pub(crate) fn run_shared<J: Send, R: Send>(
     let n = jobs.len();
     let helpers = Helpers::get();
     if helpers.threads.is_empty() || n < 2 {
+        // No helpers (one core, or RAYON_NUM_THREADS=1): the same contract, serially.
+        let mut first_panic = None;
         for (k, job) in jobs.into_iter().enumerate() {
-            done(k, f(job));
+            match catch_unwind(AssertUnwindSafe(|| f(job))) {
+                Ok(r) => done(k, r),
+                Err(p) => {
+                    first_panic.get_or_insert(p);
+                }
+            }
+        }
+        if let Some(p) = first_panic {
+            resume_unwind(p);
         }
         return;
     }
