@@ -92,6 +92,8 @@ class OpenAIBackend:
         self._root = self.base_url.removesuffix("/v1")
         # aiohttp binds a session to the running event loop: opened by the first request.
         self._session = None
+        self._probe: asyncio.Future | None = None
+        self._probe_waiters = 0
         self._inflight: dict[str, asyncio.Task] = {}
         self._closed = False
         #: The wire API in use: ``api``, or what ``"auto"`` found (None until it looked).
@@ -117,6 +119,21 @@ class OpenAIBackend:
         reached is asked again on the next request)."""
         if self.api is not None:
             return self.api
+        if self._probe is None or self._probe.done() and self.api is None:
+            # One probe for every request that arrives before the answer.
+            self._probe = asyncio.ensure_future(self._ask_api())
+        probe = self._probe
+        self._probe_waiters += 1
+        try:
+            return await asyncio.shield(probe)
+        except asyncio.CancelledError:
+            if self._probe_waiters == 1:  # the last one waiting: close its connection now
+                probe.cancel()
+            raise
+        finally:
+            self._probe_waiters -= 1
+
+    async def _ask_api(self) -> str:
         import aiohttp
 
         found = "completions"
