@@ -592,13 +592,15 @@ def measure(models: list[str], args) -> dict:
                            "optimizer": "AdamW betas 0.9/0.999 eps 1e-8, no weight decay, "
                                         "grad clip 1.0, constant lr"},
               "rows": []}
+    # Versions without importing trl here: `import trl` sets VLLM_LOGGING_LEVEL=ERROR for this
+    # process and every vLLM server it starts later (the arms import it in their own).
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import transformers
-        import trl
-    except ImportError as e:
+        report["trl"], report["transformers"] = version("trl"), version("transformers")
+    except PackageNotFoundError as e:
         report["skipped"] = f"TRL is not installed ({e}): pip install 'agentgym-rl[trl]'"
         return report
-    report["trl"], report["transformers"] = trl.__version__, transformers.__version__
     for name in models:
         report["rows"].append(measure_model(name, args))
     return report
