@@ -202,6 +202,8 @@ def vllm_server(long_tiny_model_dir):
         kv_cache_space_gib=1,
         enforce_eager=True,
         extra_args=["--enable-log-requests"],  # the abort test reads the request log
+        # INFO whatever an earlier import (trl sets ERROR) left in this process's env
+        env={"VLLM_LOGGING_LEVEL": "INFO"},
     ) as server:
         yield server
     assert server.process.poll() is not None  # reaped

