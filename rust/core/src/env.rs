@@ -91,6 +91,95 @@ pub trait Env: Send {
     fn heap_bytes(&self) -> usize {
         0
     }
+    /// The current state's picture, for an env built to observe images (the `obs` kwarg of
+    /// `maze` and `gridworld`): appends it to `out` as row-major RGB bytes (top row first,
+    /// left to right, 3 bytes per pixel: `height * width * 3` in all), leaving what `out`
+    /// already holds untouched, and returns `Some((height, width))`, both multiples of
+    /// [`FRAME_ALIGN`]. The same state always draws the same bytes. `None`, with nothing
+    /// appended: this env, or this build of it, has no picture, or no episode has started.
+    /// Default: `None`.
+    fn frame_into(&self, _out: &mut Vec<u8>) -> Option<(u32, u32)> {
+        None
+    }
+    /// `(height, width)` of the frames [`frame_into`](Env::frame_into) draws for this
+    /// build's indexed tasks, fixed at construction (an env whose task texts may change the
+    /// picture's size says so in its README); `None` when it draws none. Default: `None`.
+    fn frame_shape(&self) -> Option<(u32, u32)> {
+        None
+    }
+}
+
+/// What an env that has pictures observes: its `obs` kwarg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ObsMode {
+    /// Text only (the default; the observations of envs without pictures).
+    #[default]
+    Text,
+    /// A frame ([`Env::frame_into`]) carries the state; the text keeps only what the
+    /// picture cannot say (the last action's outcome, the mission, the success line).
+    Image,
+    /// The full text observation and a frame.
+    Both,
+}
+
+impl ObsMode {
+    /// The `obs` kwarg (`"text"`, `"image"` or `"both"`, default `"text"`); any other value
+    /// is the reader's named `InvalidArgument`.
+    pub fn read(kwargs: &crate::registry::KwargsReader<'_>) -> Result<Self> {
+        kwargs.choice(
+            "obs",
+            "text",
+            &[
+                ("text", ObsMode::Text),
+                ("image", ObsMode::Image),
+                ("both", ObsMode::Both),
+            ],
+        )
+    }
+
+    /// Whether observations carry the full text description (`text` and `both`).
+    pub fn describes(self) -> bool {
+        self != ObsMode::Image
+    }
+
+    /// Whether the env draws frames (`image` and `both`).
+    pub fn draws(self) -> bool {
+        self != ObsMode::Text
+    }
+}
+
+/// The side, in pixels, that the height and width of every frame are multiples of: a
+/// vision model's 14-pixel patches, merged 2 x 2.
+pub const FRAME_ALIGN: usize = 28;
+
+/// Pixel geometry of a frame that draws a grid of `rows` x `cols` square cells:
+/// `(cell, height, width)`. `cell` is the side of a cell in pixels, at least `min_cell`:
+/// the largest one that keeps the grid's longer side within the smallest multiple of
+/// [`FRAME_ALIGN`] that holds it at `min_cell`. `height` and `width` are the grid's pixel
+/// sides rounded up to multiples of [`FRAME_ALIGN`]; the envs fill that margin (bottom and
+/// right) with their wall colour.
+pub fn frame_geometry(rows: usize, cols: usize, min_cell: usize) -> (usize, usize, usize) {
+    let align = |px: usize| px.div_ceil(FRAME_ALIGN).max(1) * FRAME_ALIGN;
+    let side = rows.max(cols).max(1);
+    let cell = (align(side * min_cell) / side).max(min_cell);
+    (cell, align(rows * cell), align(cols * cell))
+}
+
+/// Appends a `height` x `width` RGB frame to `out`, the colour of each pixel given by
+/// `pixel(y, x)`; returns `Some((height, width))` for [`Env::frame_into`].
+pub fn draw_frame(
+    out: &mut Vec<u8>,
+    height: usize,
+    width: usize,
+    mut pixel: impl FnMut(usize, usize) -> [u8; 3],
+) -> Option<(u32, u32)> {
+    out.reserve(height * width * 3);
+    for y in 0..height {
+        for x in 0..width {
+            out.extend_from_slice(&pixel(y, x));
+        }
+    }
+    Some((height as u32, width as u32))
 }
 
 /// [`Env::snapshot`] of an env that is `Clone`.
@@ -131,6 +220,33 @@ pub fn push_decimal(s: &mut String, mut v: u64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn frame_geometry_aligns_to_the_patch_grid() {
+        // (rows, cols, min_cell) -> (cell, height, width)
+        for (rows, cols, min, want) in [
+            (9, 9, 3, (3, 28, 28)),
+            (13, 13, 3, (4, 56, 56)),
+            (19, 19, 3, (4, 84, 84)),
+            (5, 3, 3, (5, 28, 28)),
+            (7, 7, 5, (8, 56, 56)),
+            (10, 10, 5, (5, 56, 56)),
+            (14, 3, 5, (6, 84, 28)),
+        ] {
+            assert_eq!(
+                super::frame_geometry(rows, cols, min),
+                want,
+                "{rows}x{cols}"
+            );
+        }
+        for rows in 1..80 {
+            for cols in 1..80 {
+                let (cell, h, w) = super::frame_geometry(rows, cols, 3);
+                assert!(cell >= 3 && h % 28 == 0 && w % 28 == 0);
+                assert!(rows * cell <= h && cols * cell <= w);
+            }
+        }
+    }
+
     #[test]
     fn push_decimal_writes_like_display() {
         for v in [0, 7, 10, 99, 12_345, u64::MAX] {

@@ -1,13 +1,16 @@
 //! `gridworld`: a BabyAI-style room seen through text. The agent (position and heading) sees
 //! the objects (balls, boxes, keys in six colours) and doors within a 7x7 egocentric view and
 //! follows a mission: `go to the red ball`, `pick up the blue key`, `open the green door`
-//! (locked doors need the key of their colour). See `envs/gridworld/README.md`.
+//! (locked doors need the key of their colour). With `obs="image"` or `"both"` it also draws
+//! the whole room from above as an RGB frame ([`Env::frame_into`]); in image mode the text
+//! keeps the mission, the outcome of the last action and what the agent carries. See
+//! `envs/gridworld/README.md`.
 //!
 //! Layouts are a function of the task index, preset and split (SplitMix64); the seed is
 //! unused. `oracle_action()` plans with BFS over (cell, heading), fetching a key first for a
 //! locked door and dropping whatever the agent holds when it needs its hands.
 
-use crate::env::{snapshot_of, vec_bytes, Env, Step, Task};
+use crate::env::{draw_frame, frame_geometry, snapshot_of, vec_bytes, Env, ObsMode, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -27,6 +30,21 @@ const ACTIONS: [&str; 6] = [
     "drop",
     "toggle",
 ];
+/// Frame colours (RGB): walls (and the margin that pads a frame to the patch grid), floor,
+/// the agent, and the objects' colours in [`COLORS`] order.
+pub const WALL_RGB: [u8; 3] = [100, 100, 100];
+pub const FLOOR_RGB: [u8; 3] = [0, 0, 0];
+pub const AGENT_RGB: [u8; 3] = [255, 255, 255];
+pub const COLOR_RGB: [[u8; 3]; 6] = [
+    [255, 0, 0],
+    [0, 255, 0],
+    [0, 0, 255],
+    [112, 39, 195],
+    [255, 255, 0],
+    [190, 190, 190],
+];
+/// Smallest side of a tile in pixels (enough for the shapes of [`tile_pixel`]).
+const MIN_TILE_PX: usize = 5;
 const HELP: &str =
     "Invalid action. Use turn left, turn right, move forward, pick up, drop or toggle.";
 
@@ -106,6 +124,9 @@ pub struct GridConfig {
     pub locked: bool,
     pub view: i32,
     pub split: u64,
+    /// Text, image or both ([`ObsMode`]); image mode replaces the view's description by
+    /// what the agent carries.
+    pub obs: ObsMode,
 }
 
 #[derive(Clone)]
@@ -126,7 +147,7 @@ pub struct GridEnv {
 
 /// `gridworld` kwargs: `difficulty` (easy | medium | hard), `size` (room side 3..=12),
 /// `num_objects`, `num_doors` (0..=4), `locked` (doors may be locked), `view` (odd 3..=11),
-/// `split` (train | test).
+/// `split` (train | test), `obs` (text | image | both, default text).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     let allowed = [
         "difficulty",
@@ -136,6 +157,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         "locked",
         "view",
         "split",
+        "obs",
     ];
     let r = KwargsReader::new("gridworld", kwargs, &allowed)?;
     let bad = |m: String| CoreError::InvalidArgument(format!("gridworld: {m}"));
@@ -176,6 +198,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         locked: r.bool_or("locked", locked)?,
         view: view as i32,
         split,
+        obs: ObsMode::read(&r)?,
     };
     Ok(Box::new(GridEnv::new(cfg)))
 }
@@ -356,7 +379,19 @@ impl GridEnv {
         }
     }
 
+    /// What the agent perceives after the mission line or the outcome of an action: its
+    /// heading, load and view; in image mode only its load (`You carry ...`: the picture
+    /// shows the rest).
     fn describe(&self, out: &mut String) {
+        if !self.cfg.obs.describes() {
+            out.push_str(" You carry ");
+            match self.carrying {
+                Some(o) => o.write(out),
+                None => out.push_str("nothing"),
+            }
+            out.push('.');
+            return;
+        }
         let _ = write!(out, " You face {} and carry ", HEADINGS[self.dir]);
         match self.carrying {
             Some(o) => o.write(out),
@@ -583,25 +618,141 @@ impl Env for GridEnv {
         vec_bytes(&self.tiles)
     }
 
+    /// In image and both modes: the whole room from above, walls included, one square tile
+    /// per cell (north up; [`tile_pixel`] draws walls, floor, objects and doors), the agent
+    /// a white triangle pointing where it faces, padded at the bottom and right with wall
+    /// colour to multiples of 28 pixels ([`GridEnv::frame_pixels`]). What the agent
+    /// carries is not drawn (the text says it).
+    fn frame_into(&self, out: &mut Vec<u8>) -> Option<(u32, u32)> {
+        if !self.cfg.obs.draws() || !self.started {
+            return None;
+        }
+        let side = self.side;
+        let (tile, height, width) = Self::frame_pixels(self.cfg.size);
+        let (ax, ay) = (self.pos % side, self.pos / side);
+        draw_frame(out, height, width, |y, x| {
+            let (ty, tx) = (y / tile, x / tile);
+            if ty >= side || tx >= side {
+                return WALL_RGB;
+            }
+            // Offsets from the tile's centre in half-pixels (-t+1 ..= t-1).
+            let t = tile as i32;
+            let du = 2 * (x % tile) as i32 + 1 - t;
+            let dv = 2 * (y % tile) as i32 + 1 - t;
+            if (tx, ty) == (ax, ay) && in_arrow(self.dir, du, dv, t) {
+                return AGENT_RGB;
+            }
+            tile_pixel(self.tiles[ty * side + tx], du, dv, t)
+        })
+    }
+
+    fn frame_shape(&self) -> Option<(u32, u32)> {
+        self.cfg.obs.draws().then(|| {
+            let (_, h, w) = Self::frame_pixels(self.cfg.size);
+            (h as u32, w as u32)
+        })
+    }
+
     fn num_tasks(&self) -> u64 {
         u64::MAX
     }
 
     fn instructions(&self) -> String {
-        "You are in a room of a grid world and must complete the mission (go to, pick up or \
-         open an object). Each turn you see which way you face, what you carry, and the walls, \
-         doors and objects in view, counted in steps forward, left and right of you. The \
-         actions are turn left, turn right, move forward, pick up, drop and toggle. You go \
-         to an object by facing it from the next cell; pick up and toggle act on the cell in \
-         front of you; you carry one object at a time; a locked door opens with the key of its \
-         colour. Completing the mission gives reward 1 and ends the episode."
-            .to_string()
-            + &crate::env::action_line("move forward")
+        let mut s = String::from(
+            "You are in a room of a grid world and must complete the mission (go to, pick up or \
+             open an object).",
+        );
+        if self.cfg.obs.draws() {
+            s.push_str(
+                " Each turn you see a picture of the whole room from above, north up: grey \
+                 squares are walls, black is floor, and you are the white triangle, pointing \
+                 the way you face. Objects have their colour (red, green, blue, purple, yellow \
+                 or grey): a ball is a round blob, a box a hollow square, a key a small key \
+                 shape; a door in the wall is a full square when locked, a square with a black \
+                 slot across its middle when closed, and four coloured corners when open.",
+            );
+        }
+        s.push_str(match self.cfg.obs {
+            ObsMode::Text => {
+                " Each turn you see which way you face, what you carry, and the walls, doors \
+                 and objects in view, counted in steps forward, left and right of you."
+            }
+            ObsMode::Both => {
+                " The text also says which way you face, what you carry, and the walls, doors \
+                 and objects in view, counted in steps forward, left and right of you."
+            }
+            ObsMode::Image => {
+                " The text says the mission, what your last action did and what you carry."
+            }
+        });
+        s.push_str(
+            " The actions are turn left, turn right, move forward, pick up, drop and toggle. \
+             You go to an object by facing it from the next cell; pick up and toggle act on \
+             the cell in front of you; you carry one object at a time; a locked door opens \
+             with the key of its colour. Completing the mission gives reward 1 and ends the \
+             episode.",
+        );
+        s + &crate::env::action_line("move forward")
     }
 }
 
+/// The colour of the pixel at `(du, dv)` half-pixels from the centre of a `t`-pixel tile
+/// holding `tile`: walls and floor fill it; on floor, a ball is a disc (radius 0.4 of the
+/// tile), a box a hollow square (the outer 0.15 of each side), a key a ring-headed stem with
+/// one tooth; a door fills it when locked, leaves a floor-coloured slot across its middle
+/// when closed, and keeps only its four corners when open. Integer arithmetic only.
+pub fn tile_pixel(tile: Tile, du: i32, dv: i32, t: i32) -> [u8; 3] {
+    let o = match tile {
+        Tile::Wall => return WALL_RGB,
+        Tile::Floor => return FLOOR_RGB,
+        Tile::Thing(o) => o,
+    };
+    let (au, av) = (du.abs(), dv.abs());
+    let inside = match (o.kind, o.state) {
+        (Kind::Ball, _) => 25 * (du * du + dv * dv) <= 16 * t * t,
+        (Kind::Box, _) => {
+            let m = au.max(av);
+            10 * m > 6 * t && 10 * m <= 9 * t
+        }
+        (Kind::Key, _) => {
+            let head = 25 * du * du + (5 * dv + 2 * t).pow(2) <= 4 * t * t;
+            let stem = 5 * au < t && (-2 * t..=4 * t).contains(&(5 * dv));
+            let tooth = (0..=3 * t).contains(&(5 * du)) && (2 * t..=4 * t).contains(&(5 * dv));
+            head || stem || tooth
+        }
+        (Kind::Door, LOCKED) => true,
+        (Kind::Door, CLOSED) => 5 * av > t,
+        (Kind::Door, _) => 10 * au > 6 * t && 10 * av > 6 * t,
+    };
+    if inside {
+        COLOR_RGB[o.color as usize]
+    } else {
+        FLOOR_RGB
+    }
+}
+
+/// Whether `(du, dv)` (half-pixels from the centre of a `t`-pixel tile) lies in the agent's
+/// triangle for heading `dir` (its apex towards the heading, its base across the far side).
+fn in_arrow(dir: usize, du: i32, dv: i32, t: i32) -> bool {
+    // Forward and sideways offsets for the heading (north is up: dv < 0).
+    let (f, l) = match dir {
+        0 => (-dv, du),
+        1 => (du, dv),
+        2 => (dv, du),
+        _ => (-du, dv),
+    };
+    5 * f >= -4 * t && 10 * l.abs() <= 4 * t - 5 * f
+}
+
 impl GridEnv {
-    /// Whether `o` lies on a cell next to the agent.
+    /// `(tile, height, width)` in pixels of the frame of a `size` x `size` room
+    /// ([`frame_geometry`] over its `size+2` tiles a side, walls included, at least 5
+    /// pixels each): 56x56 for every preset (easy 8-pixel tiles, medium 7, hard 5).
+    pub fn frame_pixels(size: usize) -> (usize, usize, usize) {
+        frame_geometry(size + 2, size + 2, MIN_TILE_PX)
+    }
+
+    /// The mission as text (`go to the red ball`).
     fn mission_text(&self) -> String {
         let (verb, t) = match self.mission {
             Mission::GoTo(t) => ("go to", t),

@@ -1,13 +1,18 @@
 //! `maze`: a grid maze with text observations. The agent sees its position and what lies
 //! north, south, east and west (wall, open or goal) and moves one cell per turn; reaching the
-//! goal gives reward 1 and ends the episode. See `envs/maze/README.md`.
+//! goal gives reward 1 and ends the episode. With `obs="image"` or `"both"` it also draws the
+//! whole maze from above as an RGB frame ([`Env::frame_into`]); in image mode the text keeps
+//! only the outcome of the last move, and the goal is only in the picture. See
+//! `envs/maze/README.md`.
 //!
 //! The layout (a perfect maze carved by randomized depth-first search, optionally with extra
 //! openings that make loops), the start and the goal are a function of the task index, the
 //! size and the split only; the episode seed is unused, so every member of a GRPO group that
 //! plays task `i` sees the same maze. `bench/baselines/maze_py.py` reproduces it bit for bit.
 
-use crate::env::{push_decimal, snapshot_of, vec_bytes, Env, Step, Task};
+use crate::env::{
+    draw_frame, frame_geometry, push_decimal, snapshot_of, vec_bytes, Env, ObsMode, Step, Task,
+};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -20,6 +25,14 @@ const MAX_SIDE: u64 = 64;
 const DIRS: [&str; 4] = ["north", "south", "east", "west"];
 const TITLES: [&str; 4] = ["North", "South", "East", "West"];
 const UNREACHED: u32 = u32::MAX;
+/// Frame colours (RGB): walls (and the margin that pads a frame to the patch grid), open
+/// floor, the agent, the goal.
+pub const WALL_RGB: [u8; 3] = [40, 40, 40];
+pub const FLOOR_RGB: [u8; 3] = [235, 235, 235];
+pub const AGENT_RGB: [u8; 3] = [220, 30, 30];
+pub const GOAL_RGB: [u8; 3] = [30, 170, 60];
+/// Smallest side of a block (a cell, or the wall or passage between two cells) in pixels.
+const MIN_BLOCK_PX: usize = 3;
 
 /// A maze: `open[c]` has bit `d` set when the wall on side `d` of cell `c` is open.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -273,6 +286,8 @@ pub struct MazeConfig {
     pub show_position: bool,
     pub shaping: f32,
     pub split: u64,
+    /// Text, image or both ([`ObsMode`]); image mode leaves the status sentence out.
+    pub obs: ObsMode,
 }
 
 #[derive(Clone)]
@@ -293,7 +308,9 @@ pub struct MazeEnv {
 /// (square side) or `width`/`height` (2..=64), `loops` (extra openings, default 0),
 /// `goal_hint` (default false), `signpost` (open sides on a shortest path read `closer`,
 /// default false), `show_position` (default true), `shaping` (per-step reward
-/// `shaping * (distance before - distance after)`, default 0), `split` (train | test).
+/// `shaping * (distance before - distance after)`, default 0), `split` (train | test),
+/// `obs` (text | image | both, default text; image mode refuses `goal_hint` and `signpost`,
+/// which would say in text where the goal is).
 pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
     let allowed = [
         "difficulty",
@@ -306,6 +323,7 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         "show_position",
         "shaping",
         "split",
+        "obs",
     ];
     let r = KwargsReader::new("maze", kwargs, &allowed)?;
     let side = r.choice(
@@ -336,7 +354,15 @@ pub fn make(kwargs: &Kwargs) -> Result<Box<dyn Env>> {
         show_position: r.bool_or("show_position", true)?,
         shaping,
         split,
+        obs: ObsMode::read(&r)?,
     };
+    if cfg.obs == ObsMode::Image && (cfg.goal_hint || cfg.signpost) {
+        return Err(CoreError::InvalidArgument(
+            "maze: obs=\"image\" shows the goal only in the picture; goal_hint and signpost \
+             need obs=\"text\" or \"both\""
+                .into(),
+        ));
+    }
     Ok(Box::new(MazeEnv::new(cfg)))
 }
 
@@ -374,8 +400,20 @@ impl MazeEnv {
         &self.layout
     }
 
-    /// The status sentence: position, the four sides, the optional goal hint.
+    /// `(block, height, width)` in pixels of the frame of a `width` x `height` maze
+    /// ([`frame_geometry`] over its `2*height+1` x `2*width+1` blocks, at least 3 pixels
+    /// each): easy (4x4) 28x28 with 3-pixel blocks, medium (6x6) 56x56 and hard (9x9)
+    /// 84x84 with 4-pixel blocks.
+    pub fn frame_pixels(width: usize, height: usize) -> (usize, usize, usize) {
+        frame_geometry(2 * height + 1, 2 * width + 1, MIN_BLOCK_PX)
+    }
+
+    /// The status sentence: position, the four sides, the optional goal hint. Nothing in
+    /// image mode (the picture shows all of it).
     fn describe(&self, out: &mut String) {
+        if !self.cfg.obs.describes() {
+            return;
+        }
         let l = &self.layout;
         if self.cfg.show_position {
             out.push_str(" Position: row ");
@@ -542,6 +580,60 @@ impl Env for MazeEnv {
         snapshot_of(self)
     }
 
+    /// In image and both modes: the maze from above, one square block per cell and per
+    /// wall or passage between cells (`2*height+1` x `2*width+1` blocks, walls
+    /// [`WALL_RGB`], open floor [`FLOOR_RGB`], the agent [`AGENT_RGB`], the goal
+    /// [`GOAL_RGB`]; the agent covers the goal once it stands on it), padded at the bottom
+    /// and right with wall colour to multiples of 28 pixels ([`MazeEnv::frame_pixels`]).
+    fn frame_into(&self, out: &mut Vec<u8>) -> Option<(u32, u32)> {
+        if !self.cfg.obs.draws() || !self.started {
+            return None;
+        }
+        let l = &self.layout;
+        let (block, height, width) = Self::frame_pixels(l.width, l.height);
+        let (rows, cols) = (2 * l.height + 1, 2 * l.width + 1);
+        let colour = |by: usize, bx: usize| -> [u8; 3] {
+            if by >= rows || bx >= cols {
+                return WALL_RGB;
+            }
+            let open = match (by % 2, bx % 2) {
+                // A cell.
+                (1, 1) => {
+                    let c = (by / 2) * l.width + bx / 2;
+                    return if c == self.pos {
+                        AGENT_RGB
+                    } else if c == l.goal {
+                        GOAL_RGB
+                    } else {
+                        FLOOR_RGB
+                    };
+                }
+                // Between two cells of a row: the west cell's east side.
+                (1, 0) => {
+                    bx > 0 && bx < cols - 1 && l.open[(by / 2) * l.width + bx / 2 - 1] & 4 != 0
+                }
+                // Between two cells of a column: the north cell's south side.
+                (0, 1) => {
+                    by > 0 && by < rows - 1 && l.open[(by / 2 - 1) * l.width + bx / 2] & 2 != 0
+                }
+                _ => false,
+            };
+            if open {
+                FLOOR_RGB
+            } else {
+                WALL_RGB
+            }
+        };
+        draw_frame(out, height, width, |y, x| colour(y / block, x / block))
+    }
+
+    fn frame_shape(&self) -> Option<(u32, u32)> {
+        self.cfg.obs.draws().then(|| {
+            let (_, h, w) = Self::frame_pixels(self.cfg.width, self.cfg.height);
+            (h as u32, w as u32)
+        })
+    }
+
     fn heap_bytes(&self) -> usize {
         vec_bytes(&self.layout.open)
             + vec_bytes(&self.layout.inside)
@@ -557,21 +649,38 @@ impl Env for MazeEnv {
     }
 
     fn instructions(&self) -> String {
-        let mut s = String::from("You are in a grid maze. Reach the goal. Each turn you see");
-        if self.cfg.show_position {
+        let mut s = String::from("You are in a grid maze. Reach the goal.");
+        if self.cfg.obs.draws() {
             s.push_str(
-                " your position (rows count from north to south, columns from west to east) and",
+                " Each turn you see a picture of the whole maze from above: dark grey squares \
+                 are walls, light grey squares are open floor, the red square is you and the \
+                 green square is the goal. North is up, east is right.",
             );
         }
-        s.push_str(" what lies to the north, south, east and west: wall, open or goal.");
-        if self.cfg.signpost {
-            s.push_str(
-                " An open side that leads one step closer to the goal reads closer, and so \
-                 does a move that went there.",
-            );
-        }
-        if self.cfg.goal_hint {
-            s.push_str(" You also see how far the goal is in each direction.");
+        if self.cfg.obs.describes() {
+            s.push_str(if self.cfg.obs.draws() {
+                " The text also says"
+            } else {
+                " Each turn you see"
+            });
+            if self.cfg.show_position {
+                s.push_str(
+                    " your position (rows count from north to south, columns from west to \
+                     east) and",
+                );
+            }
+            s.push_str(" what lies to the north, south, east and west: wall, open or goal.");
+            if self.cfg.signpost {
+                s.push_str(
+                    " An open side that leads one step closer to the goal reads closer, and \
+                     so does a move that went there.",
+                );
+            }
+            if self.cfg.goal_hint {
+                s.push_str(" You also see how far the goal is in each direction.");
+            }
+        } else {
+            s.push_str(" The text says what your last move did.");
         }
         s.push_str(
             " The actions are move north, move south, move east and move west. Reaching the \

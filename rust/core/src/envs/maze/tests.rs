@@ -21,6 +21,7 @@ fn maze(kw: serde_json::Value) -> MazeEnv {
         show_position: true,
         shaping: 0.0,
         split: 0,
+        obs: ObsMode::Text,
     })
 }
 
@@ -305,4 +306,255 @@ fn bad_kwargs_are_named_errors() {
         ],
     );
     assert!(make(json!({"width": 1, "height": 2}).as_object().unwrap()).is_ok());
+}
+
+/// The frame of `e`'s current state, checking that `frame_into` appends after what the
+/// buffer holds: `(height, width, pixels)`.
+fn frame(e: &dyn Env) -> (usize, usize, Vec<u8>) {
+    let mut buf = vec![7u8; 5];
+    let (h, w) = e.frame_into(&mut buf).expect("image mode draws a frame");
+    assert_eq!(&buf[..5], &[7; 5], "frame_into changed the bytes before it");
+    let (h, w) = (h as usize, w as usize);
+    assert_eq!(buf.len() - 5, h * w * 3);
+    assert!(h % 28 == 0 && w % 28 == 0 && h > 0 && w > 0, "{h}x{w}");
+    (h, w, buf.split_off(5))
+}
+
+fn pixel(f: &(usize, usize, Vec<u8>), y: usize, x: usize) -> [u8; 3] {
+    let i = (y * f.1 + x) * 3;
+    [f.2[i], f.2[i + 1], f.2[i + 2]]
+}
+
+#[test]
+fn text_mode_is_the_default_and_draws_nothing() {
+    let (mut a, mut b) = (env(json!({})), env(json!({"obs": "text"})));
+    assert_eq!(a.instructions(), b.instructions());
+    assert_eq!((a.frame_shape(), b.frame_shape()), (None, None));
+    for t in 0..30 {
+        assert_eq!(
+            a.reset(&Task::Index(t), 0).unwrap(),
+            b.reset(&Task::Index(t), 0).unwrap()
+        );
+        for act in ["move north", "move east", "w", "go south", "jump"] {
+            assert_eq!(a.step(act), b.step(act));
+        }
+        assert_eq!(b.frame_into(&mut Vec::new()), None);
+    }
+}
+
+#[test]
+fn image_mode_text_says_only_what_the_move_did() {
+    for difficulty in ["easy", "medium", "hard"] {
+        let mut text = env(json!({"difficulty": difficulty}));
+        let mut image = env(json!({"difficulty": difficulty, "obs": "image"}));
+        let mut both = env(json!({"difficulty": difficulty, "obs": "both"}));
+        let mut rng = SplitMix64::new(9);
+        for t in 0..40 {
+            let full = text.reset(&Task::Index(t), 0).unwrap();
+            let short = image.reset(&Task::Index(t), 0).unwrap();
+            assert_eq!(both.reset(&Task::Index(t), 0).unwrap(), full);
+            let side = match difficulty {
+                "easy" => 4,
+                "medium" => 6,
+                _ => 9,
+            };
+            assert_eq!(
+                short,
+                format!("You are in a {side}x{side} maze. Find the goal.")
+            );
+            for k in 0..40 {
+                // Mostly the oracle's moves (they reach the goal), some walls and junk.
+                let a = match k % 4 {
+                    3 => {
+                        ["move north", "move west", "dance", "s"][rng.below(4) as usize].to_string()
+                    }
+                    _ => text.oracle_action().unwrap(),
+                };
+                let (f, s) = (text.step(&a), image.step(&a));
+                assert_eq!(both.step(&a), f);
+                assert_eq!((f.reward, f.terminated), (s.reward, s.terminated));
+                // The image text is the text observation without its status sentence.
+                assert!(f.observation.starts_with(&s.observation), "{s:?} / {f:?}");
+                let o = &s.observation;
+                assert!(
+                    !o.chars().any(|c| c.is_ascii_digit())
+                        && !o.contains("Position")
+                        && !["North:", "South:", "East:", "West:", "Goal:"]
+                            .iter()
+                            .any(|side| o.contains(side))
+                        && !o.contains("closer"),
+                    "{o}"
+                );
+                let known = o.starts_with("Moved ")
+                    || o.starts_with("Blocked: wall to the ")
+                    || o == "Invalid action. Use move north, move south, move east or move west.";
+                assert!(known, "{o}");
+                if s.terminated {
+                    assert!(o.ends_with(". You reached the goal!"), "{o}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn image_mode_instructions_explain_the_picture() {
+    let text = env(json!({})).instructions();
+    let image = env(json!({"obs": "image"})).instructions();
+    let both = env(json!({"obs": "both"})).instructions();
+    for s in [&image, &both] {
+        assert!(
+            s.contains("picture") && s.contains("red square is you"),
+            "{s}"
+        );
+        assert!(s.contains("green square is the goal") && s.ends_with("Action: move north"));
+    }
+    assert!(!image.contains("position") && !image.contains("wall, open or goal"));
+    assert!(both.contains("wall, open or goal") && !text.contains("picture"));
+    assert!(text.ends_with(&crate::env::action_line("move north")));
+}
+
+#[test]
+fn frames_have_patch_aligned_sizes() {
+    for (kw, side) in [
+        (json!({"difficulty": "easy"}), 28),
+        (json!({"difficulty": "medium"}), 56),
+        (json!({"difficulty": "hard"}), 84),
+        (json!({"size": 2}), 28),
+        (json!({"size": 64}), 392),
+    ] {
+        let mut kw = kw.as_object().unwrap().clone();
+        kw.insert("obs".into(), json!("image"));
+        let mut e = make(&kw).unwrap();
+        assert_eq!(e.frame_shape(), Some((side, side)), "{kw:?}");
+        assert_eq!(
+            e.frame_into(&mut Vec::new()),
+            None,
+            "no frame before a reset"
+        );
+        e.reset(&Task::Index(1), 0).unwrap();
+        let (h, w, px) = frame(&*e);
+        assert_eq!((h as u32, w as u32), (side, side));
+        assert_eq!(px.len(), h * w * 3);
+    }
+    // A rectangle: 7 x 2 cells are 5 x 15 blocks of 3 pixels.
+    let mut e = env(json!({"width": 7, "height": 2, "obs": "both"}));
+    assert_eq!(e.frame_shape(), Some((28, 56)));
+    e.reset(&Task::Index(0), 0).unwrap();
+    assert_eq!(frame(&*e).0, 28);
+}
+
+/// Every block of the frame has the colour of the maze's text rendering (`#` wall, ` `
+/// floor, `G` goal), the agent's cell the agent's colour, the margin the wall colour.
+fn assert_frame_matches_layout(e: &MazeEnv) {
+    let l = e.layout();
+    let f = frame(e);
+    let (block, h, w) = MazeEnv::frame_pixels(l.width, l.height);
+    assert_eq!((f.0, f.1), (h, w));
+    let text = l.render();
+    let rows: Vec<&[u8]> = text.lines().map(str::as_bytes).collect();
+    let agent = (2 * (e.pos / l.width) + 1, 2 * (e.pos % l.width) + 1);
+    for y in 0..h {
+        for x in 0..w {
+            let (by, bx) = (y / block, x / block);
+            let want = match rows.get(by).and_then(|r| r.get(bx)) {
+                None => WALL_RGB,
+                Some(_) if (by, bx) == agent => AGENT_RGB,
+                Some(b'#') => WALL_RGB,
+                Some(b'G') => GOAL_RGB,
+                Some(b' ' | b'S') => FLOOR_RGB,
+                Some(c) => panic!("render wrote {c}"),
+            };
+            assert_eq!(pixel(&f, y, x), want, "pixel {y},{x} block {by},{bx}");
+        }
+    }
+}
+
+#[test]
+fn frames_draw_walls_agent_and_goal_where_they_are() {
+    let mut e = maze(json!({"size": 5, "loops": 2}));
+    e.cfg.obs = ObsMode::Image;
+    for t in 0..20 {
+        e.reset(&Task::Index(t), 0).unwrap();
+        assert_frame_matches_layout(&e);
+        for _ in 0..3 {
+            let a = e.oracle_action().unwrap();
+            e.step(&a);
+            assert_frame_matches_layout(&e);
+        }
+    }
+    let spec = "#####\n#S  #\n### #\n#G  #\n#####";
+    e.reset(&Task::Spec(spec.into()), 0).unwrap();
+    assert_frame_matches_layout(&e);
+    // 2x2 cells: 5x5 blocks of 5 pixels in a 28x28 frame; the start (agent) is block
+    // (1, 1), the goal block (3, 1).
+    let f = frame(&e);
+    assert_eq!((f.0, f.1), (28, 28));
+    assert_eq!(pixel(&f, 7, 7), AGENT_RGB);
+    assert_eq!(pixel(&f, 17, 7), GOAL_RGB);
+    assert_eq!(pixel(&f, 12, 12), WALL_RGB);
+    assert_eq!(pixel(&f, 7, 12), FLOOR_RGB);
+    assert_eq!(pixel(&f, 27, 27), WALL_RGB);
+}
+
+#[test]
+fn frames_follow_the_state_and_snapshots_keep_the_mode() {
+    let mut a = env(json!({"obs": "image"}));
+    let mut b = env(json!({"obs": "image"}));
+    for t in 0..20 {
+        a.reset(&Task::Index(t), 0).unwrap();
+        b.reset(&Task::Index(t), 3).unwrap();
+        let start = frame(&*a);
+        assert_eq!(frame(&*b), start, "identical states draw identical frames");
+        let go = a.valid_actions()[0].clone();
+        let back = match go.as_str() {
+            "move north" => "move south",
+            "move south" => "move north",
+            "move east" => "move west",
+            _ => "move east",
+        };
+        let s = a.step(&go);
+        if s.terminated {
+            continue;
+        }
+        let moved = frame(&*a);
+        assert_ne!(moved, start, "the frame changes when the agent moves");
+        let snap = a.snapshot().unwrap();
+        assert_eq!(snap.frame_shape(), a.frame_shape());
+        assert_eq!(frame(&*snap), moved, "a snapshot draws like its env");
+        a.step(back);
+        assert_eq!(frame(&*a), start, "back at the start, the start's frame");
+        assert_eq!(frame(&*snap), moved, "the snapshot is independent");
+        // A blocked move or junk changes nothing in the picture.
+        a.step("dance");
+        assert_eq!(frame(&*a), start);
+    }
+}
+
+#[test]
+fn bad_obs_kwargs_are_named_errors() {
+    assert_bad_kwargs(
+        make,
+        &[
+            json!({"obs": "video"}),
+            json!({"obs": 1}),
+            json!({"obs": "Image"}),
+            json!({"obs": "image", "goal_hint": true}),
+            json!({"obs": "image", "signpost": true}),
+        ],
+    );
+    let err = make(json!({"obs": "rgb"}).as_object().unwrap())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("obs must be text, image or both"),
+        "{err}"
+    );
+    assert!(make(
+        json!({"obs": "both", "goal_hint": true, "signpost": true})
+            .as_object()
+            .unwrap()
+    )
+    .is_ok());
 }
