@@ -75,6 +75,18 @@ class EnvPool:
         npt.NDArray[np.bool_],
     ]: ...
     def finish(self, ids: Sequence[int], reason: str) -> None: ...
+    def frames(
+        self, ids: Sequence[int] | npt.NDArray[np.integer]
+    ) -> list[npt.NDArray[np.uint8] | EnvError | None]:
+        """Each slot's current picture, drawn in one batch (GIL released): a ``(h, w, 3)``
+        uint8 RGB array, None where the env draws none, or an ``EnvError`` instance
+        (returned, not raised) where the env panicked or drew a malformed frame: that
+        slot's running episode ends with ``env_error``. Bad or repeated ids and slots never
+        reset raise before anything is drawn."""
+    @property
+    def frame_shape(self) -> tuple[int, int] | None:
+        """``(height, width)`` of this pool's frames (fixed by its env kwargs); None when
+        the env draws none (text mode)."""
     def valid_actions(self, slot: int) -> list[str]: ...
     def oracle_action(self, slot: int) -> str | None: ...
     def oracle_actions(self, ids: Sequence[int]) -> list[str | None]: ...

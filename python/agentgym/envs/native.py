@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import gymnasium as gym
+import numpy as np
 
 from agentgym import _core
 from agentgym.envs.base import begin_episode
@@ -19,6 +20,14 @@ class NativeEnv(NativeEnvInfo, gym.Env):
     is drawn from the seeded RNG. The env's own randomness (distractors, layouts) is seeded
     from the same RNG, so equal seeds replay equal episodes. The step that reaches
     ``max_turns`` returns ``truncated=True``.
+
+    An env built with image observations (``obs="image"`` or ``"both"``, ``maze`` and
+    ``gridworld``) observes ``{"text": str, "image": (h, w, 3) uint8 array}`` in the space
+    ``Dict({"text": TextSpace(), "image": Box(0, 255, (h, w, 3), uint8)})``, ``(h, w)`` its
+    :attr:`frame_shape`; the picture is drawn after each reset and step (all zeros once an
+    env error ended the episode and dropped the env). A failure to draw (an env panic, a
+    malformed frame) raises the pool's ``EnvError``; the episode has ended with
+    ``env_error``. Text mode observes the text alone, as before.
     """
 
     metadata = {"render_modes": []}
@@ -27,16 +36,34 @@ class NativeEnv(NativeEnvInfo, gym.Env):
         self.env_id = env_id
         self._pool = _core.EnvPool(env_id, 1, json.dumps(env_kwargs))
         self.max_turns = max_turns
-        self.observation_space = TextSpace()
+        self.frame_shape: tuple[int, int] | None = self._pool.frame_shape
+        if self.frame_shape is None:
+            self.observation_space = TextSpace()
+        else:
+            self.observation_space = gym.spaces.Dict({
+                "text": TextSpace(),
+                "image": gym.spaces.Box(0, 255, (*self.frame_shape, 3), np.uint8),
+            })
         self.action_space = TextSpace()
         self._task = None
+
+    def _observe(self, text: str):
+        """``text``, or with image observations ``{"text": text, "image": frame}``."""
+        if self.frame_shape is None:
+            return text
+        (frame,) = self._pool.frames([0])
+        if isinstance(frame, BaseException):
+            raise frame
+        if frame is None:  # the env was dropped after an env error (the episode is over)
+            frame = np.zeros((*self.frame_shape, 3), np.uint8)
+        return {"text": text, "image": frame}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         task, env_seed = begin_episode(self, options, self._pool.num_tasks)
         (obs,) = self._pool.reset([0], [task], [env_seed], [self.max_turns])
         self._task = task
-        return obs, {"task": task, "seed": env_seed, "turns": 0}
+        return self._observe(obs), {"task": task, "seed": env_seed, "turns": 0}
 
     def step(self, action):
         if not isinstance(action, str):
@@ -50,7 +77,8 @@ class NativeEnv(NativeEnvInfo, gym.Env):
         (reason,) = self._pool.stop_reasons([0])
         if reason is not None:
             info["stop_reason"] = reason
-        return obs, float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+        return (self._observe(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]),
+                info)
 
     @property
     def supports_snapshots(self) -> bool:

@@ -12,7 +12,9 @@
 //! malformed batch (bad or repeated slot ids) fails as a whole.
 //! [`snapshot`] saves, restores and forks slot states (envs that implement
 //! [`Env::snapshot`]); [`undo`] answers the `undo` action where a pool's undo rules are set.
+//! [`frames`] draws the slots' pictures ([`Env::frame_into`]) on demand, one batch at a time.
 
+mod frames;
 mod obs;
 mod share;
 mod snapshot;
@@ -23,6 +25,7 @@ use crate::episode::{Episode, EpisodeStatus, StopReason};
 use crate::error::{CoreError, Result};
 use crate::registry::{self, Kwargs, MakeFn};
 use crate::util::prefetch;
+pub use frames::{Frame, Frames};
 pub use obs::{Iter as ObservationsIter, Observations, TextChunk};
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -203,6 +206,8 @@ pub struct EpisodePool {
     snapshots_supported: bool,
     /// The undo rules ([`undo`]); `None`: `undo` is an ordinary action.
     undo: Option<UndoRules>,
+    /// [`Env::frame_shape`] of the env built at construction ([`frames`]).
+    frame_shape: Option<(u32, u32)>,
 }
 
 /// The message of a caught panic (its `&str` or `String` payload).
@@ -290,6 +295,7 @@ impl EpisodePool {
         let instructions = probe.instructions();
         let num_tasks = probe.num_tasks();
         let snapshots_supported = probe.snapshot().is_some();
+        let frame_shape = probe.frame_shape();
         let mut slots = Vec::with_capacity(num_envs);
         slots.push(Mutex::new(Slot {
             env: Some(probe),
@@ -310,6 +316,7 @@ impl EpisodePool {
             next_snapshot: 0,
             snapshots_supported,
             undo: None,
+            frame_shape,
         })
     }
 

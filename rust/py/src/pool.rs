@@ -4,10 +4,10 @@
 use crate::batch::{self, Actions};
 use crate::errors::to_py;
 use agentgym_core::pool::undo::{self, Refusal};
-use agentgym_core::pool::{first_refusal, ResetSpec, UndoRules};
+use agentgym_core::pool::{first_refusal, Frame, ResetSpec, UndoRules};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
-use numpy::{IntoPyArray, PyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -167,6 +167,47 @@ impl PyEnvPool {
             PyArray1::from_slice(py, &out.terminated),
             PyArray1::from_slice(py, &out.truncated),
         ))
+    }
+
+    /// The current picture of each of slots `ids` (a list or numpy array of ints), drawn on
+    /// demand in one batch with the GIL released: per slot, in the order given, a
+    /// `(height, width, 3)` uint8 array (RGB, row-major), or None where the env draws no
+    /// picture (text mode, an env without pictures, or an env dropped after a panic), or,
+    /// where the env panicked while drawing or drew a malformed frame (a byte count other
+    /// than height * width * 3), an `EnvError` instance in that row (returned, not raised):
+    /// that slot's running episode ends with `env_error`, the other rows are unaffected.
+    /// Raises before drawing anything: IndexError / ValueError (bad or repeated ids),
+    /// `EpisodeNotStartedError` (a slot never reset).
+    fn frames<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let ids = batch::slot_ids(ids)?;
+        let inner = &mut self.inner;
+        let frames = py.detach(|| inner.frames(&ids)).map_err(to_py)?;
+        let mut out = Vec::with_capacity(frames.rows.len());
+        for (row, frame) in frames.rows.iter().enumerate() {
+            out.push(match frame {
+                Frame::Missing => py.None(),
+                Frame::Image { height, width, .. } => {
+                    let pixels = frames.pixels(row).expect("an image row has pixels");
+                    PyArray1::from_slice(py, pixels)
+                        .reshape([*height as usize, *width as usize, 3])?
+                        .into_any()
+                        .unbind()
+                }
+                Frame::Failed(e) => to_py(e.clone()).into_value(py).into_any(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `(height, width)` of this pool's frames (`frames`), fixed by its env kwargs (a maze
+    /// task text of another size draws its own size); None when the env draws none.
+    #[getter]
+    fn frame_shape(&self) -> Option<(u32, u32)> {
+        self.inner.frame_shape()
     }
 
     /// End running episodes from outside with a stop reason (e.g. "timeout").

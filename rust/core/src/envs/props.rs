@@ -9,7 +9,10 @@
 //! `truncated` exactly at the horizon, a finished episode refuses steps with
 //! `EpisodeFinished`, a reset to any task is `Ok` or a clean `InvalidTask`. Snapshots
 //! ([`Env::snapshot`], the pool's `snapshot`/`restore`/`fork`) replay exactly and never
-//! share state ([`check_snapshots`]).
+//! share state ([`check_snapshots`]). [`Env::frame_into`] appends exactly one
+//! `height * width * 3`-byte frame, patch-aligned, or nothing with `None`; a profile that
+//! draws has a frame after every reset and step, of its `frame_shape()` for index tasks, the
+//! same for the same state ([`frame_of`]).
 //!
 //! Each env configuration has a [`Profile`] (what differs between envs: reward values,
 //! whether observations echo input text, behaviour after the end); [`env_props!`] gives every
@@ -60,6 +63,9 @@ struct Profile {
     stays_done: bool,
     /// Task texts that `reset` accepts (also seeds of mutated near-valid texts).
     spec_seeds: &'static [&'static str],
+    /// The env draws frames (`obs="image"` or `"both"`): `frame_into` gives one after
+    /// every reset and step; else never.
+    frames: bool,
 }
 
 impl Profile {
@@ -540,6 +546,44 @@ fn same_step(a: &Step, b: &Step) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A frame as [`frame_of`] returns it: `(height, width, bytes)`.
+type FrameBytes = Option<(u32, u32, Vec<u8>)>;
+
+/// `frame_into` on `env` into a non-empty buffer: it appends exactly `height * width * 3`
+/// bytes (both sides non-zero multiples of [`crate::env::FRAME_ALIGN`]) after what the
+/// buffer holds, or nothing with `None`; a profile's env draws after a reset exactly when it
+/// is a `frames` profile. Returns the frame.
+fn frame_of(p: &Profile, env: &dyn Env, started: bool) -> Result<FrameBytes, TestCaseError> {
+    const PREFIX: &[u8] = b"earlier frames|";
+    let mut buf = PREFIX.to_vec();
+    let shape = env.frame_into(&mut buf);
+    prop_assert!(
+        buf.starts_with(PREFIX),
+        "frame_into changed the bytes before it"
+    );
+    let drawn = buf.len() - PREFIX.len();
+    let Some((h, w)) = shape else {
+        prop_assert_eq!(drawn, 0, "{} appended bytes under None", p.id);
+        prop_assert!(!(p.frames && started), "{} drew no frame", p.id);
+        return Ok(None);
+    };
+    prop_assert!(p.frames, "{} drew a frame", p.id);
+    prop_assert_eq!(
+        drawn,
+        h as usize * w as usize * 3,
+        "{} frame {}x{}",
+        p.id,
+        h,
+        w
+    );
+    let align = crate::env::FRAME_ALIGN as u32;
+    prop_assert!(
+        h > 0 && w > 0 && h % align == 0 && w % align == 0,
+        "{h}x{w}"
+    );
+    Ok(Some((h, w, buf.split_off(PREFIX.len()))))
+}
+
 /// `step_into` on `env` appends to a non-empty buffer; returns the step it observed.
 fn step_into(env: &mut dyn Env, action: &str) -> Result<Step, TestCaseError> {
     const PREFIX: &str = "earlier rows|";
@@ -584,6 +628,8 @@ fn episode_case() -> impl Strategy<Value = EpisodeCase> {
 /// `b` in lockstep with `step_into`/`reset_into`; then `a` replays it after a reset.
 fn check_direct(p: &Profile, c: &EpisodeCase) -> Result<(), TestCaseError> {
     let (mut a, mut b) = (p.make(), p.make());
+    prop_assert_eq!(a.frame_shape().is_some(), p.frames, "{} frame_shape", p.id);
+    frame_of(p, &*a, false)?;
     // Stepping before any reset answers something well-formed (and `a` is reused below).
     check_helpers(p, &*a, 0)?;
     let early = resolve(&*a, &c.before_reset);
@@ -598,8 +644,17 @@ fn check_direct(p: &Profile, c: &EpisodeCase) -> Result<(), TestCaseError> {
     b.reset_into(&task, c.seed, &mut buf)
         .expect("index tasks are valid");
     prop_assert_eq!(&buf[1..], first.as_str());
+    let first_frame = frame_of(p, &*a, true)?;
+    prop_assert_eq!(&frame_of(p, &*b, true)?, &first_frame);
+    if let Some((h, w, _)) = &first_frame {
+        prop_assert_eq!(
+            a.frame_shape(),
+            Some((*h, *w)),
+            "an index task's frame size"
+        );
+    }
 
-    let mut trace: Vec<(String, Step)> = Vec::new();
+    let mut trace: Vec<(String, Step, FrameBytes)> = Vec::new();
     let mut longest = 0;
     let mut ended = false;
     for act in &c.actions {
@@ -612,7 +667,9 @@ fn check_direct(p: &Profile, c: &EpisodeCase) -> Result<(), TestCaseError> {
         same_step(&s, &step_into(&mut *b, &action)?)?;
         check_step(p, &s, longest)?;
         ended = s.terminated;
-        trace.push((action, s));
+        let frame = frame_of(p, &*a, true)?;
+        prop_assert_eq!(&frame_of(p, &*b, true)?, &frame, "same state, same frame");
+        trace.push((action, s, frame));
         if ended {
             break;
         }
@@ -636,8 +693,14 @@ fn check_direct(p: &Profile, c: &EpisodeCase) -> Result<(), TestCaseError> {
     }
 
     prop_assert_eq!(a.reset(&task, c.seed).expect("valid"), first);
-    for (action, want) in &trace {
+    prop_assert_eq!(&frame_of(p, &*a, true)?, &first_frame);
+    for (action, want, frame) in &trace {
         same_step(&a.step(action), want)?;
+        prop_assert_eq!(
+            &frame_of(p, &*a, true)?,
+            frame,
+            "a replay draws the same frames"
+        );
     }
     Ok(())
 }
@@ -654,6 +717,7 @@ fn check_spec(p: &Profile, text: &str, seed: u64, acts: &[Act]) -> Result<(), Te
             let mut b = p.make();
             prop_assert_eq!(b.reset(&Task::Spec(text.to_string()), seed), Ok(obs));
             let mut longest = text.len();
+            prop_assert_eq!(frame_of(p, &*a, true)?, frame_of(p, &*b, true)?);
             for act in acts {
                 check_helpers(p, &*a, longest)?;
                 let action = resolve(&*a, act);
@@ -661,6 +725,7 @@ fn check_spec(p: &Profile, text: &str, seed: u64, acts: &[Act]) -> Result<(), Te
                 let s = a.step(&action);
                 same_step(&s, &b.step(&action))?;
                 check_step(p, &s, longest)?;
+                prop_assert_eq!(frame_of(p, &*a, true)?, frame_of(p, &*b, true)?);
                 if s.terminated {
                     break;
                 }
@@ -1000,6 +1065,8 @@ fn check_snapshots(p: &Profile, c: &SnapCase) -> Result<(), TestCaseError> {
         env.step(&action);
     }
     let mut copy = env.snapshot().expect("native envs snapshot");
+    prop_assert_eq!(frame_of(p, &*copy, true)?, frame_of(p, &*env, true)?);
+    prop_assert_eq!(copy.frame_shape(), env.frame_shape());
     prop_assert_eq!(copy.refused(), env.refused());
     prop_assert_eq!(copy.valid_actions(), env.valid_actions());
     prop_assert_eq!(copy.oracle_action(), env.oracle_action());
@@ -1022,6 +1089,7 @@ fn check_snapshots(p: &Profile, c: &SnapCase) -> Result<(), TestCaseError> {
         let (a, b) = (copy.step(action), again.step(action));
         same_step(&a, &b)?;
         prop_assert_eq!(copy.refused(), again.refused());
+        prop_assert_eq!(frame_of(p, &*copy, true)?, frame_of(p, &*again, true)?);
     }
 
     // Through the pool.
@@ -1057,6 +1125,13 @@ fn check_snapshots(p: &Profile, c: &SnapCase) -> Result<(), TestCaseError> {
         return Ok(());
     }
     let saved = view(&mut pool, 0);
+    let pool_frame = |pool: &mut EpisodePool, slot: usize| {
+        let frames = pool.frames(&[slot]).expect("a started slot");
+        prop_assert_eq!(frames.failures().count(), 0);
+        Ok(frames.pixels(0).map(<[u8]>::to_vec))
+    };
+    let saved_frame = pool_frame(&mut pool, 0)?;
+    prop_assert_eq!(saved_frame.is_some(), p.frames);
     let h = pool.snapshot(&[0]).expect("running")[0];
     prop_assert!(pool.snapshot_bytes(&[h]).expect("live")[0] > 0);
     let (taken, want) = play(&mut pool, 0, &c.cont);
@@ -1066,6 +1141,7 @@ fn check_snapshots(p: &Profile, c: &SnapCase) -> Result<(), TestCaseError> {
     for slot in [0, 3, 0] {
         pool.restore(&[slot], &[h]).expect("live handle");
         prop_assert_eq!(&view(&mut pool, slot), &saved);
+        prop_assert_eq!(&pool_frame(&mut pool, slot)?, &saved_frame);
         let got: Vec<Outcome> = taken
             .iter()
             .map(|a| pool_step(&mut pool, slot, a))
@@ -1216,6 +1292,7 @@ const GAME: Profile = Profile {
     sparse: true,
     stays_done: true,
     spec_seeds: &[],
+    frames: false,
 };
 
 env_props! {
@@ -1251,6 +1328,17 @@ env_props! {
         spec_seeds: &["#######\n#S# # #\n# # # #\n#    G#\n#######"],
         ..maze::P
     };
+    // Image mode: the text keeps the outcome of the move only; the frame shows the maze.
+    maze_image => Profile {
+        kwargs: r#"{"obs": "image", "loops": 2}"#,
+        frames: true,
+        ..maze::P
+    };
+    maze_both => Profile {
+        kwargs: r#"{"obs": "both", "difficulty": "hard", "goal_hint": true}"#,
+        frames: true,
+        ..maze::P
+    };
     wordle => Profile {
         id: "wordle",
         spec_seeds: &["crane", " GUESS: Gross. "],
@@ -1268,6 +1356,16 @@ env_props! {
     };
     gridworld_hard => Profile {
         kwargs: r#"{"difficulty": "hard", "split": "test"}"#,
+        ..gridworld::P
+    };
+    gridworld_image => Profile {
+        kwargs: r#"{"obs": "image", "difficulty": "hard"}"#,
+        frames: true,
+        ..gridworld::P
+    };
+    gridworld_both => Profile {
+        kwargs: r#"{"obs": "both", "size": 12, "num_objects": 12, "num_doors": 4}"#,
+        frames: true,
         ..gridworld::P
     };
     game2048_easy => Profile {
