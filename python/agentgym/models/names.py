@@ -15,7 +15,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["NAMED_MODELS", "cache_dir", "cached_tiny_model", "is_named_model", "resolve_model"]
+__all__ = [
+    "NAMED_MODELS",
+    "cache_dir",
+    "cached_tiny_model",
+    "cached_tiny_vl_model",
+    "is_named_model",
+    "resolve_model",
+]
 
 
 def cache_dir() -> Path:
@@ -28,20 +35,19 @@ def cache_dir() -> Path:
     return Path(xdg).expanduser() / "agentgym" / "models"
 
 
-def cached_tiny_model() -> Path:
-    """The local tiny model with seed 0 (for its tokenizer, or an untrained policy), built once
-    into :func:`cache_dir` (temporary folder, fsync, rename)."""
-    from agentgym.models.tiny import build_tiny_model
+def _cached_build(name: str, build: Callable[[Path], object]) -> Path:
+    """``cache_dir() / name``, built once by ``build(folder)`` (temporary folder, fsync,
+    rename: a reader never sees a half-built model)."""
     from agentgym.runtime.files import fsync_dir, fsync_tree
 
     cache = cache_dir()
-    target = cache / "tiny-seed0"
+    target = cache / name
     if (target / "tokenizer.json").exists() and (target / "config.json").exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache))
     try:
-        build_tiny_model(tmp, seed=0)
+        build(tmp)
         fsync_tree(tmp)
         os.replace(tmp, target)
         fsync_dir(cache)
@@ -53,6 +59,22 @@ def cached_tiny_model() -> Path:
     return target
 
 
+def cached_tiny_model() -> Path:
+    """The local tiny model with seed 0 (for its tokenizer, or an untrained policy), built once
+    into :func:`cache_dir` (temporary folder, fsync, rename)."""
+    from agentgym.models.tiny import build_tiny_model
+
+    return _cached_build("tiny-seed0", lambda d: build_tiny_model(d, seed=0))
+
+
+def cached_tiny_vl_model() -> Path:
+    """``tiny-vl`` (:mod:`agentgym.models.tiny_vl`) with seed 0, built once into
+    :func:`cache_dir` like :func:`cached_tiny_model`."""
+    from agentgym.models.tiny_vl import build_tiny_vl_model
+
+    return _cached_build("tiny-vl-seed0", lambda d: build_tiny_vl_model(d, seed=0))
+
+
 def _smollm2() -> Path:
     from agentgym.models.smollm2 import smollm2_dir
 
@@ -60,7 +82,10 @@ def _smollm2() -> Path:
 
 
 #: name -> builder returning the model folder.
-NAMED_MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2}
+NAMED_MODELS: dict[str, Callable[[], Path]] = {
+    "smollm2-135m": _smollm2,
+    "tiny-vl": cached_tiny_vl_model,
+}
 
 
 def is_named_model(name: object) -> bool:
