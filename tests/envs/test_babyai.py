@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
 pytest.importorskip("minigrid")
@@ -249,3 +250,73 @@ def test_texts_follow_agentgyms_rules_over_many_tasks():
             sentences = description.split("There is a ")[1:]
             assert all(s.endswith(".  ") for s in sentences[:-1]), task
             assert sentences[-1].split(".  ")[1].startswith("The room has walls around you.")
+
+
+def test_image_observations_frame_and_text():
+    text_env = BabyAIEnv(level="GoToRedBallNoDists", show_actions=False)
+    env = BabyAIEnv(level="GoToRedBallNoDists", show_actions=False, obs="image")
+    both = BabyAIEnv(level="GoToRedBallNoDists", show_actions=False, obs="both")
+    assert env.frame() is None and text_env.frame() is None  # before a reset; text mode
+    full = text_env.reset(0)
+    assert both.reset(0) == full
+    assert env.reset(0) == "Your goal: go to the red ball\nYou are not carrying anything."
+    assert text_env.frame() is None
+    frame = env.frame()
+    # minigrid's render of the 8x8 grid at 7 pixels a cell: 56 x 56, no padding.
+    assert isinstance(frame, np.ndarray) and frame.dtype == np.uint8
+    assert frame.shape == (56, 56, 3)
+    np.testing.assert_array_equal(frame, env.env.get_frame(highlight=False, tile_size=7))
+    np.testing.assert_array_equal(both.frame(), frame)
+    # The agent is minigrid's red triangle in its cell (6, 5): cell pixels rows 35-41,
+    # columns 42-48.
+    cell = frame[35:42, 42:49].reshape(-1, 3)
+    assert any(tuple(p) == (255, 0, 0) for p in cell)
+    assert "picture" in env.instructions and "what is in front of you" not in env.instructions
+    assert "picture" in both.instructions and "what is in front of you" in both.instructions
+    assert "picture" not in text_env.instructions and env.instructions.endswith(
+        "Action: move forward")
+    obs, reward, done, _ = env.step("turn left")
+    assert obs == "You are not carrying anything." and (reward, done) == (0.0, False)
+    turned = env.frame()
+    assert not np.array_equal(turned, frame)  # the triangle turned
+    env.step("turn right")
+    np.testing.assert_array_equal(env.frame(), frame)  # the same state, the same picture
+    env.step("move forward")
+    assert not np.array_equal(env.frame(), frame)
+    text, _, _, _ = env.step("fly away")
+    assert text.startswith("The action is not recognized")
+    # A snapshot keeps the mode and the picture.
+    state = env.snapshot()
+    before = env.frame()
+    env.step("turn left")
+    env.restore(state)
+    np.testing.assert_array_equal(env.frame(), before)
+
+
+def test_make_passes_obs_and_the_adapter_draws():
+    env = agentgym.make("babyai", level="GoToRedBall", obs="image")
+    obs, _ = env.reset(seed=0, options={"task": 0})
+    assert obs.startswith("Your goal: ") and "In front of you" not in obs
+    frame = env.unwrapped.frame()
+    assert frame.shape == (56, 56, 3) and frame.dtype == np.uint8
+    assert agentgym.make("babyai", level="GoToRedBall").unwrapped.frame() is None
+
+
+def test_image_frames_are_padded_to_multiples_of_28():
+    env = BabyAIEnv(level="BossLevel", obs="image", tile_size=7)
+    obs = env.reset(0)
+    assert obs.startswith("Your goal: ") and "In front of you" not in obs
+    frame = env.frame()
+    # 22 x 22 cells of 7 pixels: 154, padded with wall grey to 168.
+    assert frame.shape == (168, 168, 3) and frame.dtype == np.uint8
+    assert (frame[154:, :] == 100).all() and (frame[:, 154:] == 100).all()
+    for level, tile in [("GoToObjS6", 5), ("OpenRedDoor", 8), ("MoveTwoAcrossS8N9", 7)]:
+        e = BabyAIEnv(level=level, obs="both", tile_size=tile)
+        e.reset(1)
+        h, w, c = e.frame().shape
+        assert c == 3 and h % 28 == 0 and w % 28 == 0
+        assert (h - e.env.height * tile) < 28 and (w - e.env.width * tile) < 28
+    with pytest.raises(ValueError, match="obs"):
+        BabyAIEnv(obs="video")
+    with pytest.raises(ValueError, match="tile_size"):
+        BabyAIEnv(obs="image", tile_size=0)

@@ -6,7 +6,8 @@ and what it carries; it acts with AgentGym's action vocabulary (primitive moves 
 "go to <object> <k>", "pickup <object> <k>", "toggle and go through <door> <k>", ...).
 Macro actions expand into low-level minigrid actions along a shortest path through the
 visible cells. ``oracle_action()`` plays minigrid's ``BabyAIBot`` through these text actions
-(the macro that leaves the bot the fewest steps). See envs/babyai/README.md.
+(the macro that leaves the bot the fewest steps). With ``obs="image"`` or ``"both"``,
+``frame()`` is minigrid's own RGB render of the whole grid. See envs/babyai/README.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import io
 import re
 from collections import deque
 from typing import Any
+
+import numpy as np
 
 from agentgym.envs.base import BaseEnv, action_line
 from agentgym.envs.tasks import parse_task
@@ -59,6 +62,28 @@ Objects are numbered by distance (1 = nearest of that kind). Complete the goal i
 the reward on success is 1 - 0.9 * (steps used / step limit).""" + action_line(
     "move forward")
 
+#: What the instructions say about the picture (``obs="image"`` or ``"both"``).
+_PICTURE = """Each turn you see a picture of the whole grid from above: grey walls, black floor,
+you are the red triangle pointing the way you face, and doors, keys, balls and boxes are
+drawn in their colours (a locked door is filled and shows a keyhole, a closed door is an
+outlined square with a handle, an open door a thin strip at the side of its cell)."""
+#: The text mode's sentence about what the agent is told each turn.
+_VIEW = """Each turn you see what is in front of you: objects with their position relative to you
+("2 steps in front of you and 1 steps to your left"), the nearest wall ahead and what you
+carry."""
+#: The observation modes (``obs``) and their instructions.
+_INSTRUCTIONS = {
+    "text": INSTRUCTIONS,
+    "image": INSTRUCTIONS.replace(
+        _VIEW, _PICTURE + "\nThe text says your goal and what you carry."),
+    "both": INSTRUCTIONS.replace(_VIEW, _PICTURE + "\nThe text also says" + _VIEW[
+        len("Each turn you see"):]),
+}
+#: Frames are padded (bottom, right) to multiples of this many pixels, in minigrid's wall
+#: grey: a vision model's 14-pixel patches merged 2 x 2.
+FRAME_ALIGN = 28
+_WALL_GREY = (100, 100, 100)
+
 
 def level_id(name: str) -> str:
     """The minigrid id for a level name: "GoToRedBall" -> "BabyAI-GoToRedBall-v0"."""
@@ -88,6 +113,12 @@ class BabyAIEnv(BaseEnv):
         reward: ``"minigrid"`` (1 - 0.9 * steps/max_steps on success, as AgentGym) or
             ``"binary"`` (1 on success).
         show_actions: append "Available actions: [...]" to every observation (as AgentGym).
+        obs: ``"text"`` (AgentGym's view description), ``"image"`` (:meth:`frame` shows the
+            grid; the text keeps the goal line, what the agent carries, the outcome of an
+            action that could not run, the success or failure line and the action list) or
+            ``"both"`` (the text of ``"text"`` and the picture).
+        tile_size: pixels per grid cell of :meth:`frame` (minigrid's render), before the
+            padding to multiples of 28.
     """
 
     instructions = INSTRUCTIONS
@@ -102,6 +133,8 @@ class BabyAIEnv(BaseEnv):
         num_seeds: int = 10_000,
         reward: str = "minigrid",
         show_actions: bool = True,
+        obs: str = "text",
+        tile_size: int = 7,
     ):
         if level is None:
             self.levels = [level_id(x) for x in AGENTGYM_LEVELS]
@@ -111,8 +144,15 @@ class BabyAIEnv(BaseEnv):
             self.levels = [level_id(x) for x in level]
         if reward not in ("minigrid", "binary"):
             raise ValueError(f"reward must be 'minigrid' or 'binary', got {reward!r}")
+        if obs not in _INSTRUCTIONS:
+            raise ValueError(f"obs must be 'text', 'image' or 'both', got {obs!r}")
+        if isinstance(tile_size, bool) or not isinstance(tile_size, int) or tile_size < 1:
+            raise ValueError(f"tile_size must be a positive int, got {tile_size!r}")
         self.reward_mode = reward
         self.show_actions = show_actions
+        self.obs = obs
+        self.tile_size = tile_size
+        self.instructions = _INSTRUCTIONS[obs]
         self.num_tasks = len(self.levels) * int(num_seeds)
         self._envs: dict[str, Any] = {}
         self.env: Any = None
@@ -155,6 +195,21 @@ class BabyAIEnv(BaseEnv):
         self._plan = None
         self.goal = self.env.mission.replace("then", "and").replace("after you", "and")
         return f"Your goal: {self.goal}\n{self._with_actions(self._observe())}"
+
+    def frame(self) -> np.ndarray | None:
+        """minigrid's RGB render of the whole grid (``get_frame(highlight=False)``, the
+        agent a red triangle) at ``tile_size`` pixels a cell, padded at the bottom and right
+        with minigrid's wall grey to multiples of 28 pixels: a ``(height, width, 3)`` uint8
+        array; None in text mode or before the first reset."""
+        if self.obs == "text" or self.env is None:
+            return None
+        img = self.env.get_frame(highlight=False, tile_size=self.tile_size)
+        h, w = img.shape[:2]
+        out = np.empty((-(-h // FRAME_ALIGN) * FRAME_ALIGN, -(-w // FRAME_ALIGN) * FRAME_ALIGN,
+                        3), np.uint8)
+        out[...] = _WALL_GREY
+        out[:h, :w] = img
+        return out
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self.env is None or self._done:
@@ -242,8 +297,11 @@ class BabyAIEnv(BaseEnv):
         return f"{text}\nAvailable actions: [{listed}]"
 
     def _observe(self) -> str:
-        """Describe the view and recompute the available actions, by AgentGym's rules."""
+        """Describe the view and recompute the available actions, by AgentGym's rules; in
+        image mode only what the agent carries (the picture shows the rest)."""
         text, self._actions, self._errors = describe(self.env, self._image)
+        if self.obs == "image":
+            return _carrying(self.env)
         return text
 
 
@@ -320,8 +378,7 @@ def describe(env, image) -> tuple[str, dict[str, list[int]], dict[str, str]]:
     if barriers:
         text += f"You are facing a {barriers[0][0]} {barriers[0][1]} steps away. "
     carry = env.carrying
-    text += (f"You are carrying a {carry.color} {carry.type}." if carry is not None
-             else "You are not carrying anything.")
+    text += _carrying(env)
 
     found: dict[tuple, list[int] | None] = {}
 
@@ -408,6 +465,13 @@ def describe(env, image) -> tuple[str, dict[str, list[int]], dict[str, str]]:
     numbered("go to", ("wall", "goal"), [])
     actions[CHECK] = []
     return text, actions, errors
+
+
+def _carrying(env) -> str:
+    """The closing sentence of an observation: what the agent carries."""
+    carry = env.carrying
+    return (f"You are carrying a {carry.color} {carry.type}." if carry is not None
+            else "You are not carrying anything.")
 
 
 def _find_path(start, heading, goal, objs, ranges, arrive) -> list[int] | None:

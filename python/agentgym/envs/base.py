@@ -21,6 +21,7 @@ import inspect
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from agentgym.envs.spaces import TextSpace
 
@@ -70,6 +71,13 @@ class BaseEnv:
 
     def oracle_action(self) -> str | None:
         """The reference solver's next action, where the env has one."""
+        return None
+
+    def frame(self) -> np.ndarray | None:
+        """The current state's picture, for an env that observes images: a
+        ``(height, width, 3)`` ``uint8`` RGB array (row-major), drawn from the state the env
+        holds now, after its last ``reset`` or ``step``; None when the env shows no picture
+        (the default, and text mode)."""
         return None
 
     def snapshot(self) -> Any:
@@ -231,6 +239,10 @@ class BaseEnvAdapter(gym.Env):
 
     def oracle_action(self) -> str | None:
         return self.env.oracle_action()
+
+    def frame(self) -> np.ndarray | None:
+        """The env's :meth:`BaseEnv.frame`: its current picture, or None."""
+        return self.env.frame()
 
     @property
     def supports_snapshots(self) -> bool:
