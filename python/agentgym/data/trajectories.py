@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 
 from agentgym import _core
+from agentgym.data.frames import Frame, RowImages
 
 __all__ = [
     "FAILED_STOP_CODES",
@@ -113,6 +114,11 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     policy, the only one with loss mask 1; else an opponent's name) and the ``episode_id``
     its seats share; a single-agent episode has seat 0 and the rest None.
 
+    An episode with image observations (an env built with ``obs="image"`` or ``"both"``)
+    carries each distinct frame it saw once in ``images`` and, per image placeholder span of
+    ``token_ids`` in order, the index of the frame shown there in ``image_refs``
+    (:mod:`agentgym.data.frames`); both are empty for a text-only episode.
+
     Instances are not tracked by the cyclic GC (msgspec ``gc=False``): a trajectory holds
     numbers, strings and lists of numbers, so it is never part of a reference cycle, and a
     rollout makes thousands whose token lists the collector would otherwise traverse again
@@ -145,6 +151,8 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     role: str | None = None
     player: str | None = None
     episode_id: int | None = None
+    images: list[Frame] = msgspec.field(default_factory=list)
+    image_refs: list[int] = msgspec.field(default_factory=list)
 
     @property
     def success(self) -> bool:
@@ -215,6 +223,10 @@ class PackedBatch:
     Per trajectory too: ``seat`` uint32, the seat of a multi-seat game's row (0 for a
     single-agent episode; a mapping without it reads as all 0). Outcome advantages group by
     ``(group_id, seat)``.
+    Per trajectory, not an array: ``images``, each row's :class:`~agentgym.data.frames.RowImages`
+    (its frames and each image span's frame; None: a batch without image observations).
+    Rows share the frame objects they came with: slicing, selecting and step samples never
+    copy a frame.
     """
 
     token_ids: np.ndarray
@@ -238,6 +250,9 @@ class PackedBatch:
     step_reply: np.ndarray
     step_end: np.ndarray
     seat: np.ndarray
+    #: Each row's images (see above); not one of the layout's arrays (``fields`` of the
+    #: class lists those only), set by the constructors that carry rows.
+    images = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PackedBatch:
@@ -261,6 +276,7 @@ class PackedBatch:
                 raise BatchFormatError(f"field {name!r} must be 1-D, got shape {arr.shape}")
             values[name] = arr.astype(dtype, copy=False)
         batch = cls(**values)
+        batch.images = d.get("images")
         batch.validate()
         return batch
 
@@ -290,6 +306,8 @@ class PackedBatch:
                 out[name] = np.concatenate(shifted)
             else:
                 out[name] = np.concatenate(parts)
+        if any(b.images is not None for b in batches):
+            out["images"] = [im for b in batches for im in _row_images(b)]
         return cls.from_dict(out)
 
     def validate(self) -> None:
@@ -328,6 +346,8 @@ class PackedBatch:
                                        "step_end <= the trajectory's length")
         if b and int(self.stop_reason.max()) >= len(STOP_REASONS):
             raise BatchFormatError(f"stop_reason codes must be < {len(STOP_REASONS)}")
+        if self.images is not None and len(self.images) != b:
+            raise BatchFormatError(f"images has {len(self.images)} rows, expected B = {b}")
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0] - 1)
@@ -373,7 +393,8 @@ class PackedBatch:
         out["offsets"] = self.offsets[start:stop + 1] - t0
         out["turn_offsets"] = self.turn_offsets[start:stop + 1] - u0
         out["step_offsets"] = self.step_offsets[start:stop + 1] - s0
-        return PackedBatch(**out)
+        return _imaged(PackedBatch(**out),
+                       None if self.images is None else self.images[start:stop])
 
     def select(self, indices: Sequence[int] | np.ndarray) -> PackedBatch:
         """A new packed batch holding trajectories ``indices`` (in that order)."""
@@ -395,7 +416,8 @@ class PackedBatch:
         out["step_offsets"] = np.concatenate([[0], np.cumsum(slen)]).astype(np.int64)
         for name in _PER_TRAJECTORY:
             out[name] = out[name][idx]
-        return PackedBatch(**out)
+        return _imaged(PackedBatch(**out), None if self.images is None
+                       else [self.images[i] for i in idx.tolist()])
 
     @property
     def has_steps(self) -> bool:
@@ -411,7 +433,10 @@ class PackedBatch:
         (per-trajectory fields repeated from their trajectory, ``prompt_len`` the tokens
         before the reply; a step sample has no turns and no steps), the index of each sample
         token in this batch's token arrays (int64[T'], to gather any per-token array) and
-        each sample's trajectory (int64[B'])."""
+        each sample's trajectory (int64[B']). A batch with images has no steps: bounded
+        contexts are not played with image observations."""
+        if self.images is not None and self.has_steps:
+            raise BatchFormatError("a batch with images cannot have steps (context_window)")
         n_steps = np.diff(self.step_offsets)
         whole = np.flatnonzero(n_steps == 0)
         stepped = np.repeat(np.arange(len(self), dtype=np.int64), n_steps)
@@ -462,7 +487,7 @@ class PackedBatch:
         """A shallow copy with replaced per-trajectory rewards (e.g. after reward shaping)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["rewards"] = np.asarray(rewards, dtype=np.float32).reshape(len(self))
-        return PackedBatch(**out)
+        return _imaged(PackedBatch(**out), self.images)
 
 
 @dataclass
@@ -629,6 +654,8 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
         step_end=cat("step_end", np.uint32),
         seat=np.array([t.seat for t in trajs], np.uint32),
     )
+    if any(t.images for t in trajs):
+        batch.images = [RowImages(t.images, t.image_refs) for t in trajs]
     batch.validate()
     return batch
 
@@ -636,12 +663,14 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
 def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
                  token_ids: Sequence[list[int]],
                  steps: Sequence[tuple[list[int], list[int], list[int]]] | None = None,
-                 seats: Sequence[int] | None = None) -> list[Trajectory]:
+                 seats: Sequence[int] | None = None,
+                 images: Sequence[RowImages] | None = None) -> list[Trajectory]:
     """The one place rows become :class:`Trajectory` objects: row ``i`` of the trajectory
     store's rows (``TrajectoryStore.drain_rows``, or :func:`agentgym._core.packed_rows` of
     a packed batch), of ``info``, of ``token_ids`` and of ``steps`` (its ``step_context``,
     ``step_reply`` and ``step_end``; None: no steps) is trajectory ``i``; ``seats`` holds
-    each row's seat where ``info.seat_info`` tags game rows."""
+    each row's seat where ``info.seat_info`` tags game rows, ``images`` each row's images
+    (None: no image observations)."""
     if not len(rows) == len(info) == len(token_ids):
         raise BatchFormatError(f"{len(rows)} rows, {len(info)} row infos and "
                                f"{len(token_ids)} token lists")
@@ -657,8 +686,29 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         policy_version=r.policy_version, timings=timings(i), seed=info.seed[i],
         error=info.error[i], branch_parent=r.branch_parent if r.branch_pos else None,
         branch_turn=r.branch_turn, branch_pos=r.branch_pos, step_context=st[0],
-        step_reply=st[1], step_end=st[2], **_seat_fields(seats, tags, i))
+        step_reply=st[1], step_end=st[2], **_seat_fields(seats, tags, i),
+        **_image_fields(images, i))
         for i, (r, st) in enumerate(zip(rows, steps))]
+
+
+def _image_fields(images: Sequence[RowImages] | None, i: int) -> dict:
+    """Row ``i``'s image fields (none for a text-only row)."""
+    if images is None or not images[i].refs:
+        return {}
+    return {"images": list(images[i].frames), "image_refs": list(images[i].refs)}
+
+
+def _imaged(batch: PackedBatch, images: list[RowImages] | None) -> PackedBatch:
+    """``batch`` with its rows' images set."""
+    batch.images = images
+    return batch
+
+
+def _row_images(batch: PackedBatch) -> list[RowImages]:
+    """Each row's images (an empty :class:`RowImages` per row of a batch without)."""
+    if batch.images is not None:
+        return batch.images
+    return [RowImages([], []) for _ in range(len(batch))]
 
 
 def _seat_fields(seats, tags, i: int) -> dict:
@@ -684,7 +734,8 @@ def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
                  for b in range(len(packed))]
     return trajectories(_core.packed_rows(packed), info,
                         [tokens[offsets[b]:offsets[b + 1]] for b in range(len(packed))],
-                        steps, packed.seat.tolist() if info.seat_info is not None else None)
+                        steps, packed.seat.tolist() if info.seat_info is not None else None,
+                        packed.images)
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int) -> None:

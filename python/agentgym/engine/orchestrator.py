@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import msgspec
@@ -34,6 +34,7 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
+from agentgym.data.frames import EpisodeFrames, Frame, FrameError, RowImages, frame_of
 from agentgym.data.trajectories import (
     STOP_REASONS,
     PackedBatch,
@@ -47,6 +48,7 @@ from agentgym.engine.batching import TickBatcher
 from agentgym.engine.chat import ChatFormatter
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.drivers import EnvDriver, make_driver
+from agentgym.engine.drivers.base import StepOutcome
 from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.planning import ACT_PROMPT, PLAN_PREFIX, plan_due
 from agentgym.engine.reflection import final_reward, note, retries
@@ -114,6 +116,9 @@ class _Episode:
     player: str | None = None
     episode_id: int | None = None
     reward_override: float | None = None
+    #: The pictures of an env with image observations, one per placeholder span of ``ids``
+    #: (None: a text-only run).
+    frames: EpisodeFrames | None = None
 
 
 @dataclass(slots=True)
@@ -264,7 +269,10 @@ class _Run:
             self.act_ids = self.codec.observation_ids([ACT_PROMPT])[0]
         #: Self-play: the game episodes' part of the run (None: a single-agent env).
         self.games = GamePlay(self, driver) if isinstance(driver, GameDriver) else None
-        if self.pool is not None:  # the env steps inside the codec's call
+        #: Image observations: each observation's picture becomes the model's placeholder
+        #: markup before its text, and travels to the backend beside the tokens.
+        self.vision = _vision_of(engine, driver, cfg)
+        if self.pool is not None and self.vision is None:  # the env steps inside the codec's call
             self.turn_batcher = TickBatcher(self._turn_batch_native, loop=loop)
         else:
             self.turn_batcher = TickBatcher(self._turn_batch_driven, is_async=True, loop=loop)
@@ -301,6 +309,18 @@ class _Run:
         for k, o in enumerate(obs):
             if isinstance(o, BaseException):
                 out[k] = o
+        if self.vision is not None and ok:
+            for e in live:
+                e.frames = EpisodeFrames()
+            shown = await self._frames([live[k] for k in ok], [obs[k] for k in ok])
+            for k, got in zip(ok, shown):
+                if isinstance(got, BaseException):
+                    out[k] = got
+                else:  # the first prompt holds the observation whole
+                    obs[k], frame = got
+                    if frame is not None:
+                        live[k].frames.add(frame)
+            ok = [k for k in ok if not isinstance(out[k], BaseException)]
         if self.reflect and ok:  # each episode's start, kept for its retries
             failed = await self.driver.save_starts([live[k].slot for k in ok])
             for k, err in zip(ok, failed):
@@ -323,6 +343,51 @@ class _Run:
             return out
         got = dict(zip(map(id, live), out))
         return [got.get(id(e)) for e in eps]
+
+    async def _frames(self, eps: list[_Episode], texts: list[str]
+                      ) -> list[tuple[str, Frame | None] | FrameError]:
+        """The observations ``texts`` of ``eps`` with their pictures: per episode, the text
+        with the picture's placeholder markup before it, and the picture (None where the env
+        showed none), or a :class:`~agentgym.data.frames.FrameError` where the env gave a
+        malformed picture or failed to draw one."""
+        pictures = await self.driver.frames([e.slot for e in eps])
+        out: list = []
+        markup = self.vision.markup
+        for text, picture in zip(texts, pictures):
+            if picture is None:  # nothing to show this time
+                out.append((text, None))
+                continue
+            try:
+                if isinstance(picture, BaseException):
+                    raise FrameError(f"the env could not draw its picture: {picture}")
+                frame = frame_of(picture)
+            except FrameError as err:
+                out.append(err)
+                continue
+            out.append((markup(frame.height, frame.width) + text, frame))
+        return out
+
+    async def _step_frames(self, turns: list[Turn], outs: list[StepOutcome]
+                           ) -> tuple[list[StepOutcome], list[Frame | None]]:
+        """The step outcomes of ``turns`` with their pictures (see :meth:`_frames`) and
+        each turn's picture; a malformed picture ends its episode with ``env_error``."""
+        frames: list[Frame | None] = [None] * len(outs)
+        shown = [k for k, o in enumerate(outs) if o.stop_reason is None]
+        if not shown:  # an ending step's observation is not stored: no picture to draw
+            return outs, frames
+        got = await self._frames([turns[k].episode for k in shown],
+                                 [outs[k].observation for k in shown])
+        outs = list(outs)
+        for k, g in zip(shown, got):
+            o = outs[k]
+            if isinstance(g, BaseException):
+                msg = f"{type(g).__name__}: {g}"
+                outs[k] = StepOutcome(f"Environment error: {msg}", o.reward, False, True,
+                                      "env_error", msg)
+            else:
+                outs[k] = replace(o, observation=g[0])
+                frames[k] = g[1]
+        return outs, frames
 
     def _apply(self, turns: list[Turn], stopped, errors) -> None:
         """The stop reasons and env errors a turn call returned, onto the episodes."""
@@ -357,6 +422,9 @@ class _Run:
             if any(t.episode.closed for t in live):  # closed while the env was stepping
                 pairs = [(t, o) for t, o in zip(live, outs) if not t.episode.closed]
                 live, outs = [t for t, _ in pairs], [o for _, o in pairs]
+            frames = None
+            if live and self.vision is not None:
+                outs, frames = await self._step_frames(live, outs)
             if live:
                 for t, o in zip(live, outs):
                     t.episode.invalid_turns += o.invalid
@@ -369,6 +437,10 @@ class _Run:
                         t.episode.last_reward = o.reward
                 self._apply(live, *self.codec.record_turn_batch(
                     self.store, live, outs, self.record_cap))
+                if frames is not None:  # stored with the observation: the episode goes on
+                    for t, frame in zip(live, frames):
+                        if frame is not None and t.episode.stop_reason is None:
+                            t.episode.frames.add(frame)
         return [not t.episode.closed for t in turns]
 
     def _close_batch(self, eps: list[_Episode]) -> list[Trajectory | None]:
@@ -419,17 +491,21 @@ class _Run:
                        seat_info=[(e.episode_id, e.role, e.player) for e in eps]
                        if self.games is not None else None)
         seats = [e.seat for e in eps] if self.games is not None else None
+        images = [_row_images(e) for e in eps] if self.vision is not None else None
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
             trajs = trajectories(rows, info, [e.ids for e in eps],
-                                 [_steps(e) for e in eps] if self.window else None, seats)
+                                 [_steps(e) for e in eps] if self.window else None, seats,
+                                 images)
         if sink is None:
             return trajs
         if self.window:
             packed.update(_step_arrays(eps))
         if seats is not None:
             packed["seat"] = np.array(seats, np.uint32)
+        if images is not None:
+            packed["images"] = images
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
         return trajs if trajs is not None else [None] * len(eps)
 
@@ -493,12 +569,13 @@ class _Run:
                 await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
             rid = f"{self.engine.run_id}-{ep.key}-{ep.turns + ep.plan_turns}-{attempt}"
             try:
+                kw = {} if ep.frames is None else {"images": ep.frames.arrays}
                 if needs_context:
                     coro = backend.generate(prompt, sampling, request_id=rid,
                                             context=self._context(ep) if context is None
-                                            else context)
+                                            else context, **kw)
                 else:
-                    coro = backend.generate(prompt, sampling, request_id=rid)
+                    coro = backend.generate(prompt, sampling, request_id=rid, **kw)
                 if cfg.turn_timeout_s is not None:
                     return await asyncio.wait_for(coro, cfg.turn_timeout_s)
                 return await coro
@@ -588,6 +665,8 @@ class _Run:
         generate, submit, clock = self._generate, self.turn_batcher.submit, time.perf_counter
         new_turn, store = _new_turn, self.store
         direct = self.engine.backend.generate if cfg.turn_timeout_s is None else None
+        if ep.frames is not None:  # the images beside the tokens: through ``_generate``
+            direct = None
         context = self._context(ep) if self.needs_context else None
         key, slot, ids, run_id = ep.key, ep.slot, ep.ids, self.engine.run_id
         step_cut = cfg.truncated_turn == "step"
@@ -835,6 +914,32 @@ def _trees(eps: list[_Episode], width: int) -> list[list[_Episode]]:
     return [t for ep in eps if (t := builder.add(ep)) is not None] + builder.rest()
 
 
+def _vision_of(engine: RolloutEngine, driver, cfg: RolloutConfig):
+    """The engine's :class:`~agentgym.models.vision.VisionSpec` where the env shows
+    pictures (None for a text-only env); a clear error where the model cannot see them or a
+    mechanism cannot carry them yet."""
+    if not getattr(driver, "has_frames", False):
+        return None
+    if engine.vision is None:
+        raise ValueError(f"{driver.env_id} observes images (obs='image' or 'both') but the "
+                         f"engine's model has no image input: use a vision-language model "
+                         f"(for example --model tiny-vl)")
+    on = [name for name, value in (("context_window", cfg.context_window),
+                                   ("reflection", cfg.reflection),
+                                   ("branch_at", cfg.branch_at)) if value]
+    if on:
+        raise ValueError(f"{', '.join(on)} cannot be played with image observations yet "
+                         f"({driver.env_id} was built with obs='image' or 'both')")
+    return engine.vision
+
+
+def _row_images(ep: _Episode) -> RowImages:
+    """``ep``'s images as a packed row's (empty where it showed none)."""
+    if ep.frames is None:
+        return RowImages([], [])
+    return RowImages(ep.frames.frames, ep.frames.refs)
+
+
 def _steps(ep: _Episode) -> tuple[list[int], list[int], list[int]]:
     """``ep``'s steps (``context_window``; none where it never began)."""
     if ep.step_reply is None:
@@ -883,7 +988,8 @@ class RolloutEngine:
     """
 
     def __init__(self, backend: Backend, tokenizer, config: RolloutConfig | None = None,
-                 end_of_turn: str | None = None, *, own_backend: bool = False, **overrides):
+                 end_of_turn: str | None = None, *, own_backend: bool = False,
+                 vision=None, **overrides):
         if not isinstance(backend, Backend):
             missing = [m for m in ("generate", "abort", "update_weights", "close",
                                    "policy_version", "needs_context") if not hasattr(backend, m)]
@@ -893,6 +999,9 @@ class RolloutEngine:
         self.own_backend = own_backend
         self.tokenizer = tokenizer
         self.formatter = ChatFormatter(tokenizer, end_of_turn=end_of_turn)
+        #: How the model sees a picture (:class:`~agentgym.models.vision.VisionSpec`; None:
+        #: a text-only model). Needed only for envs built with image observations.
+        self.vision = vision
         self.config = msgspec.structs.replace(config or RolloutConfig(), **overrides)
         self.run_id = f"r{int(time.time() * 1000) % 10**9}"
         self._groups = itertools.count()

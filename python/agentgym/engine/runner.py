@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -136,8 +137,18 @@ def open_runner(backend: Any = "scripted", model: str | None = None, *,
             be = make_backend(backend, model_dir, **(
                 {**kw, "tokenizer": tokenizer} if backend == "scripted" else kw))
         # a TypeError naming what is missing when ``backend`` is not a Backend
-        runner = RolloutEngine(be, tokenizer, own_backend=named, **rollout)
+        runner = RolloutEngine(be, tokenizer, own_backend=named, vision=_vision(model_dir),
+                               **rollout)
     return OpenRunner(runner, tokenizer, backend if named else type(backend).__name__, model, kw)
+
+
+def _vision(model_dir: str | None):
+    """How the model of ``model_dir`` sees pictures (None: no folder, or a text-only model)."""
+    if model_dir is None or not os.path.isdir(model_dir):
+        return None
+    from agentgym.models.vision import VisionSpec
+
+    return VisionSpec.from_model(model_dir)
 
 
 def _model_folder(model: str | None) -> str:

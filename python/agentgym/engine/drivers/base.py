@@ -10,6 +10,10 @@ Every driver has the same methods, each either sync or async for all of them:
 - ``finish(items)``: ``(slot, stop_reason)`` rows of episodes the engine ended itself
   (context full, timeout, backend error, cancellation);
 - ``async oracle_action(slot)`` / ``async valid_actions(slot)``: for scripted policies;
+- ``async frames(slots)``: each slot's current picture, a ``(h, w, 3)`` uint8 array (None
+  where the env shows none; an exception where it failed to draw one), for an env built
+  with image observations (``has_frames``: its ``obs`` option is ``"image"`` or
+  ``"both"``); the engine asks after every reset and step;
 - ``close()``.
 
 ``core_pool`` is the Rust pool of a native env, which the engine steps in the same call as
@@ -54,6 +58,12 @@ class StepOutcome:
     undo: bool = False
 
 
+def shows_frames(env_kwargs: dict) -> bool:
+    """An env built with ``env_kwargs`` shows pictures: its ``obs`` option (every env with
+    image observations takes it) is ``"image"`` or ``"both"``."""
+    return env_kwargs.get("obs", "text") in ("image", "both")
+
+
 #: The outcome of a step on a slot whose episode is no longer running.
 NOT_RUNNING = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
 
@@ -65,6 +75,8 @@ class EnvDriver(Protocol):
     #: The env's instructions, the default system prompt.
     instructions: str
     core_pool: _core.EnvPool | None
+    #: The env shows pictures (built with ``obs="image"`` or ``"both"``).
+    has_frames: bool
 
     async def reset_many(self, items: list[ResetItem]) -> list[str | Exception]: ...
 
@@ -75,5 +87,7 @@ class EnvDriver(Protocol):
     async def oracle_action(self, slot: int) -> str | None: ...
 
     async def valid_actions(self, slot: int) -> list[str]: ...
+
+    async def frames(self, slots: list[int]) -> list: ...
 
     def close(self) -> None: ...

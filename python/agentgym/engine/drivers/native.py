@@ -32,6 +32,7 @@ class NativeDriver:
         self.pool = EnvPool(env_id, capacity, **env_kwargs)
         self.instructions = self.pool.instructions
         self.core_pool: _core.EnvPool = self.pool._pool
+        self.has_frames = self.core_pool.frame_shape is not None
         self.undo = undo
         # SnapshotUnsupportedError here, before any episode
         require_snapshots(self.core_pool.snapshots_supported, env_id, undo, restarts, forks)
@@ -79,6 +80,10 @@ class NativeDriver:
 
     async def oracle_action(self, slot: int) -> str | None:
         return self._oracle(slot)
+
+    async def frames(self, slots: list[int]) -> list:
+        """Each slot's picture, drawn in one Rust call (GIL released)."""
+        return self.core_pool.frames(slots)
 
     async def valid_actions(self, slot: int) -> list[str]:
         return self.pool.valid_actions(slot)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentgym.engine.drivers.base import ResetItem, StepOutcome
+from agentgym.engine.drivers.base import ResetItem, StepOutcome, shows_frames
 from agentgym.engine.undo import (
     FORKS_NEED,
     LASTS_NEED,
@@ -38,6 +38,10 @@ class ProcessDriver:
         from agentgym.runtime.workers import ProcessEnvPool
 
         self.env_id = env_id
+        if shows_frames(env_kwargs):
+            raise ValueError(f"{env_id}: image observations are not carried back from worker "
+                             "processes (env_workers > 0); use env_workers=0")
+        self.has_frames = False
         probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
         try:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
@@ -99,6 +103,10 @@ class ProcessDriver:
 
     async def valid_actions(self, slot: int) -> list[str]:
         return await self.pool.valid_actions(slot)
+
+    async def frames(self, slots: list[int]) -> list:
+        """None per slot: envs in worker processes are built without pictures."""
+        return [None] * len(slots)
 
     def close(self) -> None:
         self.pool.close()

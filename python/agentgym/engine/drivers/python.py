@@ -6,7 +6,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
+from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome, shows_frames
 from agentgym.engine.undo import UndoHistory, UndoRules, require_snapshots, supports_snapshots
 from agentgym.envs.base import env_method
 from agentgym.errors import InvalidTaskError
@@ -69,6 +69,7 @@ class PythonDriver:
         self.instructions = getattr(first, "instructions", "") or getattr(
             first.unwrapped, "instructions", ""
         )
+        self.has_frames = shows_frames(env_kwargs)
         self._envs: list = [first] + [None] * (capacity - 1)
         self._turns = [0] * capacity
         self._horizon: list[int | None] = [None] * capacity
@@ -298,6 +299,20 @@ class PythonDriver:
     async def oracle_action(self, slot: int) -> str | None:
         fn = getattr(self._env(slot).unwrapped, "oracle_action", None)
         return fn() if fn else None
+
+    async def frames(self, slots: list[int]) -> list:
+        """Each slot's picture from its env's ``frame()`` (None where it has no env or shows
+        nothing; the exception where drawing raised), on the event loop: a frame is drawn
+        from state the env already holds."""
+        out: list = []
+        for slot in slots:
+            env = self._envs[slot]
+            frame = env_method(env, "frame") if env is not None else None
+            try:
+                out.append(frame() if frame is not None else None)
+            except Exception as e:  # ends only this episode (the engine records env_error)
+                out.append(e)
+        return out
 
     async def valid_actions(self, slot: int) -> list[str]:
         fn = getattr(self._env(slot).unwrapped, "valid_actions", None)
