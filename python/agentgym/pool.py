@@ -179,6 +179,19 @@ class EnvPool(NativeEnvInfo):
     def set_max_turns(self, i: int, max_turns: int | None) -> None:
         self._pool.set_max_turns(i, max_turns)
 
+    @property
+    def frame_shape(self) -> tuple[int, int] | None:
+        """``(height, width)`` of the pictures of an env built with ``obs="image"`` or
+        ``"both"`` (None: text observations only)."""
+        return self._pool.frame_shape
+
+    def frames(self, ids: Sequence[int]) -> list:
+        """Each slot's current picture, a ``(height, width, 3)`` uint8 array, drawn in one
+        call (GIL released); None where the env shows none, an ``EnvError`` (returned, not
+        raised) where drawing panicked or gave a malformed picture: that slot's running
+        episode ends with ``env_error``."""
+        return self._pool.frames(_as_id_list(ids))
+
     def episode(self, i: int) -> dict:
         task, seed, turns, max_turns, stop_reason, total_reward = self._pool.episode(i)
         return {

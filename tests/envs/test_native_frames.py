@@ -129,3 +129,15 @@ def test_text_mode_adapter_is_unchanged():
     assert isinstance(env.observation_space, TextSpace) and env.frame_shape is None
     obs, _ = env.reset(seed=0)
     assert isinstance(obs, str) and "Position" in obs
+
+
+def test_the_env_pool_wrapper_draws_the_core_pools_frames():
+    pool = agentgym.EnvPool("maze", 2, obs="image", difficulty="easy")
+    assert agentgym.EnvPool("maze", 1).frame_shape is None
+    pool.reset([0, 1], tasks=[0, 1], seeds=[0, 0])
+    h, w = pool.frame_shape
+    got = pool.frames([1, 0])
+    core = pool._pool.frames([1, 0])
+    assert [f.shape for f in got] == [(h, w, 3)] * 2
+    for a, b in zip(got, core):
+        np.testing.assert_array_equal(a, b)
