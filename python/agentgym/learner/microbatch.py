@@ -37,7 +37,9 @@ class MicroBatch:
     ``[n, L - 1]`` and shifted: column ``j`` refers to the target token
     ``input_ids[:, j + 1]`` predicted by ``logits[:, j]``. ``loss_mask`` is 1 exactly at
     model-generated targets (observation, prompt and padding tokens are 0).
-    ``indices`` are the trajectories' rows in the packed batch.
+    ``indices`` are the trajectories' rows in the packed batch. ``images``: the pictures of
+    the rows' image placeholder spans, row by row in token order (the packed batch's frame
+    arrays, not copies; empty without image observations).
     """
 
     input_ids: Any
@@ -48,6 +50,7 @@ class MicroBatch:
     indices: np.ndarray
     lengths: np.ndarray
     extras: dict[str, Any] = field(default_factory=dict)
+    images: list[np.ndarray] = field(default_factory=list)
 
     @property
     def num_sequences(self) -> int:
@@ -79,6 +82,7 @@ class MicroBatch:
             indices=self.indices,
             lengths=self.lengths,
             extras={k: v.to(device) for k, v in self.extras.items()},
+            images=self.images,
         )
 
 
@@ -177,6 +181,8 @@ def collate(
         indices=indices,
         lengths=lengths,
         extras=extras,
+        images=[] if batch.images is None else
+        [f.array() for b in indices.tolist() for f in batch.images[b].spans()],
     )
     return mb.to(device) if device is not None else mb
 

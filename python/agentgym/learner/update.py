@@ -9,6 +9,8 @@ that shape), e.g. ``AutoModelForTokenClassification(num_labels=1)``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, fields, replace
@@ -185,10 +187,39 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
-def _decoder_and_head(model: torch.nn.Module):
+@functools.lru_cache(maxsize=8)
+def _vision_spec(path: str):
+    """The vision spec of the model folder ``path`` (read once per folder)."""
+    from agentgym.models.vision import VisionSpec
+
+    return VisionSpec.from_model(path)
+
+
+def _pixel_inputs(model: torch.nn.Module, images: list, device) -> dict[str, torch.Tensor]:
+    """The image inputs of ``model`` for ``images`` (its vision spec read from the folder
+    it was loaded from); ``ValueError`` where the model has none."""
+    path = getattr(getattr(model, "config", None), "_name_or_path", None) or getattr(
+        model, "name_or_path", None)
+    spec = _vision_spec(str(path)) if path else None
+    if spec is None:
+        raise ValueError("the batch has images but the model (loaded from "
+                         f"{path or 'an unknown folder'}) has no image processor")
+    return {k: v.to(device) for k, v in spec.pixel_inputs(images).items()}
+
+
+def _decoder_and_head(model: torch.nn.Module, pixels: dict | None = None):
     """``(decoder, lm_head)`` of a Hugging Face causal LM whose logits are
     ``lm_head(decoder(...).last_hidden_state)`` (no logit soft-capping or scaling), else
-    None. A wrapper whose forward does more than its modules (DDP) gets None."""
+    None. A wrapper whose forward does more than its modules (DDP) gets None. With image
+    inputs (``pixels``) the decoder is the vision-language model's base (``model.model``,
+    which merges the pictures into the sequence), or None where it has no such base."""
+    if pixels:
+        base, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+        forward = getattr(base, "forward", None)
+        if forward is None or not isinstance(head, torch.nn.Linear) or \
+                "pixel_values" not in inspect.signature(forward).parameters:
+            return None
+        return base, head
     get_dec = getattr(model, "get_decoder", None)
     get_head = getattr(model, "get_output_embeddings", None)
     cfg = getattr(model, "config", None)
@@ -266,20 +297,26 @@ def compute_logprobs(
     log-softmax run only where ``mb.loss_mask`` is 1 (the model's own tokens) and the
     other columns are 0: the full-vocabulary float32 logits of prompt and observation
     tokens, which nothing reads, are never made; ``chunk_tokens`` > 0 then bounds how many
-    model tokens' logits exist at once (:func:`_head_logprobs`)."""
+    model tokens' logits exist at once (:func:`_head_logprobs`).
+
+    A micro-batch with images (``mb.images``) also gives the model the pictures' inputs
+    (``pixel_values`` and ``image_grid_thw`` from the model's own image processor,
+    :meth:`~agentgym.models.vision.VisionSpec.pixel_inputs`): the same inputs the backend
+    was sent."""
     device = _model_device(model)
     ids, att = mb.input_ids.to(device), mb.attention_mask.to(device)
-    parts = _decoder_and_head(model) if only_model_tokens else None
+    pixels = _pixel_inputs(model, mb.images, device) if mb.images else {}
+    parts = (_decoder_and_head(model, pixels) if only_model_tokens else None)
     if parts is None:
         with _autocast(device, bf16):
-            out = model(input_ids=ids, attention_mask=att)
+            out = model(input_ids=ids, attention_mask=att, **pixels)
         logits = _logits(out)[:, :-1].float()
         targets = ids[:, 1:]
         return _token_logprobs(logits, targets, temperature, with_entropy)
     decoder, head = parts
     select = mb.loss_mask.to(device) > 0
     with _autocast(device, bf16):
-        hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state
+        hidden = decoder(input_ids=ids, attention_mask=att, **pixels).last_hidden_state
     logp, entropy = _head_logprobs(head, hidden[:, :-1][select], ids[:, 1:][select],
                                    temperature, with_entropy, bf16, chunk_tokens)
     logp = _scatter_rows(logp, select)
