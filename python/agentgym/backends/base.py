@@ -9,12 +9,16 @@ at temperature 1 without truncation this is exactly the sampling distribution.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import msgspec
 import numpy as np
 
 from agentgym.errors import AgentGymError
+
+if TYPE_CHECKING:
+    from agentgym.models.vision import VisionSpec
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -85,13 +89,25 @@ class Backend(Protocol):
     that reads the env, such as :class:`~agentgym.backends.scripted.ScriptedBackend`); False
     for models. A backend whose sampling can be seeded anew may also define
     ``reseed(seed: int)``; the runner's ``reseed`` calls it (a resumed run then replays).
+
+    ``images``: the frames of the images in ``prompt_ids``, in order, as ``(h, w, 3)`` uint8
+    arrays. The prompt holds each image's markup already expanded (the model's image tokens,
+    :meth:`agentgym.models.vision.VisionSpec.markup_ids`), so the tokens the engine stores
+    are the tokens the model sees. A backend whose model cannot see images, or a prompt
+    whose image markup does not match the frames (count or sizes), raises
+    :class:`InvalidRequestError` (:func:`check_images`).
     """
 
     policy_version: int
     needs_context: bool
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str | None = None,
+        *,
+        images: Sequence[np.ndarray] | None = None,
     ) -> GenerateResult: ...
 
     async def abort(self, request_id: str) -> None: ...
@@ -157,3 +173,29 @@ def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
     if vocab_size is not None and hi >= vocab_size:
         raise InvalidRequestError(f"token id {hi} out of range (vocab {vocab_size})")
     return prompt_ids if type(prompt_ids) is list else arr.tolist()
+
+
+def check_images(
+    prompt: list[int], images, vision: VisionSpec | None, model: str
+) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """The frames of a request and the ``[start, end)`` span of each one's markup in
+    ``prompt``, checked: ``images`` must be ``(h, w, 3)`` uint8 arrays, one per image markup
+    in the prompt, each markup the exact expansion for its frame's size (``vision``: the
+    model's :class:`~agentgym.models.vision.VisionSpec`, None for a text-only ``model``).
+    :class:`InvalidRequestError` otherwise. ``([], [])`` for a request without images to a
+    text-only model (its prompt is not searched)."""
+    from agentgym.models.vision import as_frames
+
+    try:
+        frames = as_frames(images) if images is not None else []
+    except ValueError as e:
+        raise InvalidRequestError(f"bad images: {e}") from e
+    if vision is None:
+        if frames:
+            raise InvalidRequestError(
+                f"{model} is a text-only model: it cannot see the {len(frames)} image(s) sent")
+        return [], []
+    try:
+        return frames, vision.check_prompt(prompt, frames)
+    except ValueError as e:
+        raise InvalidRequestError(f"image placeholders do not match the images: {e}") from e

@@ -13,6 +13,20 @@ all requests; connection errors and 5xx answers are retried with exponential bac
 attempt under a fresh request id; cancelling or aborting a request closes its connection,
 which makes vLLM abort it server-side.
 
+Images (``generate(..., images=frames)``, a vision-language model whose folder the client
+can read: ``model_dir``, default ``model`` when that is a local folder) travel only over the
+token endpoint: its request takes ``content_parts`` (``{"type": "image_url", "url": ...}``,
+here PNG data URLs) beside ``token_ids``, and the server runs them through the model's
+multimodal processor (``vllm/entrypoints/scale_out/token_in_token_out/serving.py``,
+``generate``), which expands each image's placeholder itself, as in process: the prompt's
+expanded markup is collapsed to the template's placeholder before it is sent and the
+expansion the server reports (``return_token_ids``) is checked against the prompt
+(:mod:`agentgym.backends.vllm_backend`). ``/v1/completions`` cannot carry images with token
+ids: vLLM 0.32's ``CompletionRequest``
+(``vllm/entrypoints/openai/completion/protocol.py``) has a prompt (text or token ids) and
+``prompt_embeds`` but no multimodal field, so images with ``api="completions"`` (or a
+server without the token endpoint) raise :class:`InvalidRequestError`.
+
 ``launch_vllm_server(model_dir)`` starts ``python -m vllm.entrypoints.openai.api_server`` on
 a free port for the lifetime of a ``with`` block, with the token endpoint on where the
 installed vLLM has it.
@@ -21,7 +35,9 @@ installed vLLM has it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import os
 import random
 import signal
@@ -36,12 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from agentgym.backends.base import (
     BackendError,
     GenerateResult,
     InvalidRequestError,
     SamplingParams,
+    check_images,
     check_prompt,
 )
 
@@ -58,7 +76,8 @@ class OpenAIBackend:
     ``base_url`` ends in ``/v1`` (added when missing). ``api`` picks the wire API
     (``"auto"``, ``"completions"`` or ``"tokens"``: see the module docstring).
     ``read_timeout_s`` bounds one whole generation; ``max_retries`` retries connection
-    failures and 5xx answers.
+    failures and 5xx answers. ``model_dir``: the served model's folder, read for its image
+    markup (default: ``model`` where that is a local folder); only image requests need it.
     ``update_weights`` is not available over this API (the server owns the weights).
     """
 
@@ -76,9 +95,18 @@ class OpenAIBackend:
         max_retries: int = 3,
         backoff_s: float = 0.25,
         api: str = "auto",
+        model_dir: str | os.PathLike | None = None,
     ):
+        from agentgym.models.vision import VisionSpec
+
         if api not in APIS:
             raise ValueError(f"api must be one of {APIS}, got {api!r}")
+        try:
+            #: The served model's image markup; None for a text-only model or one whose
+            #: folder this client cannot read.
+            self.vision = VisionSpec.from_model(model_dir if model_dir is not None else model)
+        except ValueError as e:
+            raise BackendError(f"cannot send images to {model}: {e}") from e
 
         base = base_url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
@@ -164,12 +192,18 @@ class OpenAIBackend:
             out["seed"] = s.seed
         return out
 
-    def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
+    def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str,
+                     parts: list[dict] | None = None) -> dict:
         sampling = {**self._sampling(s), "detokenize": False}
         if s.logprobs:
             sampling["logprobs"] = 0  # the sampled token's own logprob, no candidates
-        return {"model": self.model, "token_ids": prompt, "request_id": attempt_id,
+        body = {"model": self.model, "token_ids": prompt, "request_id": attempt_id,
                 "sampling_params": sampling, "output_mode": "tokens", "stream": False}
+        if parts:
+            # The images, and the prompt as the server expanded it (checked by the caller).
+            body["content_parts"] = parts
+            body["return_token_ids"] = True
+        return body
 
     def _body(self, prompt: list[int], s: SamplingParams, attempt_id: str) -> dict:
         body = {"model": self.model, "prompt": prompt, **self._sampling(s),
@@ -180,17 +214,37 @@ class OpenAIBackend:
         return body
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str | None = None,
+        *,
+        images=None,
     ) -> GenerateResult:
         """Generate one completion; ``abort(request_id)`` or cancelling the caller closes the
-        request's connection (the server aborts it)."""
+        request's connection (the server aborts it). ``images``: the frames of the prompt's
+        expanded image markup, in order (token endpoint only: see the module docstring)."""
         if self._closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids)
         rid = request_id or uuid.uuid4().hex
         if rid in self._inflight:
             raise InvalidRequestError(f"request id {rid!r} is already in flight")
-        task = asyncio.ensure_future(self._post_with_retries(prompt, sampling, rid))
+        send, parts = prompt, None
+        if images is not None and len(images):
+            if self.vision is None:
+                raise InvalidRequestError(
+                    f"cannot send images to {self.model}: it is a text-only model, or not a "
+                    "model folder this client can read (pass model_dir=)")
+            frames, spans = check_images(prompt, images, self.vision, self.model)
+            if await self._resolve_api() != "tokens":
+                raise InvalidRequestError(_NO_IMAGES_OVER_COMPLETIONS)
+            send = self.vision.collapse(prompt, spans)
+            parts = [{"type": "image_url", "url": _png_data_url(f)} for f in frames]
+        else:
+            check_images(prompt, None, self.vision, self.model)  # no stray image markup
+        task = asyncio.ensure_future(
+            self._post_with_retries(send, sampling, rid, parts, prompt if parts else None))
         self._inflight[rid] = task
         try:
             await asyncio.wait([task])  # unlike `await task`, leaves the task to us on cancel
@@ -209,7 +263,10 @@ class OpenAIBackend:
             )
         return task.result()
 
-    async def _post_with_retries(self, prompt, sampling, rid) -> GenerateResult:
+    async def _post_with_retries(self, prompt, sampling, rid, parts=None, expanded=None
+                                 ) -> GenerateResult:
+        """POST ``prompt`` (with the images ``parts``, whose prompt the server must expand
+        to ``expanded``) until an answer, retrying connection failures and 5xx."""
         import aiohttp
 
         last: Exception | None = None
@@ -221,7 +278,9 @@ class OpenAIBackend:
             attempt_id = f"{rid}-{attempt}-{uuid.uuid4().hex[:8]}"
             if api == "tokens":
                 url, body = self._root + TOKENS_PATH, self._tokens_body(prompt, sampling,
-                                                                        attempt_id)
+                                                                        attempt_id, parts)
+            elif parts:
+                raise InvalidRequestError(_NO_IMAGES_OVER_COMPLETIONS)
             else:
                 url, body = self.base_url + "/completions", self._body(prompt, sampling,
                                                                       attempt_id)
@@ -255,6 +314,12 @@ class OpenAIBackend:
                 data = msgspec.json.decode(raw)
             except msgspec.DecodeError as e:
                 raise BackendError(f"response is not JSON: {raw[:300]!r}") from e
+            if expanded is not None and data.get("prompt_token_ids") != expanded:
+                got = data.get("prompt_token_ids")
+                raise BackendError(
+                    f"the server expanded the image placeholders of request {rid} to a "
+                    f"prompt of {len(got) if isinstance(got, list) else got!r} tokens that "
+                    f"differs from the {len(expanded)} sent")
             return self._parse(data, sampling, api)
         raise BackendError(
             f"{self.base_url} unreachable or failing after {self.max_retries + 1} attempts: "
@@ -305,6 +370,23 @@ class OpenAIBackend:
             task.cancel()
         if self._session is not None:
             await self._session.close()
+
+
+_NO_IMAGES_OVER_COMPLETIONS = (
+    "the OpenAI-compatible server path cannot send images with token ids over "
+    "/v1/completions: vLLM's CompletionRequest (vllm/entrypoints/openai/completion/"
+    "protocol.py) takes a text or token-id prompt and prompt_embeds but no multimodal data; "
+    "use vLLM's token endpoint (api='tokens' or 'auto', a server started with "
+    "--enable-scale-out, as launch_vllm_server does)")
+
+
+def _png_data_url(frame) -> str:
+    """``frame`` (an (h, w, 3) uint8 array) as a lossless ``data:image/png;base64,...`` URL."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -56,7 +56,9 @@ class ScriptedBackend:
         return valid[random.Random(zlib.crc32(key.encode())).randrange(len(valid))]
 
     async def generate(self, prompt_ids, sampling: SamplingParams, request_id: str | None = None,
-                       context=None) -> GenerateResult:
+                       context=None, *, images=None) -> GenerateResult:
+        """Answer from the env through ``context``; ``images`` (frames of the prompt's image
+        markup) are accepted and ignored: the oracle reads the env, not the picture."""
         if context is None:
             raise BackendError("ScriptedBackend needs the engine's episode context")
         self.requests += 1

