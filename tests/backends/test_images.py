@@ -130,6 +130,34 @@ async def test_transformers_rejects_bad_image_requests(tf_vl, spec, requests):
     assert len(res.token_ids) >= 1  # still serving
 
 
+async def _sampled_ids(backend, requests) -> list[int]:
+    """Every token of 12 long seeded samples (EOS ignored) of the image requests."""
+    sampling = [SamplingParams(max_new_tokens=256, seed=k, ignore_eos=True) for k in range(12)]
+    outs = await asyncio.gather(*[backend.generate(requests[k % len(requests)][0], s,
+                                                   images=requests[k % len(requests)][1])
+                                  for k, s in enumerate(sampling)])
+    return [t for o in outs for t in o.token_ids]
+
+
+def _image_markup_mass(model, spec, requests) -> float:
+    """The untrained model's mean probability of the image markup ids as the next token."""
+    import torch
+
+    prompt, frames = requests[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt]),
+                       **spec.pixel_inputs(frames)).logits[0].float()
+    return float(torch.softmax(logits, -1)[:, spec.input_only_ids].sum(-1).mean())
+
+
+@MODULE_LOOP
+async def test_transformers_never_samples_image_markup(tf_vl, hf_vl, spec, requests):
+    """3,072 sampled tokens hold none of the markup ids, which the untrained model would
+    otherwise sample about 3 times per 1,000 tokens."""
+    assert _image_markup_mass(hf_vl, spec, requests) > 1e-3
+    assert not set(await _sampled_ids(tf_vl, requests)) & set(spec.input_only_ids)
+
+
 @MODULE_LOOP
 async def test_text_only_model_cannot_see_images(tiny_model_dir, requests):
     backend = make_backend("transformers", tiny_model_dir)
@@ -262,6 +290,11 @@ async def vllm_vl(vl_dir):
 @pytest.mark.slow
 class TestVLLMImages:
     pytestmark = VLLM_WARNINGS
+
+    @MODULE_LOOP
+    async def test_never_samples_image_markup(self, vllm_vl, hf_vl, spec, requests):
+        assert _image_markup_mass(hf_vl, spec, requests) > 1e-3
+        assert not set(await _sampled_ids(vllm_vl, requests)) & set(spec.input_only_ids)
 
     @MODULE_LOOP
     async def test_logprobs_match_transformers(self, vllm_vl, tf_vl, hf_vl, spec, requests):

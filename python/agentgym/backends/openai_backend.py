@@ -177,9 +177,9 @@ class OpenAIBackend:
         self.api = found
         return found
 
-    @staticmethod
-    def _sampling(s: SamplingParams) -> dict:
-        """The sampling fields both wire APIs share."""
+    def _sampling(self, s: SamplingParams) -> dict:
+        """The sampling fields both wire APIs share (a vision-language model's image markup
+        is never sampled: the logprobs stay the raw model's)."""
         out = {
             "max_tokens": s.max_new_tokens,
             "temperature": s.temperature,
@@ -190,6 +190,8 @@ class OpenAIBackend:
         }
         if s.seed is not None:
             out["seed"] = s.seed
+        if self.vision is not None:
+            out["logit_bias"] = {str(i): -100.0 for i in self.vision.input_only_ids}
         return out
 
     def _tokens_body(self, prompt: list[int], s: SamplingParams, attempt_id: str,

@@ -233,6 +233,8 @@ class TransformersBackend:
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float().cpu()
                 raw_lp = torch.log_softmax(logits, dim=-1)
+                if self.vision is not None:  # image markup is never sampled
+                    logits[:, self.vision.input_only_ids] = float("-inf")
                 next_ids = [self.pad_token_id] * n
                 for i, r in enumerate(reqs):
                     if reasons[i] is not None:

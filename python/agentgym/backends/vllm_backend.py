@@ -144,8 +144,10 @@ class VLLMBackend:
         from vllm import SamplingParams as VSP
         from vllm.sampling_params import RequestOutputKind
 
-        return VSP(**vllm_sampling_kwargs(s, s.max_new_tokens), skip_special_tokens=False,
-                   output_kind=RequestOutputKind.FINAL_ONLY)
+        kw = vllm_sampling_kwargs(s, s.max_new_tokens)
+        if self.vision is not None:  # never sampled (the logprobs stay the raw model's)
+            kw["logit_bias"] = {i: -100.0 for i in self.vision.input_only_ids}
+        return VSP(**kw, skip_special_tokens=False, output_kind=RequestOutputKind.FINAL_ONLY)
 
     async def generate(
         self,

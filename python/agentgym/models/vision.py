@@ -164,6 +164,12 @@ class VisionSpec:
     def prompt_markup_ids(self) -> list[int]:
         return [self.image_token_id]
 
+    @property
+    def input_only_ids(self) -> list[int]:
+        """The markup's token ids, which only the prompt may hold: the backends never
+        sample them (a reply holding one would break every later request's markup)."""
+        return sorted({self.image_token_id, self.fake_token_id, self.global_token_id})
+
     def grid(self, height: int, width: int) -> tuple[int, int]:
         """Rows and columns of tiles a ``height`` x ``width`` frame is split into ((0, 0):
         not split)."""
