@@ -105,7 +105,7 @@ def test_a_resumed_random_policy_run_replays_the_same_episodes(tokenizer, tmp_pa
 def test_rows_carry_the_schema_and_summary_counts_them(tokenizer, tmp_path):
     s = collect(tokenizer, tmp_path / "r", tasks=range(5), env="textcraft", n_samples=3)
     t = folder_table(tmp_path / "r")
-    assert t.schema.metadata[b"agentgym.schema_version"] == b"7"
+    assert t.schema.metadata[b"agentgym.schema_version"] == b"8"
     assert t.column("attempts").to_pylist() == [1] * t.num_rows
     assert t.column("undo_turns").to_pylist() == [0] * t.num_rows
     assert t.schema.field("token_ids").type == pa.list_(pa.uint32())

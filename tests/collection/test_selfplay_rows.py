@@ -34,7 +34,7 @@ def _rows(out) -> pa.Table:
 def test_one_row_per_seat_with_the_episode_in_one_shard(tokenizer, tmp_path):
     out = tmp_path / "run"
     summary = _run(_collect(tokenizer, out, 6, n_samples=3, shard_size=5, opponent="solver"))
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
     assert summary["run"]["rows"] == 6 * 3 * 2 and summary["run"]["complete"]
     shards = list(read_run(out))
     for t in shards:  # every episode's two seats in the same shard

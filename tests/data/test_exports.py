@@ -84,3 +84,74 @@ def test_to_trl_is_the_pre_tokenized_sft_row():
                    num_turns=2, stop_reason="done", policy_version=0)
     assert to_trl(t) == {"input_ids": [101, 102, 11, 201, 12],
                          "assistant_masks": [0, 0, 1, 0, 1], "reward": 0.5}
+
+
+def _image_trajectories():
+    from agentgym.data.frames import frame_of
+
+    pics = [np.zeros((28, 56, 3), np.uint8) for _ in range(2)]
+    pics[0][..., 0], pics[1][..., 2] = 9, 200
+    pics[1][27, 55] = (1, 2, 3)
+    f1, f2 = frame_of(pics[0]), frame_of(pics[1])
+    img = Trajectory(task_id=0, env_id="maze", group_id=0, sample_index=0,
+                     token_ids=[101, 900, 102, 11, 900, 12], loss_mask=[0, 0, 0, 1, 0, 1],
+                     logprobs=[0.0] * 6, prompt_len=3, turn_rewards=[0.0, 1.0], reward=1.0,
+                     num_turns=2, stop_reason="done", policy_version=0,
+                     images=[f1, f2], image_refs=[0, 1, 0])
+    text = Trajectory(task_id=1, env_id="maze", group_id=1, sample_index=0,
+                      token_ids=[101, 11], loss_mask=[0, 1], logprobs=[0.0, -1.0],
+                      prompt_len=1, turn_rewards=[0.0], reward=0.0, num_turns=1,
+                      stop_reason="done", policy_version=0)
+    return pics, img, text
+
+
+def test_a_verl_row_of_an_image_episode_lists_a_png_per_image_span():
+    """``images``: per span in order, ``{"bytes": PNG, "path": None}`` that decodes to the
+    frame exactly (what verl's dataset and ``process_image`` open); a text row has none."""
+    import io
+
+    from PIL import Image
+
+    from agentgym.data.exports import to_verl
+
+    pics, img, text = _image_trajectories()
+    row = to_verl(img)
+    assert [x["path"] for x in row["images"]] == [None] * 3
+    assert row["images"][0]["bytes"] is row["images"][2]["bytes"]  # a frame encoded once
+    for x, want in zip(row["images"], [pics[0], pics[1], pics[0]]):
+        assert x["bytes"].startswith(b"\x89PNG\r\n\x1a\n")
+        im = Image.open(io.BytesIO(x["bytes"]))
+        assert im.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(im), want)
+    assert row["prompt_ids"] == [101, 900, 102]
+    assert "images" not in to_verl(text)
+
+
+def test_export_run_writes_verl_images_that_datasets_decodes(tmp_path):
+    """A run folder with image and text rows exported to verl: every row has ``images``
+    (the text row's empty), and ``datasets`` reads them as ``Image`` features."""
+    import pyarrow.parquet as pq
+    from datasets import Dataset, Image, List
+
+    from agentgym.collection.export import export_run
+    from agentgym.collection.schema import trajectories_table
+
+    pics, img, text = _image_trajectories()
+    run = tmp_path / "run"
+    run.mkdir()
+    # the text row first: the shard's columns must not depend on its first row
+    pq.write_table(trajectories_table([text, img], run_id="r", max_turns=None, env_kwargs={}),
+                   run / "part-000000.parquet")
+    out = export_run(run, "verl", tmp_path / "verl")
+    assert out["rows"] == 2
+    ds = Dataset.from_parquet(str(tmp_path / "verl" / "part-000000.parquet"),
+                              cache_dir=str(tmp_path / "cache"))
+    assert ds.features["images"] == List(Image())
+    assert ds[0]["images"] == []
+    got = ds[1]["images"]
+    assert len(got) == 3
+    for im, want in zip(got, [pics[0], pics[1], pics[0]]):
+        np.testing.assert_array_equal(np.asarray(im.convert("RGB")), want)
+    # skyrl and trl rows carry no pictures
+    export_run(run, "trl", tmp_path / "trl")
+    assert "images" not in pq.read_schema(tmp_path / "trl" / "part-000000.parquet").names

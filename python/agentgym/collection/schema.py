@@ -7,17 +7,24 @@ a resumed run gives every key the same episode seed. An episode of a multi-seat 
 (self-play) has one row per seat under its key: (``task_index``, ``sample_index``,
 ``seat``) is then a row's identity, and the seats of one episode are always in the same
 shard. Version 7 added ``seat``, ``episode_id``, ``role`` and ``player``; older shards read
-as single-agent rows. ``SCHEMA_VERSION`` changes only when a
+as single-agent rows. Version 8 added ``images`` and ``image_refs``; older shards read as
+rows without images. ``SCHEMA_VERSION`` changes only when a
 field is added, removed or retyped; Parquet shards carry it in their schema metadata
 (``agentgym.schema_version``) and ``metadata.json`` records it.
 
 Rows are built column-wise from a :class:`~agentgym.data.PackedBatch` and its
 :class:`~agentgym.data.RowInfo`: each token-level field becomes an Arrow list array over the
 packed buffer, with no per-row Python dicts or lists.
+
+An episode with image observations stores each distinct frame once in its row (``images``:
+hash, height, width and the RGB bytes, row-major) and, per image placeholder span of its
+``token_ids`` in order, the index of the frame shown there (``image_refs``); a text row has
+both empty. JSONL carries a frame's bytes base64-encoded (:func:`decode_jsonl_frames`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +33,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from agentgym.data.frames import Frame, RowImages
 from agentgym.data.trajectories import (
     STEP_FIELDS,
     STOP_REASONS,
@@ -37,12 +45,16 @@ from agentgym.data.trajectories import (
     unpack,
 )
 
-__all__ = ["FIELDS", "SCHEMA", "SCHEMA_VERSION", "from_table", "rows_to_trajectories",
-           "to_jsonl", "to_table", "trajectories_table"]
+__all__ = ["FIELDS", "FRAME", "SCHEMA", "SCHEMA_VERSION", "decode_jsonl_frames", "from_table",
+           "rows_to_trajectories", "to_jsonl", "to_table", "trajectories_table"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+#: One frame of an episode (:class:`~agentgym.data.frames.Frame`): ``data`` holds
+#: ``height * width * 3`` RGB bytes, row-major.
+FRAME = pa.struct([("hash", pa.string()), ("height", pa.uint32()), ("width", pa.uint32()),
+                   ("data", pa.binary())])
 
 #: (name, Arrow type, description): the documented schema, in column order.
 FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
@@ -97,6 +109,10 @@ FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("step_end", pa.list_(pa.uint32()), "per reply, the token after it (bounded contexts)"),
     ("messages", pa.list_(_MESSAGE), "decoded segments (role prompt | assistant | "
                                       "observation), only with messages=True, else null"),
+    ("images", pa.list_(FRAME), "each distinct frame of an image episode once: hash, height, "
+                                "width, RGB bytes row-major (empty: a text row)"),
+    ("image_refs", pa.list_(pa.uint32()), "per image placeholder span of token_ids, in "
+                                          "order, the index of its frame in images"),
 )
 
 SCHEMA = pa.schema([(n, t) for n, t, _ in FIELDS],
@@ -115,6 +131,73 @@ def _packed_list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> p
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                     pa.array(values.astype(typ.to_pandas_dtype(), copy=False),
                                              type=typ))
+
+
+def _image_columns(images: Sequence[RowImages] | None, n: int) -> tuple[pa.Array, pa.Array]:
+    """The ``images`` and ``image_refs`` columns of ``n`` rows' images (``None``: all rows
+    without), built column-wise: one flat array per frame field, offsets per row."""
+    if images is None:
+        zeros = np.zeros(n + 1, np.int64)
+        return (pa.ListArray.from_arrays(pa.array(zeros.astype(np.int32)), pa.array([], FRAME)),
+                _packed_list(zeros, np.zeros(0, np.uint32), pa.uint32()))
+    frames = [f for im in images for f in im.frames]
+    frame_off = np.zeros(n + 1, np.int64)
+    np.cumsum([len(im.frames) for im in images], out=frame_off[1:])
+    ref_off = np.zeros(n + 1, np.int64)
+    np.cumsum([len(im.refs) for im in images], out=ref_off[1:])
+    refs = np.fromiter((r for im in images for r in im.refs), np.uint32, int(ref_off[-1]))
+    total = sum(f.nbytes for f in frames)
+    if total > np.iinfo(np.int32).max:
+        raise BatchFormatError(f"{total} bytes of frames do not fit one shard's images column; "
+                               "use a smaller shard_size")
+    values = pa.StructArray.from_arrays(
+        [pa.array([f.hash for f in frames], pa.string()),
+         pa.array([f.height for f in frames], pa.uint32()),
+         pa.array([f.width for f in frames], pa.uint32()),
+         pa.array([f.data for f in frames], pa.binary())], fields=list(FRAME))
+    return (pa.ListArray.from_arrays(pa.array(frame_off.astype(np.int32)), values),
+            _packed_list(ref_off, refs, pa.uint32()))
+
+
+def _row_images(table: pa.Table) -> list[RowImages] | None:
+    """Each row's images from the ``images``/``image_refs`` columns; ``None`` when no row
+    has one (or the columns are absent: shards before schema version 8)."""
+    if "images" not in table.column_names or "image_refs" not in table.column_names:
+        return None
+    col = table.column("images").combine_chunks()
+    refs = table.column("image_refs").combine_chunks()
+    if isinstance(col, pa.ChunkedArray) or len(col.flatten()) == 0:  # no rows / no frames
+        return None
+    foff = col.offsets.to_numpy().astype(np.int64)
+    flat = col.flatten()
+    hashes, heights = flat.field("hash").to_pylist(), flat.field("height").to_pylist()
+    widths, datas = flat.field("width").to_pylist(), flat.field("data").to_pylist()
+    frames = [Frame(hash=h, height=y, width=x, data=d)
+              for h, y, x, d in zip(hashes, heights, widths, datas)]
+    roff = refs.offsets.to_numpy().astype(np.int64)
+    ref_values = refs.flatten().to_numpy(zero_copy_only=False).astype(np.int64).tolist()
+    f0, r0 = foff[0], roff[0]
+    return [RowImages(frames[foff[i] - f0:foff[i + 1] - f0],
+                      ref_values[roff[i] - r0:roff[i + 1] - r0]) for i in range(len(col))]
+
+
+def decode_jsonl_frames(table: pa.Table) -> pa.Table:
+    """A table read from JSONL with its frames' bytes decoded (JSON lines carry them
+    base64-encoded, which the JSON reader leaves as text)."""
+    if "images" not in table.column_names:
+        return table
+    col = table.column("images").combine_chunks()
+    if isinstance(col, pa.ChunkedArray) or len(col.flatten()) == 0:
+        return table
+    flat = col.flatten()
+    data = pa.array([base64.b64decode(b) for b in flat.field("data").to_pylist()], pa.binary())
+    values = pa.StructArray.from_arrays(
+        [flat.field("hash"), flat.field("height"), flat.field("width"), data],
+        fields=list(FRAME))
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    fixed = pa.ListArray.from_arrays(pa.array((offsets - offsets[0]).astype(np.int32)), values)
+    i = table.column_names.index("images")
+    return table.set_column(i, table.schema.field(i), fixed)
 
 
 def _messages(packed: PackedBatch, tokenizer) -> list[list[dict]]:
@@ -190,6 +273,7 @@ def to_table(packed: PackedBatch, info: RowInfo, *, run_id: str, max_turns: int 
         "messages": (pa.array(_messages(packed, tokenizer), pa.list_(_MESSAGE))
                      if tokenizer is not None else pa.nulls(n, pa.list_(_MESSAGE))),
     }
+    cols["images"], cols["image_refs"] = _image_columns(packed.images, n)
     return pa.Table.from_arrays([cols[name] for name, _, _ in FIELDS], schema=SCHEMA)
 
 
@@ -258,7 +342,9 @@ def from_table(table: pa.Table) -> tuple[PackedBatch, RowInfo]:
         "group_id": plain("group_id", np.uint64),
         "sample_index": sample_index,
         "policy_version": plain("policy_version", np.uint32),
-        "prompt_len": plain("prompt_len", np.uint32)})
+        "prompt_len": plain("prompt_len", np.uint32),
+        # absent before schema version 8: rows without images
+        "images": _row_images(table)})
     task_id, task_text = table.column("task_id").to_pylist(), \
         table.column("task_text").to_pylist()
     info = RowInfo(

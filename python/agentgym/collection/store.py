@@ -54,7 +54,13 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from agentgym.collection.progress import STATS_COLUMNS, shard_stats
-from agentgym.collection.schema import FIELDS, SCHEMA, SCHEMA_VERSION, to_jsonl
+from agentgym.collection.schema import (
+    FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    decode_jsonl_frames,
+    to_jsonl,
+)
 from agentgym.data.trajectories import FAILED_STOP_REASONS
 from agentgym.runtime.files import fsync_dir
 
@@ -79,8 +85,9 @@ _SHARD = re.compile(r"^part-(\d{6})\.(parquet|jsonl)$")
 #: Columns Parquet dictionary-encodes: all but the long token-level lists, where after zstd
 #: it saves little or no space and costs a quarter to a third of a shard's encoding time
 #: (TextCraft and maze shards of the tiny model).
+#: Frames (``images``) are not dictionary-encoded either: each is stored once per row already.
 _DICTIONARY_COLUMNS = [n for n, _, _ in FIELDS if n not in ("token_ids", "loss_mask",
-                                                           "logprobs")]
+                                                           "logprobs", "images")]
 #: Free bytes a shard write requires before it starts (else :class:`DiskFullError`).
 MIN_FREE_BYTES = 16 << 20
 
@@ -156,7 +163,8 @@ def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
     try:
         if path.suffix == ".parquet":
             return pq.read_table(path, columns=columns)
-        table = pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=SCHEMA))
+        table = decode_jsonl_frames(pajson.read_json(
+            path, parse_options=pajson.ParseOptions(explicit_schema=SCHEMA)))
         return table.select(columns) if columns else table
     except (pa.ArrowException, OSError) as e:
         raise ShardError(f"shard {path} is unreadable: {e}") from e

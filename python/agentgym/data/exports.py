@@ -1,17 +1,51 @@
 """Exports of trajectories in verl's, SkyRL's and TRL's shapes (the packed numpy layout is
-``agentgym.data.trajectories.pack``)."""
+``agentgym.data.trajectories.pack``).
+
+An image episode's verl row also has ``images``: one ``{"bytes": PNG, "path": None}`` per
+image placeholder span of its tokens, in order (a frame shown twice is listed twice), the
+form of Hugging Face ``datasets``' ``Image`` feature and of an image that verl's
+``RLHFDataset`` and ``verl.utils.dataset.vision_utils.process_image`` read (``Image.open``
+of ``bytes``)."""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Sequence
 
+from agentgym.data.frames import Frame
 from agentgym.data.trajectories import Trajectory
 
 
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return (struct.pack(">I", len(data)) + kind + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+
+def png(frame: Frame) -> bytes:
+    """``frame`` as a PNG file (8-bit RGB, no filter, zlib level 6): lossless, so the
+    decoded picture is ``frame.array()`` exactly."""
+    stride = frame.width * 3
+    rows = b"".join(b"\x00" + frame.data[y * stride:(y + 1) * stride]
+                    for y in range(frame.height))
+    header = struct.pack(">IIBBBBB", frame.width, frame.height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header)
+            + _chunk(b"IDAT", zlib.compress(rows, 6)) + _chunk(b"IEND", b""))
+
+
+def verl_images(traj: Trajectory) -> list[dict]:
+    """The trajectory's pictures as verl reads them: per image placeholder span, in order,
+    ``{"bytes": PNG, "path": None}`` (each distinct frame encoded once)."""
+    encoded = [png(f) for f in traj.images]
+    return [{"bytes": encoded[r], "path": None} for r in traj.image_refs]
+
+
 def to_verl(traj: Trajectory) -> dict:
-    """The fields of verl's ``AgentLoopOutput`` for one trajectory."""
+    """The fields of verl's ``AgentLoopOutput`` for one trajectory; an image episode's also
+    ``images`` (:func:`verl_images`: ``AgentLoopOutput.multi_modal_data["images"]`` is
+    ``[process_image(x) for x in images]``)."""
     p = traj.prompt_len
-    return {
+    out = {
         "prompt_ids": traj.token_ids[:p],
         "response_ids": traj.token_ids[p:],
         "response_mask": traj.loss_mask[p:],
@@ -20,6 +54,9 @@ def to_verl(traj: Trajectory) -> dict:
         "reward_score": traj.reward,
         "metrics": dict(traj.timings),
     }
+    if traj.image_refs:
+        out["images"] = verl_images(traj)
+    return out
 
 
 def to_skyrl(trajs: Sequence[Trajectory]) -> dict:
