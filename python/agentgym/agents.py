@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.learner.train_config import TrainerConfig, load_config_file
+from agentgym.models.vision import copy_processor_files
 
 __all__ = ["MECHANISMS", "InferenceResult", "LLMAgent", "mechanism_settings", "resolve_env"]
 
@@ -179,6 +180,7 @@ class LLMAgent:
             out = Path(summary["output_dir"]) / "final_model"
             self.trainer.model.save_pretrained(out)
             self.trainer.tokenizer.save_pretrained(out)
+            copy_processor_files(self.trainer.model_dir, out)
             self.model_dir = str(out)
         self.last_summary = summary
         return summary

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.models.vision import copy_processor_files
 from agentgym.runtime.files import fsync_tree, write_text_atomic
 
 __all__ = ["capture_rng", "find_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
@@ -60,9 +61,12 @@ def save_checkpoint(
     critic: torch.nn.Module | None = None,
     critic_optimizer: torch.optim.Optimizer | None = None,
     keep: int | None = 2,
+    model_dir: str | Path | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` (``root/step_<step>``) and point ``latest``
-    at it; keep only the newest ``keep`` checkpoints (None keeps all)."""
+    at it; keep only the newest ``keep`` checkpoints (None keeps all). ``model_dir``: the
+    folder the model came from, whose processor files (a vision-language model's image
+    processor) the checkpoint's model folder gets too."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -72,6 +76,8 @@ def save_checkpoint(
     model.save_pretrained(tmp / "model", safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
+    if model_dir is not None:
+        copy_processor_files(model_dir, tmp / "model")
     optim = {"optimizer": optimizer.state_dict()}
     if critic_optimizer is not None:
         optim["critic_optimizer"] = critic_optimizer.state_dict()

@@ -125,17 +125,23 @@ class Trainer:
 
     def _resolve_model(self) -> str:
         cfg = self.cfg
-        if cfg.model != "tiny":
+        if cfg.model not in ("tiny", "tiny-vl"):
             from agentgym.models import resolve_model
 
             return resolve_model(cfg.model)
-        from agentgym.models import build_tiny_model
-        from agentgym.models.tiny import TinyModelConfig
+        if cfg.model == "tiny-vl":  # built with the run's seed, like the tiny model
+            from agentgym.models.tiny_vl import build_tiny_vl_model
 
-        arch = dict(cfg.tiny_model)
-        vocab = arch.pop("vocab_size", 1024)
-        base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed, vocab_size=vocab,
-                                config=TinyModelConfig(**arch) if arch else None)
+            base = build_tiny_vl_model(self.output_dir / "base_model", seed=cfg.seed)
+        else:
+            from agentgym.models import build_tiny_model
+            from agentgym.models.tiny import TinyModelConfig
+
+            arch = dict(cfg.tiny_model)
+            vocab = arch.pop("vocab_size", 1024)
+            base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed,
+                                    vocab_size=vocab,
+                                    config=TinyModelConfig(**arch) if arch else None)
         if cfg.warmup is None:
             return str(base)
         from agentgym.learner.warmup import WarmupConfig, warmup_model
@@ -247,16 +253,17 @@ class Trainer:
         """The device, tokenizer and policy model of the model folder, the learner config,
         the frozen reference (when a KL is used), the critic (``gae``; its checkpointed
         weights) and the optimizers."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from agentgym.learner import LearnerConfig, make_optimizer
+        from agentgym.models.vision import policy_class
 
         cfg = self.cfg
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if distributed and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(
+        self.model = policy_class(self.model_dir).from_pretrained(
             self.model_dir, dtype=torch.float32).to(self.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         lc = {"adv_estimator": cfg.adv_estimator, "temperature": 1.0, "bf16": cfg.bf16,
@@ -283,9 +290,8 @@ class Trainer:
     def _restore(self, ckpt: dict) -> None:
         """A checkpoint's optimizer states, schedule, task sampler, step, policy version,
         evaluation history, reference weights and RNG states."""
-        from transformers import AutoModelForCausalLM
-
         from agentgym.learner.checkpoint import restore_rng
+        from agentgym.models.vision import policy_class
 
         st = ckpt["state"]
         self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
@@ -299,8 +305,8 @@ class Trainer:
             self.selfplay.load_state_dict(st["selfplay"])
         self.eval_history = list(st.get("eval_history", []))
         if st.get("ref_model_dir") and self.ref_model is not None:
-            self.ref_model.load_state_dict(
-                AutoModelForCausalLM.from_pretrained(st["ref_model_dir"]).state_dict())
+            self.ref_model.load_state_dict(policy_class(st["ref_model_dir"]).from_pretrained(
+                st["ref_model_dir"]).state_dict())
         restore_rng(st["rng"])
 
     def _open_runner(self, rollout: dict[str, Any]):
@@ -311,8 +317,8 @@ class Trainer:
         from agentgym.engine.runner import open_runner
 
         cfg = self.cfg
-        if self._injected_backend is not None:
-            return open_runner(self._injected_backend, tokenizer=self.tokenizer,
+        if self._injected_backend is not None:  # the model folder: for its vision spec
+            return open_runner(self._injected_backend, self.model_dir, tokenizer=self.tokenizer,
                                **rollout).runner
         kw = dict(cfg.backend_kwargs)
         if cfg.backend == "transformers":
@@ -561,7 +567,7 @@ class Trainer:
         return save_checkpoint(self.output_dir / "checkpoints", self.step, model=self.model,
                                tokenizer=self.tokenizer, optimizer=self.optimizer, state=state,
                                critic=self.critic, critic_optimizer=self.critic_optimizer,
-                               keep=self.cfg.keep_checkpoints)
+                               keep=self.cfg.keep_checkpoints, model_dir=self.model_dir)
 
     # ------------------------------------------------------------------ the loop
     async def train_async(self, max_steps: int | None = None) -> dict[str, Any]:
@@ -678,3 +684,4 @@ class Trainer:
         if getattr(self, "_threads_before", None):
             torch.set_num_threads(self._threads_before)
         self._ready = False
+

@@ -214,13 +214,15 @@ def warmup_model(
     ``out_dir``. Returns ``{"warmup/steps", "warmup/rows_per_step", "warmup/loss_start",
     "warmup/loss_end", "warmup/seconds"}``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from agentgym.models.vision import copy_processor_files, policy_class
 
     cfg = config or WarmupConfig()
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model = policy_class(model_dir).from_pretrained(str(model_dir), dtype=torch.float32)
     if cfg.loss_on not in ("all", "actions"):
         raise ValueError(f"WarmupConfig.loss_on must be 'all' or 'actions', got {cfg.loss_on!r}")
     pairs = [pair for env in ([env_id] if isinstance(env_id, str) else env_id)
@@ -278,6 +280,7 @@ def warmup_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    copy_processor_files(model_dir, out)
     k = max(1, min(20, len(losses) // 5))
     return {"warmup/steps": float(steps), "warmup/rows_per_step": float(rows_per_step),
             "warmup/loss_start": float(np.mean(losses[:k])),

@@ -32,7 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["VisionSpec", "as_frames", "image_markup", "image_placeholder_count"]
+__all__ = ["PROCESSOR_FILES", "VisionSpec", "as_frames", "copy_processor_files", "image_markup",
+           "image_placeholder_count", "policy_class"]
+
+#: The files of a model folder that hold its processor (image processor, processor, chat
+#: template), beside what ``save_pretrained`` of the model and its tokenizer write.
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "chat_template.json")
 
 
 def as_frames(images) -> list[np.ndarray]:
@@ -298,6 +303,27 @@ def image_markup(model_dir_or_spec, height: int, width: int) -> str:
     """The expanded markup text of one ``height`` x ``width`` image for a model folder (or a
     :class:`VisionSpec`)."""
     return _spec(model_dir_or_spec).markup(height, width)
+
+
+def copy_processor_files(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy the processor files (:data:`PROCESSOR_FILES`) of model folder ``src`` that
+    exist into ``dst``, so that a vision-language model saved with ``save_pretrained`` keeps
+    its image processor (a text-only folder has none: nothing is copied)."""
+    import shutil
+
+    for name in PROCESSOR_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copyfile(Path(src) / name, Path(dst) / name)
+
+
+def policy_class(model_dir: str | os.PathLike):
+    """The transformers auto class of the model in ``model_dir``: a vision-language model
+    (one :meth:`VisionSpec.from_model` reads) loads as ``AutoModelForImageTextToText``,
+    every other model as ``AutoModelForCausalLM``."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if VisionSpec.from_model(model_dir) is not None \
+        else AutoModelForCausalLM
 
 
 def _spec(x) -> VisionSpec:
