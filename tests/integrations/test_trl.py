@@ -350,3 +350,24 @@ def check_server_backend(client, model_dir: str) -> None:
         ref = [float(lp[len(p) - 1 + j, t]) for j, t in enumerate(r.token_ids)]
         assert r.logprobs == pytest.approx(ref, abs=2e-3)
     assert res[6].finish_reason == "stop" and len(res[6].token_ids) == 1
+
+
+def test_trls_vllm_backend_refuses_images_by_name():
+    import asyncio
+
+    import numpy as np
+
+    from agentgym.backends import InvalidRequestError, SamplingParams
+    from agentgym.integrations.trl import TRLVLLMBackend
+
+    backend = TRLVLLMBackend(client=object(), max_model_len=128)
+
+    async def go():
+        try:
+            with pytest.raises(InvalidRequestError, match="takes text only"):
+                await backend.generate([1, 2], SamplingParams(max_new_tokens=2),
+                                       images=[np.zeros((28, 28, 3), np.uint8)])
+        finally:
+            await backend.close()
+
+    asyncio.run(go())

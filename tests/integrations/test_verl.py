@@ -278,3 +278,13 @@ def test_unknown_env_is_a_named_error(tmp_path, turn_model_dir, tokenizer):
     with pytest.raises(ag_verl.TaskRefError):
         asyncio.run(worker.generate_sequences(bad))
 
+
+
+def test_verls_server_backend_refuses_images_by_name():
+    from agentgym.backends import InvalidRequestError, SamplingParams
+    from agentgym.integrations.verl import VerlServerBackend
+
+    backend = VerlServerBackend(server_manager=object())
+    with pytest.raises(InvalidRequestError, match="takes text only"):
+        asyncio.run(backend.generate([1, 2], SamplingParams(max_new_tokens=2),
+                                     images=[np.zeros((28, 28, 3), np.uint8)]))

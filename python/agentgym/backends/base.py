@@ -34,6 +34,11 @@ class InvalidRequestError(BackendError, ValueError):
     ``ValueError``."""
 
 
+#: The error of a backend that cannot send pictures (``generate(..., images=)``).
+NO_IMAGES = ("{backend} takes text only: image observations (an env built with obs='image' or "
+             "'both') need a backend that sends pictures: transformers, vllm or openai")
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """How to sample one completion.
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.backends.base import (
+    NO_IMAGES,
     Backend,
     BackendError,
     GenerateResult,
@@ -325,9 +326,11 @@ class TRLVLLMBackend:
 
     # ------------------------------------------------------------------ public API
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
-                       request_id: str | None = None) -> GenerateResult:
+                       request_id: str | None = None, *, images=None) -> GenerateResult:
         """One completion, batched with the calls made alongside it; cancelling the caller
-        aborts the request."""
+        aborts the request. Text only: ``images`` raise :class:`InvalidRequestError`."""
+        if images is not None and len(images):
+            raise InvalidRequestError(NO_IMAGES.format(backend="TRL's vLLM"))
         if self._batcher.closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)

@@ -44,7 +44,13 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
+from agentgym.backends.base import (
+    NO_IMAGES,
+    BackendError,
+    GenerateResult,
+    InvalidRequestError,
+    SamplingParams,
+)
 from agentgym.data.exports import to_verl
 from agentgym.data.trajectories import Trajectory
 from agentgym.engine.orchestrator import RolloutEngine, episode_of_request
@@ -95,7 +101,11 @@ class VerlServerBackend:
         self.preempted = 0
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
-                       request_id: str | None = None) -> GenerateResult:
+                       request_id: str | None = None, *, images=None) -> GenerateResult:
+        """One completion from verl's server manager. Text only: ``images`` raise
+        :class:`InvalidRequestError`."""
+        if images is not None and len(images):
+            raise InvalidRequestError(NO_IMAGES.format(backend="verl's server manager"))
         params = {
             **self.extra_sampling,
             "temperature": sampling.temperature,
