@@ -9,7 +9,9 @@ rollout engine renders them (:class:`~agentgym.engine.chat.ChatFormatter`: chat 
 once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn) and fitted with
 next-token cross-entropy on the policy's tokens (each action and its end-of-turn token;
 ``loss_on="all"``: on every token). After it, the model's policy is the random
-policy, so whatever success rate RL adds on top is RL's.
+policy, so whatever success rate RL adds on top is RL's. A vision-language model on a
+native env with image observations sees each observation's picture as in a rollout (its
+markup before the text, the pixels beside the tokens; the markup is never a target).
 """
 
 from __future__ import annotations
@@ -65,12 +67,18 @@ def random_policy_transcripts(
     seed: int = 0,
     num_tasks: int | None = None,
     with_masks: bool = False,
+    vision=None,
 ):
     """Token ids of ``episodes`` episodes of env ``env_id`` played by a uniformly random
     policy over the env's action vocabulary, formatted like rollouts. Episode ``i`` plays
     task ``i % num_tasks`` (``i`` when ``num_tasks`` is None). ``with_masks``: a list of
     ``(ids, mask)`` pairs instead, ``mask[t] == 1`` on the policy's tokens (each action and
-    its end-of-turn token)."""
+    its end-of-turn token).
+
+    ``vision`` (a :class:`~agentgym.models.vision.VisionSpec`) with a native env built with
+    image observations: each observation's picture is shown as in a rollout (its markup
+    before the text) and the pairs become ``(ids, mask, frames)`` triples, ``frames`` the
+    pictures of the markup spans in order."""
     from agentgym import _core
     from agentgym.engine.chat import ChatFormatter
     from agentgym.engine.drivers import is_native
@@ -85,6 +93,24 @@ def random_policy_transcripts(
         pool = EnvPool(env_id, n, seed=seed, **(env_kwargs or {}))
     else:
         pool = _GymPool(env_id, n, seed=seed, **(env_kwargs or {}))
+    shows = vision is not None and getattr(pool, "frame_shape", None) is not None
+    pictures: list[list] = []
+
+    def shown(ids: list[int], texts: list[str]) -> list[str]:
+        """``texts`` with their pictures' markup, the pictures kept per episode."""
+        if not shows:
+            return texts
+        out = []
+        for i, text, frame in zip(ids, texts, pool.frames(ids)):
+            if isinstance(frame, BaseException):
+                raise frame
+            if frame is None:
+                out.append(text)
+                continue
+            pictures[i].append(frame)
+            out.append(vision.markup(frame.shape[0], frame.shape[1]) + text)
+        return out
+
     system = pool.instructions if system_prompt is None else system_prompt
     rng = random.Random(seed)
     vocab: list[str] = []
@@ -97,6 +123,8 @@ def random_policy_transcripts(
         tasks = [t % num_tasks if num_tasks else t for t in range(task, task + k)]
         obs = pool.reset(ids, tasks=tasks, max_turns=[max_turns] * k)
         task += k
+        pictures = [[] for _ in ids]
+        obs = shown(ids, obs)
         seqs = [fmt.initial_prompt(system, o) for o in obs]
         masks = [[0] * len(x) for x in seqs]
         live = list(ids)
@@ -119,13 +147,16 @@ def random_policy_transcripts(
                 if not (term[j] or trunc[j]):
                     going.append(i)
                     going_obs.append(o[j])
-            for i, ob_ids in zip(going, fmt.observation_ids(going_obs)):
+            for i, ob_ids in zip(going, fmt.observation_ids(shown(going, going_obs))):
                 seqs[i] += ob_ids
                 masks[i] += [0] * len(ob_ids)
             live = going
         if live:
             pool.finish(live, "horizon")
-        out.extend(zip(seqs, masks) if with_masks else seqs)
+        if shows:
+            out.extend(zip(seqs, masks, pictures))
+        else:
+            out.extend(zip(seqs, masks) if with_masks else seqs)
     return out
 
 
@@ -216,7 +247,7 @@ def warmup_model(
     import torch
     from transformers import AutoTokenizer
 
-    from agentgym.models.vision import copy_processor_files, policy_class
+    from agentgym.models.vision import VisionSpec, copy_processor_files, policy_class
 
     cfg = config or WarmupConfig()
     t0 = time.perf_counter()
@@ -225,13 +256,14 @@ def warmup_model(
     model = policy_class(model_dir).from_pretrained(str(model_dir), dtype=torch.float32)
     if cfg.loss_on not in ("all", "actions"):
         raise ValueError(f"WarmupConfig.loss_on must be 'all' or 'actions', got {cfg.loss_on!r}")
+    vision = VisionSpec.from_model(model_dir)
     pairs = [pair for env in ([env_id] if isinstance(env_id, str) else env_id)
              for pair in random_policy_transcripts(
                  env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
                  env_kwargs=env_kwargs, action_template=cfg.action_template,
                  system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks,
-                 with_masks=True)]
-    seqs = [ids for ids, _ in pairs]
+                 with_masks=True, vision=vision)]
+    seqs = [pair[0] for pair in pairs]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     longest = max(len(s) for s in seqs)
@@ -259,12 +291,18 @@ def warmup_model(
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         train = torch.zeros((len(batch), width), dtype=torch.bool)
         for i, row in enumerate(rows):
-            s, policy = pairs[row]
+            s, policy = pairs[row][:2]
             ids[i, : len(s)] = torch.tensor(s)
             mask[i, : len(s)] = 1
             train[i, : len(s)] = True if cfg.loss_on == "all" else torch.tensor(policy).bool()
         labels = ids.masked_fill(~train, -100)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        # the image markup is input, never a target; the pictures go in beside it
+        frames = [f for row in rows for f in (pairs[row][2] if len(pairs[row]) > 2 else ())]
+        pixels = vision.pixel_inputs(frames) if frames else {}
+        if vision is not None:
+            labels = labels.masked_fill(torch.isin(ids, torch.tensor(vision.input_only_ids)),
+                                        -100)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, **pixels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
