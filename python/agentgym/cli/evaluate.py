@@ -31,8 +31,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="model folder, checkpoint folder or run folder (its latest checkpoint; "
                         "the run's env, env kwargs, system prompt, eval horizon, token budgets "
                         "and rollout settings are reused), or a named model: 'smollm2-135m' "
-                        "(extra smollm2); required except with --backend scripted (default: "
-                        "the tiny model's tokenizer)")
+                        "(extra smollm2), 'tiny-vl'; required except with --backend scripted "
+                        "(default: the tiny model's tokenizer)")
     p.add_argument("--env", default=None,
                    help="environment id, or several separated by commas (default: the run's, "
                         "or maze)")

@@ -78,7 +78,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", help="environment id (default: maze)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[],
                    help="environment keyword argument (JSON value), repeatable")
-    p.add_argument("--model", help="model folder or hub id, 'tiny' (default), or "
+    p.add_argument("--model", help="model folder or hub id, 'tiny' (default), 'tiny-vl' (the "
+                        "local tiny vision-language model, for obs=image envs), or "
                         "'smollm2-135m' (SmolLM2-135M-Instruct, extra smollm2)")
     p.add_argument("--backend", choices=["transformers", "vllm", "openai"])
     p.add_argument("--method", help="ScalingInter-RL | GRPO | PPO | REINFORCE++ | RLOO")
