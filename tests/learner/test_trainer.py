@@ -510,3 +510,27 @@ def test_dynamic_sampling_gives_up_after_max_draws(tmp_path, tiny_model_dir, mon
     assert row["learner/num_trajectories"] == 0.0
     with pytest.raises(ValueError, match="filter_groups"):
         TrainerConfig(filter_groups={"max_draws": 0})
+
+
+def test_trains_the_tiny_vision_language_model_on_image_observations(tmp_path):
+    """``model: tiny-vl`` on a maze whose goal shows only in the picture: it is built into
+    the run folder, warmed up on random-policy transcripts with their pictures, trained on
+    image episodes (transformers backend, weights synced) and checkpointed with its image
+    processor, which the vision spec reads back."""
+    from agentgym.models.vision import VisionSpec
+
+    cfg = TrainerConfig(
+        model="tiny-vl", env="maze", env_kwargs={"size": 2, "loops": 4, "obs": "image"},
+        method="GRPO", max_turns=2, max_steps=2, tasks_per_step=2, n_samples=2,
+        max_new_tokens=8, max_total_tokens=1024, eval_every=2, eval_tasks=2,
+        eval_max_turns=2, save_every=2, seed=0, output_dir=str(tmp_path / "run"),
+        warmup={"episodes": 8, "steps": 2, "batch_size": 4, "max_turns": 2},
+        learner={"max_tokens_per_microbatch": 4096}, progress=False, plot=False)
+    summary = Trainer(cfg).train()
+    train = [r for r in read_jsonl(summary["metrics"]) if r["type"] == "train"]
+    assert [r["step"] for r in train] == [1, 2]
+    assert all(r["learner/num_trajectories"] == 4 for r in train)
+    assert all(r["learner/num_model_tokens"] > 0 for r in train)
+    saved = VisionSpec.from_model(find_checkpoint(tmp_path / "run") / "model")
+    base = VisionSpec.from_model(tmp_path / "run" / "base_model")
+    assert saved is not None and saved.markup(28, 28) == base.markup(28, 28)

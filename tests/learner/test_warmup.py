@@ -1,0 +1,47 @@
+"""The format warm-up's transcripts of an env with image observations show its pictures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import agentgym  # noqa: E402
+from agentgym.learner.warmup import random_policy_transcripts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def vision_dir(tmp_path_factory) -> str:
+    from agentgym.models.tiny_vl import build_tiny_vl_model
+
+    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
+
+
+def test_image_transcripts_carry_each_observations_picture(vision_dir):
+    from transformers import AutoTokenizer
+
+    from agentgym.models.vision import VisionSpec
+
+    tok = AutoTokenizer.from_pretrained(vision_dir)
+    vision = VisionSpec.from_model(vision_dir)
+    kwargs = {"size": 2, "loops": 4, "obs": "image"}
+    rows = random_policy_transcripts("maze", tok, episodes=6, max_turns=3, env_kwargs=kwargs,
+                                     seed=0, vision=vision)
+    assert len(rows) == 6
+    for ids, mask, frames in rows:
+        assert len(ids) == len(mask)
+        spans = vision.image_spans(ids)
+        assert len(spans) == len(frames) >= 1
+        assert not any(mask[a:b].count(1) for a, b in spans)  # markup is never the policy's
+    # the first pictures are the resets': a pool made and reset the same way draws them again
+    pool = agentgym.EnvPool("maze", 6, seed=0, **kwargs)
+    pool.reset(list(range(6)), tasks=list(range(6)), max_turns=[3] * 6)
+    for (_, _, frames), again in zip(rows, pool.frames(range(6))):
+        np.testing.assert_array_equal(frames[0], again)
+    # text mode (and a model without vision) keeps the plain (ids, mask) pairs
+    plain = random_policy_transcripts("maze", tok, episodes=2, max_turns=2,
+                                      env_kwargs={"size": 2, "loops": 4}, seed=0,
+                                      with_masks=True, vision=vision)
+    assert all(len(p) == 2 and not vision.image_spans(p[0]) for p in plain)
+    assert isinstance(rows[0][2][0], np.ndarray)
