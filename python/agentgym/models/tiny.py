@@ -115,10 +115,10 @@ def _init_weights(cfg: TinyModelConfig, vocab: int, seed: int) -> dict[str, np.n
     return w
 
 
-def _hf_config(cfg: TinyModelConfig, vocab: int, eos_id: int, pad_id: int) -> dict:
+def text_stack_config(cfg: TinyModelConfig, vocab: int, eos_id: int, pad_id: int) -> dict:
+    """The Hugging Face config fields of the tiny text stack that every tiny model shares
+    (sizes, activation, RoPE, norms, special token ids; float32), whatever its model type."""
     return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
         "vocab_size": vocab,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
@@ -134,15 +134,23 @@ def _hf_config(cfg: TinyModelConfig, vocab: int, eos_id: int, pad_id: int) -> di
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
         "use_cache": True,
         "tie_word_embeddings": False,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": cfg.num_hidden_layers,
         "attention_dropout": 0.0,
         "bos_token_id": None,
         "eos_token_id": eos_id,
         "pad_token_id": pad_id,
-        "torch_dtype": "float32",
         "dtype": "float32",
+    }
+
+
+def _hf_config(cfg: TinyModelConfig, vocab: int, eos_id: int, pad_id: int) -> dict:
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        **text_stack_config(cfg, vocab, eos_id, pad_id),
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": cfg.num_hidden_layers,
+        "torch_dtype": "float32",
     }
 
 

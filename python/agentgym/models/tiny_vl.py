@@ -53,6 +53,7 @@ from agentgym.models.tiny import (
     IM_START,
     TinyModelConfig,
     _write_json,
+    text_stack_config,
     train_tokenizer,
 )
 
@@ -107,28 +108,9 @@ def _hf_config(cfg: TinyModelConfig, vocab: int, ids: dict[str, int], image_size
     eos, pad = ids[IM_END], ids[ENDOFTEXT]
     text = {
         "model_type": "llama",
-        "vocab_size": vocab,
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_hidden_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "initializer_range": cfg.init_std,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        **text_stack_config(cfg, vocab, eos, pad),
         "attention_bias": False,
         "mlp_bias": False,
-        "attention_dropout": 0.0,
-        "use_cache": True,
-        "tie_word_embeddings": False,
-        "bos_token_id": None,
-        "eos_token_id": eos,
-        "pad_token_id": pad,
-        "dtype": "float32",
     }
     return {
         "architectures": ["Idefics3ForConditionalGeneration"],

@@ -76,3 +76,39 @@ pub fn play_random(env: &mut dyn Env, rng: &mut impl Rng, max_steps: usize) -> O
     }
     None
 }
+
+/// A frame of an env in image mode: `(height, width, rgb bytes)`, checked to be appended
+/// after what the buffer held (nothing before it changed), `h * w * 3` bytes, and sides a
+/// multiple of 28 pixels.
+pub fn frame(e: &dyn Env) -> (usize, usize, Vec<u8>) {
+    let mut buf = vec![7u8; 5];
+    let (h, w) = e.frame_into(&mut buf).expect("image mode draws a frame");
+    assert_eq!(&buf[..5], &[7; 5], "frame_into changed the bytes before it");
+    let (h, w) = (h as usize, w as usize);
+    assert_eq!(buf.len() - 5, h * w * 3);
+    assert!(h % 28 == 0 && w % 28 == 0 && h > 0 && w > 0, "{h}x{w}");
+    (h, w, buf.split_off(5))
+}
+
+/// The RGB value of pixel `(y, x)` of a [`frame`].
+pub fn pixel(f: &(usize, usize, Vec<u8>), y: usize, x: usize) -> [u8; 3] {
+    let i = (y * f.1 + x) * 3;
+    [f.2[i], f.2[i + 1], f.2[i + 2]]
+}
+
+/// `a` (built without `obs`) and `b` (built with `obs="text"`) say the same over 30 tasks
+/// and `actions` from each reset, and neither draws a frame.
+pub fn assert_text_mode_is_the_default(a: &mut dyn Env, b: &mut dyn Env, actions: &[&str]) {
+    assert_eq!(a.instructions(), b.instructions());
+    assert_eq!((a.frame_shape(), b.frame_shape()), (None, None));
+    for t in 0..30 {
+        assert_eq!(
+            a.reset(&Task::Index(t), 0).unwrap(),
+            b.reset(&Task::Index(t), 0).unwrap()
+        );
+        for act in actions {
+            assert_eq!(a.step(act), b.step(act));
+        }
+        assert_eq!(b.frame_into(&mut Vec::new()), None);
+    }
+}

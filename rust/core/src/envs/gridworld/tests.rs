@@ -1,7 +1,10 @@
 //! Unit tests of the gridworld env.
 
 use super::*;
-use crate::envs::test_util::{assert_bad_kwargs, assert_parses, assert_refuses_task_text, build};
+use crate::envs::test_util::{
+    assert_bad_kwargs, assert_parses, assert_refuses_task_text, assert_text_mode_is_the_default,
+    build, frame, pixel,
+};
 use serde_json::json;
 
 fn env(kw: serde_json::Value) -> GridEnv {
@@ -219,23 +222,6 @@ fn bad_kwargs_are_named_errors() {
     assert_refuses_task_text(&mut *make(&Kwargs::new()).unwrap());
 }
 
-/// The frame of `e`'s current state, checking that `frame_into` appends after what the
-/// buffer holds: `(height, width, pixels)`.
-fn frame(e: &dyn Env) -> (usize, usize, Vec<u8>) {
-    let mut buf = vec![9u8; 3];
-    let (h, w) = e.frame_into(&mut buf).expect("image mode draws a frame");
-    assert_eq!(&buf[..3], &[9; 3], "frame_into changed the bytes before it");
-    let (h, w) = (h as usize, w as usize);
-    assert_eq!(buf.len() - 3, h * w * 3);
-    assert!(h % 28 == 0 && w % 28 == 0 && h > 0 && w > 0, "{h}x{w}");
-    (h, w, buf.split_off(3))
-}
-
-fn pixel(f: &(usize, usize, Vec<u8>), y: usize, x: usize) -> [u8; 3] {
-    let i = (y * f.1 + x) * 3;
-    [f.2[i], f.2[i + 1], f.2[i + 2]]
-}
-
 fn image_env(kw: serde_json::Value) -> GridEnv {
     let mut e = env(kw);
     e.cfg.obs = ObsMode::Image;
@@ -246,18 +232,11 @@ fn image_env(kw: serde_json::Value) -> GridEnv {
 fn text_mode_is_the_default_and_draws_nothing() {
     let mut a = build(make, json!({}));
     let mut b = build(make, json!({"obs": "text"}));
-    assert_eq!(a.instructions(), b.instructions());
-    assert_eq!((a.frame_shape(), b.frame_shape()), (None, None));
-    for t in 0..30 {
-        assert_eq!(
-            a.reset(&Task::Index(t), 0).unwrap(),
-            b.reset(&Task::Index(t), 0).unwrap()
-        );
-        for act in ["turn left", "move forward", "pick up", "toggle", "fly"] {
-            assert_eq!(a.step(act), b.step(act));
-        }
-        assert_eq!(b.frame_into(&mut Vec::new()), None);
-    }
+    assert_text_mode_is_the_default(
+        a.as_mut(),
+        b.as_mut(),
+        &["turn left", "move forward", "pick up", "toggle", "fly"],
+    );
 }
 
 #[test]
