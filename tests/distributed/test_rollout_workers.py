@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -142,9 +143,10 @@ def test_pool_refuses_a_multi_seat_game_by_name(pool):
 
 def test_worker_messages_carry_every_trajectory_field_exactly():
     """What a worker sends is what the driver yields: every field of a model's trajectory
-    (logprobs on the model tokens), of a scripted one (all logprobs 0.0) and of a failed one
-    (an error, a string task id) comes back equal, in order, with its request index. The
-    worker sends them packed, as its engine drains them."""
+    (logprobs on the model tokens), of a scripted one (all logprobs 0.0), of a failed one
+    (an error, a string task id) and of one with image observations comes back equal, in
+    order, with its request index. The worker sends them packed, as its engine drains them."""
+    from agentgym.data.frames import frame_of
     from agentgym.data.trajectories import RowInfo, Trajectory, pack, unpack
     from agentgym.distributed.rollout_workers import _decode_rows, _encode
 
@@ -161,7 +163,10 @@ def test_worker_messages_carry_every_trajectory_field_exactly():
                      logprobs=[0.0, -0.5, 0.0, 0.0, -2.0], error="boom",
                      timings={"total_s": 0.5, "gen_s": 0.0})),
             (1, traj(3, token_ids=[], loss_mask=[], logprobs=[], turn_rewards=[])),
-            (9, traj(4, step_context=[2, 2], step_reply=[2, 3], step_end=[3, 4]))]
+            (9, traj(4, step_context=[2, 2], step_reply=[2, 3], step_end=[3, 4])),
+            (3, traj(5, images=[frame_of(np.full((28, 28, 3), 9, np.uint8)),
+                                frame_of(np.full((28, 56, 3), 200, np.uint8))],
+                     image_refs=[1, 0, 1]))]
     trajs = [t for _, t in sent]
     index, packed, info = _decode_rows(_encode([i for i, _ in sent], pack(trajs),
                                                RowInfo.of(trajs)))

@@ -54,6 +54,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from agentgym.data.frames import Frame, RowImages
 from agentgym.data.trajectories import (
     PACKED_FIELDS,
     PackedBatch,
@@ -92,22 +93,26 @@ class _Wire(msgspec.Struct, array_like=True, gc=False):
     arrays: dict[str, bytes]
     #: RowInfo's fields (``seat_info`` None where no row is a game's)
     info: dict[str, list | None]
+    #: Each row's frames and image refs (``PackedBatch.images``; None: no image rows)
+    images: list[tuple[list[Frame], list[int]]] | None = None
 
 
 def _encode(index: list[int], packed: PackedBatch, info: RowInfo) -> bytes:
     """msgpack of finished rows in the :class:`_Wire` form (row ``i`` is request
     ``index[i]``)."""
     arrays = {f.name: getattr(packed, f.name).tobytes() for f in fields(PackedBatch)}
+    images = None if packed.images is None else [(r.frames, r.refs) for r in packed.images]
     return _encoder.encode(_Wire(index, arrays, {f.name: getattr(info, f.name)
-                                                 for f in fields(RowInfo)}))
+                                                 for f in fields(RowInfo)}, images))
 
 
 def _decode_rows(message: bytes) -> tuple[list[int], PackedBatch, RowInfo]:
     """The request indices, packed rows and row info of one :func:`_encode` message (the
     arrays are read-only views of the message's buffers)."""
     w = _wire_decoder.decode(message)
-    packed = PackedBatch.from_dict({name: np.frombuffer(w.arrays[name], dtype)
-                                    for name, dtype in PACKED_FIELDS.items()})
+    packed = PackedBatch.from_dict({
+        **{name: np.frombuffer(w.arrays[name], dtype) for name, dtype in PACKED_FIELDS.items()},
+        "images": None if w.images is None else [RowImages(f, r) for f, r in w.images]})
     return w.index, packed, RowInfo(**w.info)
 
 
