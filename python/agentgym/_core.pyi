@@ -83,6 +83,11 @@ class EnvPool:
         (returned, not raised) where the env panicked or drew a malformed frame: that
         slot's running episode ends with ``env_error``. Bad or repeated ids and slots never
         reset raise before anything is drawn."""
+    def frame_records(
+        self, ids: Sequence[int] | npt.NDArray[np.integer]
+    ) -> list[tuple[int, int, bytes, str] | EnvError | None]:
+        """``frames`` as ``(height, width, rgb bytes, digest)`` rows, the digest
+        (``frame_digest``) computed in the same call."""
     @property
     def frame_shape(self) -> tuple[int, int] | None:
         """``(height, width)`` of this pool's frames (fixed by its env kwargs); None when
@@ -122,6 +127,11 @@ class EnvPool:
     def snapshots_supported(self) -> bool: ...
     @property
     def num_snapshots(self) -> int: ...
+
+def frame_digest(height: int, width: int, rgb: bytes) -> str:
+    """The content id of a ``height`` x ``width`` RGB frame: BLAKE3 of the bytes and the
+    sizes (u32 little-endian), 16 bytes as hex; ``ValueError`` unless ``rgb`` holds
+    ``height * width * 3 > 0`` bytes."""
 
 def native_env_ids() -> list[str]:
     """Registered native env ids: the shipped envs, plus the test-only ones once

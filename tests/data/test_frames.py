@@ -93,3 +93,18 @@ def test_a_batch_whose_images_miss_rows_is_refused():
     with pytest.raises(BatchFormatError, match="images has 1 rows"):
         PackedBatch.from_dict({**{f: getattr(pb, f) for f in pb.__dataclass_fields__},
                                "images": pb.images[:1]})
+
+
+def test_a_frame_drawn_in_rust_and_one_made_in_python_have_the_same_id():
+    import agentgym
+    from agentgym import _core
+
+    pool = agentgym.EnvPool("maze", 3, obs="image", difficulty="medium")
+    pool.reset([0, 1, 2], tasks=[0, 1, 2], seeds=[0, 0, 0])
+    records = pool._pool.frame_records([2, 0, 1])
+    for (h, w, data, digest), array in zip(records, pool.frames([2, 0, 1])):
+        assert (h, w) == array.shape[:2] and data == array.tobytes()
+        assert frame_of(array).hash == digest == _core.frame_digest(h, w, data)
+    assert len({r[3] for r in records}) == 3
+    with pytest.raises(ValueError, match="28x28 frame has 2352 bytes"):
+        _core.frame_digest(28, 28, b"\0" * 2351)

@@ -10,11 +10,12 @@ to a backend refers to the same frame objects, never to copies.
 
 from __future__ import annotations
 
-import hashlib
 from typing import NamedTuple
 
 import msgspec
 import numpy as np
+
+from agentgym import _core
 
 __all__ = ["EpisodeFrames", "Frame", "FrameError", "RowImages", "frame_of"]
 
@@ -25,7 +26,8 @@ class FrameError(ValueError):
 
 class Frame(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One RGB picture: ``data`` holds ``height * width * 3`` bytes, row-major; ``hash`` is
-    the BLAKE2b-128 hex digest of ``(height, width, data)``."""
+    its content id, :func:`agentgym._core.frame_digest` (BLAKE3 of the bytes and the sizes,
+    16 bytes as hex): the same id whether Rust drew the frame or Python made it."""
 
     hash: str
     height: int
@@ -42,14 +44,6 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return len(self.data)
 
 
-def _digest(height: int, width: int, data: bytes) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(height.to_bytes(4, "little"))
-    h.update(width.to_bytes(4, "little"))
-    h.update(data)
-    return h.hexdigest()
-
-
 def frame_of(picture: object) -> Frame:
     """The :class:`Frame` of an env's picture (a ``(h, w, 3)`` uint8 array, or a Frame);
     :class:`FrameError` naming what is wrong otherwise."""
@@ -63,7 +57,8 @@ def frame_of(picture: object) -> Frame:
         raise FrameError(f"a frame must have shape (height, width, 3), got {picture.shape}")
     height, width = int(picture.shape[0]), int(picture.shape[1])
     data = np.ascontiguousarray(picture).tobytes()
-    return Frame(hash=_digest(height, width, data), height=height, width=width, data=data)
+    return Frame(hash=_core.frame_digest(height, width, data), height=height, width=width,
+                 data=data)
 
 
 class EpisodeFrames:

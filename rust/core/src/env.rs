@@ -182,6 +182,34 @@ pub fn draw_frame(
     Some((height as u32, width as u32))
 }
 
+/// [`draw_frame`] of a picture made of `block` x `block` squares of one colour each: the
+/// square at block row `by`, block column `bx` has colour `colour(by, bx)`, asked once per
+/// square (each pixel row is built once per block row and copied), the same bytes as
+/// `draw_frame(out, height, width, |y, x| colour(y / block, x / block))`.
+pub fn draw_blocks(
+    out: &mut Vec<u8>,
+    height: usize,
+    width: usize,
+    block: usize,
+    mut colour: impl FnMut(usize, usize) -> [u8; 3],
+) -> Option<(u32, u32)> {
+    out.reserve(height * width * 3);
+    let mut row = Vec::with_capacity(width * 3);
+    for by in 0..height.div_ceil(block) {
+        row.clear();
+        for bx in 0..width.div_ceil(block) {
+            let c = colour(by, bx);
+            for _ in 0..block.min(width - bx * block) {
+                row.extend_from_slice(&c);
+            }
+        }
+        for _ in 0..block.min(height - by * block) {
+            out.extend_from_slice(&row);
+        }
+    }
+    Some((height as u32, width as u32))
+}
+
 /// [`Env::snapshot`] of an env that is `Clone`.
 pub fn snapshot_of<E: Env + Clone + 'static>(env: &E) -> Option<Box<dyn Env>> {
     Some(Box::new(env.clone()))
@@ -253,6 +281,18 @@ mod tests {
             let mut s = String::from("n=");
             super::push_decimal(&mut s, v);
             assert_eq!(s, format!("n={v}"));
+        }
+    }
+
+    #[test]
+    fn draw_blocks_draws_what_draw_frame_draws() {
+        let colour = |by: usize, bx: usize| [by as u8, bx as u8, (by * 7 + bx) as u8];
+        for (h, w, block) in [(28, 28, 4), (56, 84, 5), (28, 56, 3), (7, 9, 2), (5, 5, 8)] {
+            let (mut a, mut b) = (vec![1u8], vec![1u8]);
+            let sa = super::draw_blocks(&mut a, h, w, block, colour);
+            let sb = super::draw_frame(&mut b, h, w, |y, x| colour(y / block, x / block));
+            assert_eq!((sa, a.len()), (sb, 1 + h * w * 3));
+            assert_eq!(a, b, "{h}x{w} in blocks of {block}");
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::episode::{Episode, EpisodeStatus, StopReason};
 use crate::error::{CoreError, Result};
 use crate::registry::{self, Kwargs, MakeFn};
 use crate::util::prefetch;
-pub use frames::{Frame, Frames};
+pub use frames::{frame_digest, Frame, Frames};
 pub use obs::{Iter as ObservationsIter, Observations, TextChunk};
 use parking_lot::Mutex;
 use rayon::prelude::*;

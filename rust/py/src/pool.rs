@@ -4,13 +4,13 @@
 use crate::batch::{self, Actions};
 use crate::errors::to_py;
 use agentgym_core::pool::undo::{self, Refusal};
-use agentgym_core::pool::{first_refusal, Frame, ResetSpec, UndoRules};
+use agentgym_core::pool::{first_refusal, frame_digest as digest_of, Frame, ResetSpec, UndoRules};
 use agentgym_core::registry::{self, Kwargs};
 use agentgym_core::{EpisodePool, StopReason, Task};
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
 /// A task as Python gives it: an index or the env's explicit task text.
 #[derive(FromPyObject)]
@@ -194,6 +194,40 @@ impl PyEnvPool {
                     let pixels = frames.pixels(row).expect("an image row has pixels");
                     PyArray1::from_slice(py, pixels)
                         .reshape([*height as usize, *width as usize, 3])?
+                        .into_any()
+                        .unbind()
+                }
+                Frame::Failed(e) => to_py(e.clone()).into_value(py).into_any(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The pictures of slots `ids` as `(height, width, rgb bytes, digest)` rows (None: no
+    /// picture; an `EnvError` value: drawing failed, as in `frames`), drawn in one call with
+    /// the GIL released. `digest` is `frame_digest` of the row, computed in the same call:
+    /// what `agentgym.data.frames.Frame` holds.
+    fn frame_records<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let ids = batch::slot_ids(ids)?;
+        let inner = &mut self.inner;
+        let frames = py.detach(|| inner.frames(&ids)).map_err(to_py)?;
+        let mut out = Vec::with_capacity(frames.rows.len());
+        for (row, frame) in frames.rows.iter().enumerate() {
+            out.push(match frame {
+                Frame::Missing => py.None(),
+                Frame::Image {
+                    height,
+                    width,
+                    digest,
+                    ..
+                } => {
+                    let pixels = frames.pixels(row).expect("an image row has pixels");
+                    (*height, *width, PyBytes::new(py, pixels), hex(digest))
+                        .into_pyobject(py)?
                         .into_any()
                         .unbind()
                 }
@@ -447,8 +481,28 @@ fn native_env_tasks(
         .map_err(to_py)
 }
 
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The content id of an RGB frame of `height` x `width` pixels with bytes `rgb` (row-major,
+/// `height * width * 3` of them): BLAKE3 of the bytes and the sizes, 16 bytes as hex. The
+/// id `frame_records` gives the pool's frames.
+#[pyfunction]
+fn frame_digest(py: Python<'_>, height: u32, width: u32, rgb: &[u8]) -> PyResult<String> {
+    let want = height as usize * width as usize * 3;
+    if rgb.len() != want || want == 0 {
+        return Err(PyValueError::new_err(format!(
+            "a {height}x{width} frame has {want} bytes (at least one pixel), got {}",
+            rgb.len()
+        )));
+    }
+    Ok(py.detach(|| hex(&digest_of(height, width, rgb))))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEnvPool>()?;
+    m.add_function(wrap_pyfunction!(frame_digest, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_ids, m)?)?;
     m.add_function(wrap_pyfunction!(_register_test_envs, m)?)?;
     m.add_function(wrap_pyfunction!(native_env_description, m)?)?;

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from agentgym import _core
+from agentgym.data.frames import Frame
 from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
 from agentgym.engine.undo import UndoRules, require_snapshots
 from agentgym.pool import EnvPool
@@ -82,8 +83,10 @@ class NativeDriver:
         return self._oracle(slot)
 
     async def frames(self, slots: list[int]) -> list:
-        """Each slot's picture, drawn in one Rust call (GIL released)."""
-        return self.core_pool.frames(slots)
+        """Each slot's picture as a :class:`~agentgym.data.frames.Frame`, drawn and its id
+        computed in one Rust call (GIL released)."""
+        return [Frame(height=r[0], width=r[1], data=r[2], hash=r[3]) if type(r) is tuple else r
+                for r in self.core_pool.frame_records(slots)]
 
     async def valid_actions(self, slot: int) -> list[str]:
         return self.pool.valid_actions(slot)

@@ -23,11 +23,12 @@ pub enum Frame {
     /// has no env any more (it was dropped after a panic).
     Missing,
     /// A `height` x `width` RGB picture: `height * width * 3` bytes of [`Frames::bytes`]
-    /// from `offset` ([`Frames::pixels`]).
+    /// from `offset` ([`Frames::pixels`]), and its [`frame_digest`].
     Image {
         height: u32,
         width: u32,
         offset: usize,
+        digest: [u8; 16],
     },
     /// The env panicked while drawing or drew a malformed frame: an
     /// [`CoreError::EnvFailure`] naming the slot and what went wrong.
@@ -50,6 +51,7 @@ impl Frames {
                 height,
                 width,
                 offset,
+                ..
             } => Some(&self.bytes[*offset..*offset + *height as usize * *width as usize * 3]),
             _ => None,
         }
@@ -62,6 +64,21 @@ impl Frames {
             _ => None,
         })
     }
+}
+
+/// The content id of a frame: BLAKE3 of the RGB bytes followed by `height` and `width`
+/// (little-endian u32), its first 16 bytes. Python's `agentgym._core.frame_digest` is this
+/// function, so a frame drawn in Rust and one made in Python have the same id. (The pixels
+/// go first: BLAKE3 hashes whole 1 KiB chunks of an input in parallel, SIMD, only while the
+/// input is chunk-aligned.)
+pub fn frame_digest(height: u32, width: u32, rgb: &[u8]) -> [u8; 16] {
+    let mut h = blake3::Hasher::new();
+    h.update(rgb);
+    h.update(&height.to_le_bytes());
+    h.update(&width.to_le_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize().as_bytes()[..16]);
+    out
 }
 
 /// Draws slot `slot`'s picture at the end of `out` (see the module docs for failures).
@@ -84,6 +101,7 @@ fn frame_slot(slot: usize, s: &mut Slot, out: &mut Vec<u8>) -> Frame {
                     height,
                     width,
                     offset: start,
+                    digest: frame_digest(height, width, &out[start..]),
                 };
             }
             format!(
@@ -160,10 +178,12 @@ impl EpisodePool {
                     height,
                     width,
                     offset,
+                    digest,
                 } => Frame::Image {
                     height,
                     width,
                     offset: base + offset,
+                    digest,
                 },
                 other => other,
             }));
@@ -294,6 +314,27 @@ mod tests {
                 .filter(|i| !failed.contains(i))
                 .collect();
             p.step(&others, &vec!["noop"; others.len()]).unwrap();
+        }
+    }
+
+    #[test]
+    fn each_image_row_carries_the_digest_of_its_pixels() {
+        let mut p = pool("maze", 3, serde_json::json!({"obs": "image"}));
+        let frames = p.frames(&[2, 0, 1]).unwrap();
+        for (row, f) in frames.rows.iter().enumerate() {
+            let Frame::Image {
+                height,
+                width,
+                digest,
+                ..
+            } = f
+            else {
+                panic!("row {row} is not an image: {f:?}");
+            };
+            let pixels = frames.pixels(row).unwrap();
+            assert_eq!(*digest, frame_digest(*height, *width, pixels));
+            // the shape is part of the id: the same bytes as another shape differ
+            assert_ne!(*digest, frame_digest(*width * 3, *height / 3, pixels));
         }
     }
 }

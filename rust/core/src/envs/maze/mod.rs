@@ -11,7 +11,7 @@
 //! plays task `i` sees the same maze. `bench/baselines/maze_py.py` reproduces it bit for bit.
 
 use crate::env::{
-    draw_frame, frame_geometry, push_decimal, snapshot_of, vec_bytes, Env, ObsMode, Step, Task,
+    draw_blocks, frame_geometry, push_decimal, snapshot_of, vec_bytes, Env, ObsMode, Step, Task,
 };
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
@@ -624,7 +624,7 @@ impl Env for MazeEnv {
                 WALL_RGB
             }
         };
-        draw_frame(out, height, width, |y, x| colour(y / block, x / block))
+        draw_blocks(out, height, width, block, colour)
     }
 
     fn frame_shape(&self) -> Option<(u32, u32)> {
