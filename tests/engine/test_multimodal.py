@@ -53,8 +53,8 @@ class Recording(ScriptedBackend):
 
 
 def _engine(tokenizer, vision, backend, **kw):
-    return RolloutEngine(backend, tokenizer, vision=vision, max_concurrency=8,
-                         max_total_tokens=4096, **kw)
+    return RolloutEngine(backend, tokenizer, vision=vision,
+                         **{"max_concurrency": 8, "max_total_tokens": 4096, **kw})
 
 
 @pytest.mark.parametrize("env_id, kwargs", [
@@ -160,3 +160,18 @@ def test_image_envs_need_a_model_that_sees_and_refuse_what_cannot_carry_them(
     with pytest.raises(ValueError, match="context_window"):
         _engine(tokenizer, vision, ScriptedBackend(tokenizer), context_window=2).collect_sync(
             1, "maze", env_kwargs={"obs": "image"})
+
+
+def test_a_python_envs_pictures_reach_the_trajectory(tokenizer, vision):
+    """BabyAI (minigrid, a Python env on the thread-pool driver) with ``obs="image"``: its
+    oracle solves the tasks, and every stored picture is its own ``frame()`` render."""
+    batch = _engine(tokenizer, vision, ScriptedBackend(tokenizer, policy="oracle"),
+                    max_turns=64, max_total_tokens=16384).collect_sync(
+        2, "babyai", env_kwargs={"obs": "image"})
+    assert [t.stop_reason for t in batch] == ["done", "done"]
+    for t in batch:
+        assert len(vision.image_spans(t.token_ids)) == len(t.image_refs) == t.num_turns
+        first = t.images[t.image_refs[0]].array()
+        env = agentgym.make("babyai", obs="image")
+        env.reset(seed=t.seed, options={"task": t.task_id})
+        np.testing.assert_array_equal(first, env.unwrapped.frame())
