@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import io
 import os
 import random
 import signal
@@ -52,7 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from agentgym.backends.base import (
     BackendError,
@@ -384,11 +382,9 @@ _NO_IMAGES_OVER_COMPLETIONS = (
 
 def _png_data_url(frame) -> str:
     """``frame`` (an (h, w, 3) uint8 array) as a lossless ``data:image/png;base64,...`` URL."""
-    from PIL import Image
+    from agentgym.data.frames import png
 
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(png(frame)).decode("ascii")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

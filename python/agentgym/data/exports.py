@@ -9,28 +9,10 @@ of ``bytes``)."""
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Sequence
 
-from agentgym.data.frames import Frame
+from agentgym.data.frames import png
 from agentgym.data.trajectories import Trajectory
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return (struct.pack(">I", len(data)) + kind + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-
-def png(frame: Frame) -> bytes:
-    """``frame`` as a PNG file (8-bit RGB, no filter, zlib level 6): lossless, so the
-    decoded picture is ``frame.array()`` exactly."""
-    stride = frame.width * 3
-    rows = b"".join(b"\x00" + frame.data[y * stride:(y + 1) * stride]
-                    for y in range(frame.height))
-    header = struct.pack(">IIBBBBB", frame.width, frame.height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header)
-            + _chunk(b"IDAT", zlib.compress(rows, 6)) + _chunk(b"IEND", b""))
 
 
 def verl_images(traj: Trajectory) -> list[dict]:

@@ -10,6 +10,7 @@ to a backend refers to the same frame objects, never to copies.
 
 from __future__ import annotations
 
+import io
 from typing import NamedTuple
 
 import msgspec
@@ -17,7 +18,7 @@ import numpy as np
 
 from agentgym import _core
 
-__all__ = ["EpisodeFrames", "Frame", "FrameError", "RowImages", "frame_of"]
+__all__ = ["EpisodeFrames", "Frame", "FrameError", "RowImages", "frame_of", "png"]
 
 
 class FrameError(ValueError):
@@ -59,6 +60,17 @@ def frame_of(picture: object) -> Frame:
     data = np.ascontiguousarray(picture).tobytes()
     return Frame(hash=_core.frame_digest(height, width, data), height=height, width=width,
                  data=data)
+
+
+def png(picture: Frame | np.ndarray) -> bytes:
+    """A picture (a :class:`Frame` or an ``(h, w, 3)`` uint8 array) as a PNG file, 8-bit
+    RGB, lossless: decoded, it is the picture exactly (Pillow encodes it)."""
+    from PIL import Image
+
+    pixels = picture.array() if isinstance(picture, Frame) else np.ascontiguousarray(picture)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 class EpisodeFrames:
