@@ -175,3 +175,9 @@ def test_a_python_envs_pictures_reach_the_trajectory(tokenizer, vision):
         env = agentgym.make("babyai", obs="image")
         env.reset(seed=t.seed, options={"task": t.task_id})
         np.testing.assert_array_equal(first, env.unwrapped.frame())
+
+
+def test_envs_in_worker_processes_refuse_pictures_by_name(tokenizer, vision):
+    with pytest.raises(ValueError, match="not carried back from worker processes"):
+        _engine(tokenizer, vision, ScriptedBackend(tokenizer), env_workers=1).collect_sync(
+            1, "babyai", env_kwargs={"obs": "image"})
