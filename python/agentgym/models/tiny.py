@@ -154,6 +154,45 @@ def _hf_config(cfg: TinyModelConfig, vocab: int, eos_id: int, pad_id: int) -> di
     }
 
 
+def write_tokenizer_config(out: Path, ids: dict[str, int], extra: list[str], template: str,
+                           max_len: int) -> None:
+    """``tokenizer_config.json`` and ``special_tokens_map.json`` of a tiny model: the
+    special tokens ``ids`` (token -> id; ``extra`` the additional ones), ChatML's end and pad
+    tokens, the chat ``template`` and ``max_len``."""
+    added = {
+        str(i): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for t, i in ids.items()
+    }
+    _write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "added_tokens_decoder": added,
+            "additional_special_tokens": extra,
+            "bos_token": None,
+            "eos_token": IM_END,
+            "pad_token": ENDOFTEXT,
+            "unk_token": None,
+            "chat_template": template,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": max_len,
+            "padding_side": "left",
+            "split_special_tokens": False,
+        },
+    )
+    _write_json(
+        out / "special_tokens_map.json",
+        {"eos_token": IM_END, "pad_token": ENDOFTEXT, "additional_special_tokens": extra},
+    )
+
+
 def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -195,40 +234,6 @@ def build_tiny_model(
         out / "generation_config.json",
         {"bos_token_id": None, "eos_token_id": [eos, pad], "pad_token_id": pad},
     )
-    added = {
-        str(i): {
-            "content": t,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for t, i in ids.items()
-    }
-    _write_json(
-        out / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "added_tokens_decoder": added,
-            "additional_special_tokens": [IM_START, IM_END],
-            "bos_token": None,
-            "eos_token": IM_END,
-            "pad_token": ENDOFTEXT,
-            "unk_token": None,
-            "chat_template": CHAT_TEMPLATE,
-            "clean_up_tokenization_spaces": False,
-            "model_max_length": cfg.max_position_embeddings,
-            "padding_side": "left",
-            "split_special_tokens": False,
-        },
-    )
-    _write_json(
-        out / "special_tokens_map.json",
-        {
-            "eos_token": IM_END,
-            "pad_token": ENDOFTEXT,
-            "additional_special_tokens": [IM_START, IM_END],
-        },
-    )
+    write_tokenizer_config(out, ids, [IM_START, IM_END], CHAT_TEMPLATE,
+                           cfg.max_position_embeddings)
     return out

@@ -55,6 +55,7 @@ from agentgym.models.tiny import (
     _write_json,
     text_stack_config,
     train_tokenizer,
+    write_tokenizer_config,
 )
 
 FAKE_IMAGE = "<fake_token_around_image>"
@@ -191,33 +192,8 @@ def build_tiny_vl_model(
         out / "generation_config.json",
         {"bos_token_id": None, "eos_token_id": [eos, pad], "pad_token_id": pad},
     )
-    added = {
-        str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                 "single_word": False, "special": True}
-        for t, i in ids.items()
-    }
-    extra = [IM_START, IM_END, *VL_SPECIAL_TOKENS]
-    _write_json(
-        out / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "added_tokens_decoder": added,
-            "additional_special_tokens": extra,
-            "bos_token": None,
-            "eos_token": IM_END,
-            "pad_token": ENDOFTEXT,
-            "unk_token": None,
-            "chat_template": VL_CHAT_TEMPLATE,
-            "clean_up_tokenization_spaces": False,
-            "model_max_length": cfg.max_position_embeddings,
-            "padding_side": "left",
-            "split_special_tokens": False,
-        },
-    )
-    _write_json(
-        out / "special_tokens_map.json",
-        {"eos_token": IM_END, "pad_token": ENDOFTEXT, "additional_special_tokens": extra},
-    )
+    write_tokenizer_config(out, ids, [IM_START, IM_END, *VL_SPECIAL_TOKENS], VL_CHAT_TEMPLATE,
+                           cfg.max_position_embeddings)
     _write_json(out / "chat_template.json", {"chat_template": VL_CHAT_TEMPLATE})
     _write_json(
         out / "preprocessor_config.json",

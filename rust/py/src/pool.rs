@@ -183,24 +183,12 @@ impl PyEnvPool {
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        let ids = batch::slot_ids(ids)?;
-        let inner = &mut self.inner;
-        let frames = py.detach(|| inner.frames(&ids)).map_err(to_py)?;
-        let mut out = Vec::with_capacity(frames.rows.len());
-        for (row, frame) in frames.rows.iter().enumerate() {
-            out.push(match frame {
-                Frame::Missing => py.None(),
-                Frame::Image { height, width, .. } => {
-                    let pixels = frames.pixels(row).expect("an image row has pixels");
-                    PyArray1::from_slice(py, pixels)
-                        .reshape([*height as usize, *width as usize, 3])?
-                        .into_any()
-                        .unbind()
-                }
-                Frame::Failed(e) => to_py(e.clone()).into_value(py).into_any(),
-            });
-        }
-        Ok(out)
+        self.drawn(py, ids, |py, pixels, height, width, _| {
+            Ok(PyArray1::from_slice(py, pixels)
+                .reshape([height as usize, width as usize, 3])?
+                .into_any()
+                .unbind())
+        })
     }
 
     /// The pictures of slots `ids` as `(height, width, rgb bytes, digest)` rows (None: no
@@ -212,29 +200,12 @@ impl PyEnvPool {
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        let ids = batch::slot_ids(ids)?;
-        let inner = &mut self.inner;
-        let frames = py.detach(|| inner.frames(&ids)).map_err(to_py)?;
-        let mut out = Vec::with_capacity(frames.rows.len());
-        for (row, frame) in frames.rows.iter().enumerate() {
-            out.push(match frame {
-                Frame::Missing => py.None(),
-                Frame::Image {
-                    height,
-                    width,
-                    digest,
-                    ..
-                } => {
-                    let pixels = frames.pixels(row).expect("an image row has pixels");
-                    (*height, *width, PyBytes::new(py, pixels), hex(digest))
-                        .into_pyobject(py)?
-                        .into_any()
-                        .unbind()
-                }
-                Frame::Failed(e) => to_py(e.clone()).into_value(py).into_any(),
-            });
-        }
-        Ok(out)
+        self.drawn(py, ids, |py, pixels, height, width, digest| {
+            Ok((height, width, PyBytes::new(py, pixels), hex(digest))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind())
+        })
     }
 
     /// `(height, width)` of this pool's frames (`frames`), fixed by its env kwargs (a maze
@@ -479,6 +450,39 @@ fn native_env_tasks(
     registry::spec(env_id)
         .map(|s| (s.splits.to_vec(), s.held_out, s.tasks))
         .map_err(to_py)
+}
+
+impl PyEnvPool {
+    /// The pool's frames of `ids` (drawn with the GIL released), each image row made into a
+    /// Python value by `image(py, pixels, height, width, digest)`; None and `EnvError` rows
+    /// as `frames` gives them.
+    fn drawn<'py>(
+        &mut self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        image: impl Fn(Python<'py>, &[u8], u32, u32, &[u8; 16]) -> PyResult<Py<PyAny>>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let ids = batch::slot_ids(ids)?;
+        let inner = &mut self.inner;
+        let frames = py.detach(|| inner.frames(&ids)).map_err(to_py)?;
+        let mut out = Vec::with_capacity(frames.rows.len());
+        for (row, frame) in frames.rows.iter().enumerate() {
+            out.push(match frame {
+                Frame::Missing => py.None(),
+                Frame::Image {
+                    height,
+                    width,
+                    digest,
+                    ..
+                } => {
+                    let pixels = frames.pixels(row).expect("an image row has pixels");
+                    image(py, pixels, *height, *width, digest)?
+                }
+                Frame::Failed(e) => to_py(e.clone()).into_value(py).into_any(),
+            });
+        }
+        Ok(out)
+    }
 }
 
 fn hex(digest: &[u8]) -> String {
