@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import msgspec
@@ -384,8 +384,8 @@ class _Run:
                 msg = f"{type(g).__name__}: {g}"
                 outs[k] = StepOutcome(f"Environment error: {msg}", o.reward, False, True,
                                       "env_error", msg)
-            else:
-                outs[k] = replace(o, observation=g[0])
+            else:  # a running episode's outcome is the driver's fresh object: set in place
+                o.observation = g[0]
                 frames[k] = g[1]
         return outs, frames
 

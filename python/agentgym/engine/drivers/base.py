@@ -42,7 +42,9 @@ ResetItem = tuple[int, "int | str | None", int, "int | None"]
 
 @dataclass(slots=True)
 class StepOutcome:
-    """What the env did with one action (read by ``TurnCodec.record_turn_batch``)."""
+    """What the env did with one action (read by ``TurnCodec.record_turn_batch``). A driver
+    returns a new one for every step of a running episode: the engine may set its
+    ``observation`` (an image observation's markup before the text)."""
 
     observation: str
     reward: float
