@@ -10,7 +10,7 @@
 //! unused. `oracle_action()` plans with BFS over (cell, heading), fetching a key first for a
 //! locked door and dropping whatever the agent holds when it needs its hands.
 
-use crate::env::{draw_frame, frame_geometry, snapshot_of, vec_bytes, Env, ObsMode, Step, Task};
+use crate::env::{frame_geometry, snapshot_of, vec_bytes, Env, ObsMode, Step, Task};
 use crate::error::{CoreError, Result};
 use crate::registry::{Kwargs, KwargsReader};
 use crate::util::splitmix::{derive, SplitMix64};
@@ -630,20 +630,41 @@ impl Env for GridEnv {
         let side = self.side;
         let (tile, height, width) = Self::frame_pixels(self.cfg.size);
         let (ax, ay) = (self.pos % side, self.pos / side);
-        draw_frame(out, height, width, |y, x| {
-            let (ty, tx) = (y / tile, x / tile);
-            if ty >= side || tx >= side {
-                return WALL_RGB;
-            }
-            // Offsets from the tile's centre in half-pixels (-t+1 ..= t-1).
-            let t = tile as i32;
-            let du = 2 * (x % tile) as i32 + 1 - t;
+        // Row by row; a plain wall or floor tile (most of them) is one run of its colour,
+        // the others are drawn pixel by pixel.
+        out.reserve(height * width * 3);
+        let t = tile as i32;
+        for y in 0..height {
+            let ty = y / tile;
+            // Offset from the tile's centre in half-pixels (-t+1 ..= t-1).
             let dv = 2 * (y % tile) as i32 + 1 - t;
-            if (tx, ty) == (ax, ay) && in_arrow(self.dir, du, dv, t) {
-                return AGENT_RGB;
+            for tx in 0..width.div_ceil(tile) {
+                let n = tile.min(width - tx * tile);
+                let cell = (ty < side && tx < side).then(|| self.tiles[ty * side + tx]);
+                let solid = match cell {
+                    None | Some(Tile::Wall) => Some(WALL_RGB),
+                    Some(Tile::Floor) if (tx, ty) != (ax, ay) => Some(FLOOR_RGB),
+                    _ => None,
+                };
+                if let Some(c) = solid {
+                    for _ in 0..n {
+                        out.extend_from_slice(&c);
+                    }
+                    continue;
+                }
+                let cell = cell.expect("a tile inside the grid");
+                for px in 0..n {
+                    let du = 2 * px as i32 + 1 - t;
+                    let c = if (tx, ty) == (ax, ay) && in_arrow(self.dir, du, dv, t) {
+                        AGENT_RGB
+                    } else {
+                        tile_pixel(cell, du, dv, t)
+                    };
+                    out.extend_from_slice(&c);
+                }
             }
-            tile_pixel(self.tiles[ty * side + tx], du, dv, t)
-        })
+        }
+        Some((height as u32, width as u32))
     }
 
     fn frame_shape(&self) -> Option<(u32, u32)> {

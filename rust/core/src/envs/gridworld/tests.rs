@@ -489,3 +489,50 @@ fn bad_obs_kwargs_are_named_errors() {
         "{err}"
     );
 }
+
+/// The picture drawn pixel by pixel from the tile rule: what `frame_into` must draw.
+fn reference_frame(e: &GridEnv) -> Vec<u8> {
+    let side = e.side;
+    let (tile, height, width) = GridEnv::frame_pixels(e.cfg.size);
+    let (ax, ay) = (e.pos % side, e.pos / side);
+    let mut out = Vec::new();
+    crate::env::draw_frame(&mut out, height, width, |y, x| {
+        let (ty, tx) = (y / tile, x / tile);
+        if ty >= side || tx >= side {
+            return WALL_RGB;
+        }
+        let t = tile as i32;
+        let du = 2 * (x % tile) as i32 + 1 - t;
+        let dv = 2 * (y % tile) as i32 + 1 - t;
+        if (tx, ty) == (ax, ay) && in_arrow(e.dir, du, dv, t) {
+            return AGENT_RGB;
+        }
+        tile_pixel(e.tiles[ty * side + tx], du, dv, t)
+    });
+    out
+}
+
+#[test]
+fn frames_equal_the_pixel_by_pixel_rule() {
+    for kw in [
+        json!({}),
+        json!({"size": 3, "num_objects": 1}),
+        json!({"size": 8, "num_doors": 3, "locked": true}),
+        json!({"size": 12}),
+    ] {
+        for task in 0..6 {
+            let mut e = image_env(kw.clone());
+            e.reset(&Task::Index(task), 0).unwrap();
+            for act in [
+                "turn left",
+                "move forward",
+                "pick up",
+                "turn right",
+                "move forward",
+            ] {
+                assert_eq!(frame(&e).2, reference_frame(&e), "{kw} task {task}");
+                e.step(act);
+            }
+        }
+    }
+}
