@@ -26,7 +26,7 @@ def test_without_a_copy_the_report_says_so(monkeypatch):
     monkeypatch.delenv("SPIRAL_SRC", raising=False)
     report = peer.measure(argparse.Namespace(
         src=None, textarena=None, spiral_commit=None, games=4, num_envs=2, max_tokens=4,
-        max_turns=50, max_model_len=1024, repeats=1))
+        max_turns=50, max_model_len=1024, repeats=1, model="tiny"))
     assert report["rows"] == [] and "SPIRAL_SRC" in report["skipped"]
 
 
