@@ -28,3 +28,12 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from agentgym.models import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_dir(tmp_path_factory) -> str:
+    """Path of the tiny vision-language model (Idefics3, ``tiny-vl``, built locally with
+    ``agentgym.models.tiny_vl.build_tiny_vl_model(seed=0)``), shared by the session."""
+    from agentgym.models.tiny_vl import build_tiny_vl_model
+
+    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))

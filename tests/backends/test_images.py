@@ -15,7 +15,6 @@ import pytest
 import pytest_asyncio
 
 from agentgym.backends import BackendError, InvalidRequestError, SamplingParams, make_backend
-from agentgym.models.tiny_vl import build_tiny_vl_model
 from agentgym.models.vision import VisionSpec
 from tests.backends.helpers import MODULE_LOOP, VLLM_WARNINGS, _import_vllm
 
@@ -30,13 +29,8 @@ F1, F2, F3 = _frame(28, 28, 0), _frame(56, 84, 1), _frame(56, 56, 2)
 
 
 @pytest.fixture(scope="module")
-def vl_dir(tmp_path_factory) -> str:
-    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
-
-
-@pytest.fixture(scope="module")
-def spec(vl_dir) -> VisionSpec:
-    return VisionSpec.from_model(vl_dir)
+def spec(tiny_vl_dir) -> VisionSpec:
+    return VisionSpec.from_model(tiny_vl_dir)
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +46,9 @@ def requests(spec):
 
 
 @pytest.fixture(scope="module")
-def hf_vl(vl_dir):
+def hf_vl(tiny_vl_dir):
     transformers = pytest.importorskip("transformers")
-    return transformers.AutoModelForImageTextToText.from_pretrained(vl_dir).eval()
+    return transformers.AutoModelForImageTextToText.from_pretrained(tiny_vl_dir).eval()
 
 
 def vl_ref_logprobs(model, spec, prompt, frames, tokens) -> list[float]:
@@ -97,9 +91,9 @@ async def _check_rejected(backend, spec, requests):
 
 # ---------------------------------------------------------------- transformers
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def tf_vl(vl_dir):
+async def tf_vl(tiny_vl_dir):
     pytest.importorskip("transformers")
-    backend = make_backend("transformers", vl_dir, max_batch_size=8)
+    backend = make_backend("transformers", tiny_vl_dir, max_batch_size=8)
     yield backend
     await backend.close()
 
@@ -207,7 +201,7 @@ async def _token_server(handler):
 
 
 @MODULE_LOOP
-async def test_openai_images_go_to_the_token_endpoint_as_png(vl_dir, spec, requests):
+async def test_openai_images_go_to_the_token_endpoint_as_png(tiny_vl_dir, spec, requests):
     """The body carries the collapsed prompt (one ``<image>`` per image), each frame as a
     lossless PNG data URL, and asks for the server's expanded prompt, which must equal the
     one the engine sent: a server that expands differently is a BackendError."""
@@ -229,7 +223,7 @@ async def test_openai_images_go_to_the_token_endpoint_as_png(vl_dir, spec, reque
                          "logprobs": {"content": [{"logprob": -1.0}, {"logprob": -2.0}]}}]})
 
     runner, url = await _token_server(handler)
-    backend = OpenAIBackend(url, "served-name", model_dir=vl_dir, max_retries=0)
+    backend = OpenAIBackend(url, "served-name", model_dir=tiny_vl_dir, max_retries=0)
     try:
         prompt, frames = requests[0]
         res = await backend.generate(prompt, SamplingParams(max_new_tokens=4), images=frames)
@@ -255,7 +249,7 @@ async def test_openai_images_go_to_the_token_endpoint_as_png(vl_dir, spec, reque
 
 
 @MODULE_LOOP
-async def test_openai_rejects_images_it_cannot_send(vl_dir, tiny_model_dir, spec, requests):
+async def test_openai_rejects_images_it_cannot_send(tiny_vl_dir, tiny_model_dir, spec, requests):
     """Over /v1/completions (no multimodal field), to a text-only model, to a model whose
     folder the client cannot read, and every malformed request: InvalidRequestError, with
     no server involved."""
@@ -263,7 +257,7 @@ async def test_openai_rejects_images_it_cannot_send(vl_dir, tiny_model_dir, spec
 
     url = f"http://127.0.0.1:{free_port()}"
     prompt, frames = requests[1]
-    completions = OpenAIBackend(url, vl_dir, api="completions")
+    completions = OpenAIBackend(url, tiny_vl_dir, api="completions")
     with pytest.raises(InvalidRequestError, match="cannot send images with token ids over"):
         await completions.generate(prompt, GREEDY, images=frames)
     await _check_rejected(completions, spec, requests)
@@ -278,9 +272,9 @@ async def test_openai_rejects_images_it_cannot_send(vl_dir, tiny_model_dir, spec
 
 # ---------------------------------------------------------------- vLLM in process
 @pytest_asyncio.fixture(scope="class", loop_scope="module")
-async def vllm_vl(vl_dir):
+async def vllm_vl(tiny_vl_dir):
     _import_vllm()
-    backend = make_backend("vllm", vl_dir, max_model_len=1024, max_num_seqs=16,
+    backend = make_backend("vllm", tiny_vl_dir, max_model_len=1024, max_num_seqs=16,
                            kv_cache_space_gib=1, enforce_eager=True, max_images_per_prompt=4)
     yield backend
     await backend.close()
@@ -348,11 +342,11 @@ class TestVLLMImages:
 
 # ---------------------------------------------------------------- vLLM server
 @pytest.fixture(scope="class")
-def vl_server(vl_dir):
+def vl_server(tiny_vl_dir):
     _import_vllm()
     from agentgym.backends.openai_backend import launch_vllm_server
 
-    with launch_vllm_server(vl_dir, max_model_len=1024, max_num_seqs=16, kv_cache_space_gib=1,
+    with launch_vllm_server(tiny_vl_dir, max_model_len=1024, max_num_seqs=16, kv_cache_space_gib=1,
                             enforce_eager=True) as server:
         yield server
 

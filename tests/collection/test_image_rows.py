@@ -118,25 +118,19 @@ def test_datasets_reads_the_frames_of_a_parquet_shard(tmp_path):
 
 # -- collected image episodes -------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def vision_dir(tmp_path_factory) -> str:
-    from agentgym.models.tiny_vl import build_tiny_vl_model
-
-    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
-
 
 @pytest.fixture(scope="module")
-def vl_tokenizer(vision_dir):
+def vl_tokenizer(tiny_vl_dir):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(vision_dir)
+    return AutoTokenizer.from_pretrained(tiny_vl_dir)
 
 
-def collect(tokenizer, vision_dir, out, tasks, *, stop_after=None, fmt="parquet"):
+def collect(tokenizer, tiny_vl_dir, out, tasks, *, stop_after=None, fmt="parquet"):
     from agentgym.models.vision import VisionSpec
 
     eng = RolloutEngine(ScriptedBackend(tokenizer, policy="oracle"), tokenizer,
-                        vision=VisionSpec.from_model(vision_dir), max_turns=30,
+                        vision=VisionSpec.from_model(tiny_vl_dir), max_turns=30,
                         max_total_tokens=4096, progress=False)
     c = Collector(eng, "maze", tasks, out, env_kwargs=MAZE, shard_size=2, format=fmt,
                   progress=False)
@@ -163,15 +157,15 @@ def read_all(path) -> pa.Table:
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
-def test_frames_survive_an_interrupted_and_resumed_collection(vl_tokenizer, vision_dir,
+def test_frames_survive_an_interrupted_and_resumed_collection(vl_tokenizer, tiny_vl_dir,
                                                               tmp_path, fmt):
     tasks = range(6)
-    full = collect(vl_tokenizer, vision_dir, tmp_path / "full", tasks, fmt=fmt)
+    full = collect(vl_tokenizer, tiny_vl_dir, tmp_path / "full", tasks, fmt=fmt)
     assert full["run"]["complete"]
-    assert collect(vl_tokenizer, vision_dir, tmp_path / "part", tasks, stop_after=3,
+    assert collect(vl_tokenizer, tiny_vl_dir, tmp_path / "part", tasks, stop_after=3,
                    fmt=fmt) is None
     assert 0 < read_all(tmp_path / "part").num_rows < 6
-    assert collect(vl_tokenizer, vision_dir, tmp_path / "part", tasks, fmt=fmt)["run"][
+    assert collect(vl_tokenizer, tiny_vl_dir, tmp_path / "part", tasks, fmt=fmt)["run"][
         "complete"]
     a, b = read_all(tmp_path / "full"), read_all(tmp_path / "part")
     assert a.column("images").equals(b.column("images"))

@@ -17,24 +17,17 @@ from tests.helpers import TaskEnv
 
 
 @pytest.fixture(scope="module")
-def vision_dir(tmp_path_factory) -> str:
-    from agentgym.models.tiny_vl import build_tiny_vl_model
-
-    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(vision_dir):
+def tokenizer(tiny_vl_dir):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(vision_dir)
+    return AutoTokenizer.from_pretrained(tiny_vl_dir)
 
 
 @pytest.fixture(scope="module")
-def vision(vision_dir):
+def vision(tiny_vl_dir):
     from agentgym.models.vision import VisionSpec
 
-    return VisionSpec.from_model(vision_dir)
+    return VisionSpec.from_model(tiny_vl_dir)
 
 
 class Recording(ScriptedBackend):

@@ -12,17 +12,10 @@ from agentgym.learner.update import compute_logprobs
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def vision_dir(tmp_path_factory) -> str:
-    from agentgym.models.tiny_vl import build_tiny_vl_model
-
-    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
-
-
-def test_recomputed_logprobs_of_image_episodes_match_the_backends(vision_dir):
+def test_recomputed_logprobs_of_image_episodes_match_the_backends(tiny_vl_dir):
     from agentgym.engine.runner import open_runner
 
-    opened = open_runner("transformers", vision_dir, max_concurrency=4, max_turns=3,
+    opened = open_runner("transformers", tiny_vl_dir, max_concurrency=4, max_turns=3,
                          max_new_tokens=6, max_total_tokens=2048, temperature=1.0,
                          backend_kwargs={"seed": 0})
     try:

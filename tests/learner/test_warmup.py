@@ -11,20 +11,13 @@ import agentgym  # noqa: E402
 from agentgym.learner.warmup import random_policy_transcripts  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def vision_dir(tmp_path_factory) -> str:
-    from agentgym.models.tiny_vl import build_tiny_vl_model
-
-    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl"), seed=0))
-
-
-def test_image_transcripts_carry_each_observations_picture(vision_dir):
+def test_image_transcripts_carry_each_observations_picture(tiny_vl_dir):
     from transformers import AutoTokenizer
 
     from agentgym.models.vision import VisionSpec
 
-    tok = AutoTokenizer.from_pretrained(vision_dir)
-    vision = VisionSpec.from_model(vision_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_vl_dir)
+    vision = VisionSpec.from_model(tiny_vl_dir)
     kwargs = {"size": 2, "loops": 4, "obs": "image"}
     rows = random_policy_transcripts("maze", tok, episodes=6, max_turns=3, env_kwargs=kwargs,
                                      seed=0, vision=vision)
