@@ -381,9 +381,7 @@ class _Run:
         for k, g in zip(shown, got):
             o = outs[k]
             if isinstance(g, BaseException):
-                msg = f"{type(g).__name__}: {g}"
-                outs[k] = StepOutcome(f"Environment error: {msg}", o.reward, False, True,
-                                      "env_error", msg)
+                outs[k] = StepOutcome.env_error(g, o.reward)
             else:  # a running episode's outcome is the driver's fresh object: set in place
                 o.observation = g[0]
                 frames[k] = g[1]

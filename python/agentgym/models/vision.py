@@ -23,6 +23,7 @@ Supported: Idefics3 (``model_type`` ``idefics3``; the local ``tiny-vl``,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -188,9 +189,10 @@ class VisionSpec:
         rows, cols = self.grid(height, width)
         return (rows * cols + 1) * self.image_seq_len
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (specs are few and live as long as a run)
     def markup(self, height: int, width: int) -> str:
         """The expanded text of one ``height`` x ``width`` frame (what the model's processor
-        writes for the template's ``<image>``)."""
+        writes for the template's ``<image>``); the same text for every frame of a size."""
         img = self.image_token * self.image_seq_len
         whole = self.fake_token + self.global_token + img + self.fake_token
         rows, cols = self.grid(height, width)

@@ -59,6 +59,13 @@ class StepOutcome:
     #: The action was an accepted ``undo`` (``RolloutConfig.undo``).
     undo: bool = False
 
+    @classmethod
+    def env_error(cls, error: BaseException, reward: float = 0.0) -> StepOutcome:
+        """The outcome of a step whose env failed with ``error``: the episode ends with
+        ``env_error``, the message as its observation and its error."""
+        msg = f"{type(error).__name__}: {error}"
+        return cls(f"Environment error: {msg}", reward, False, True, "env_error", msg)
+
 
 def shows_frames(env_kwargs: dict) -> bool:
     """An env built with ``env_kwargs`` shows pictures: its ``obs`` option (every env with

@@ -192,8 +192,7 @@ class PythonDriver:
             self._running.discard(slot)
             self._history[slot] = None
             self._drop(slot)
-            msg = f"{type(result).__name__}: {result}"
-            return StepOutcome(f"Environment error: {msg}", 0.0, False, True, "env_error", msg)
+            return StepOutcome.env_error(result)
         obs, rew, term, trunc, info = result
         self._turns[slot] += 1
         cap = self._horizon[slot]
