@@ -300,13 +300,13 @@ def compute_logprobs(
     model tokens' logits exist at once (:func:`_head_logprobs`).
 
     A micro-batch with images (``mb.images``) also gives the model the pictures' inputs
-    (``pixel_values`` and ``image_grid_thw`` from the model's own image processor,
+    (``pixel_values`` and its mask, from the model's own image processor,
     :meth:`~agentgym.models.vision.VisionSpec.pixel_inputs`): the same inputs the backend
     was sent."""
     device = _model_device(model)
     ids, att = mb.input_ids.to(device), mb.attention_mask.to(device)
     pixels = _pixel_inputs(model, mb.images, device) if mb.images else {}
-    parts = (_decoder_and_head(model, pixels) if only_model_tokens else None)
+    parts = _decoder_and_head(model, pixels) if only_model_tokens else None
     if parts is None:
         with _autocast(device, bf16):
             out = model(input_ids=ids, attention_mask=att, **pixels)
