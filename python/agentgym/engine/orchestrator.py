@@ -352,7 +352,7 @@ class _Run:
         malformed picture or failed to draw one."""
         pictures = await self.driver.frames([e.slot for e in eps])
         out: list = []
-        markup = self.vision.markup
+        observation = self.vision.observation
         for text, picture in zip(texts, pictures):
             if picture is None:  # nothing to show this time
                 out.append((text, None))
@@ -364,7 +364,7 @@ class _Run:
             except FrameError as err:
                 out.append(err)
                 continue
-            out.append((markup(frame.height, frame.width) + text, frame))
+            out.append((observation(text, frame.height, frame.width), frame))
         return out
 
     async def _step_frames(self, turns: list[Turn], outs: list[StepOutcome]

@@ -108,7 +108,7 @@ def random_policy_transcripts(
                 out.append(text)
                 continue
             pictures[i].append(frame)
-            out.append(vision.markup(frame.shape[0], frame.shape[1]) + text)
+            out.append(vision.observation(text, frame.shape[0], frame.shape[1]))
         return out
 
     system = pool.instructions if system_prompt is None else system_prompt

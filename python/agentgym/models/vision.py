@@ -205,6 +205,12 @@ class VisionSpec:
             tiles.append("\n")
         return "".join(tiles) + "\n" + whole
 
+    def observation(self, text: str, height: int, width: int) -> str:
+        """An observation ``text`` shown with a ``height`` x ``width`` picture, as the model
+        reads it: the picture's markup, then the text (the rollout engine and the format
+        warm-up both write it so)."""
+        return self.markup(height, width) + text
+
     def markup_ids(self, height: int, width: int) -> list[int]:
         """The token ids of :meth:`markup` (the model's tokenizer, no special tokens
         added)."""
