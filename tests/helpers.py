@@ -295,3 +295,27 @@ def _wandb_rows(run_dir: str | Path) -> list[dict[str, float]]:
                 rows.append({it.key or "/".join(it.nested_key): json.loads(it.value_json)
                              for it in rec.history.item})
     return rows
+
+
+def collect_run(collector, stop_after: int | None = None):
+    """Run ``collector`` to the end, or stop consuming after ``stop_after`` trajectories
+    (the rest of the run is abandoned, as a crash would); its summary (None where stopped
+    before the end). The collector is closed either way."""
+    import contextlib
+
+    from agentgym.engine.loop import run
+
+    async def main():
+        seen = 0
+        async with contextlib.aclosing(collector.stream()) as it:
+            async for _ in it:
+                seen += 1
+                if stop_after is not None and seen >= stop_after:
+                    break
+        return collector.summary
+
+    try:
+        return run(main())
+    finally:
+        collector.close()
+

@@ -1,7 +1,6 @@
 """``Collector`` with the scripted oracle on native and Python envs: resume equals an
 uninterrupted run, failed rows and ``retry_failed``, a foreign runner, named errors."""
 
-import contextlib
 import os
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from agentgym.collection import (
 from agentgym.engine import RolloutEngine
 from agentgym.engine.loop import run
 from agentgym.envs import BaseEnv
+from tests.helpers import collect_run
 
 VOLATILE = ["run_id", "time_total_s", "time_gen_s"]
 
@@ -48,22 +48,10 @@ def collect(tokenizer, out, tasks=range(30), env="maze", n_samples=2, stop_after
     """Collect into ``out``; with ``stop_after`` stop consuming after that many
     trajectories (the rest of the run is abandoned, as a crash would)."""
     eng = eng or engine(tokenizer)
-    c = Collector(eng, env, tasks, out, n_samples=n_samples, shard_size=7, progress=False,
-                  **kw)
-
-    async def main():
-        seen = 0
-        async with contextlib.aclosing(c.stream()) as it:
-            async for _ in it:
-                seen += 1
-                if stop_after is not None and seen >= stop_after:
-                    break
-        return c.summary
-
     try:
-        return run(main())
+        return collect_run(Collector(eng, env, tasks, out, n_samples=n_samples, shard_size=7,
+                                     progress=False, **kw), stop_after)
     finally:
-        c.close()
         eng.close()
 
 

@@ -2,7 +2,6 @@
 (``images``) and the frame of each image span (``image_refs``), byte-identical through
 Parquet, JSONL, ``datasets`` and a resumed collection; older shards read without images."""
 
-import contextlib
 import json
 
 import numpy as np
@@ -22,8 +21,7 @@ from agentgym.collection.schema import (
 )
 from agentgym.data.frames import frame_of
 from agentgym.engine import RolloutEngine
-from agentgym.engine.loop import run
-from tests.helpers import make_trajectory
+from tests.helpers import collect_run, make_trajectory
 
 KW = dict(run_id="r1", max_turns=7, env_kwargs={})
 T = {"total_s": 0.0, "gen_s": 0.0}  # the timings a row keeps
@@ -132,22 +130,10 @@ def collect(tokenizer, tiny_vl_dir, out, tasks, *, stop_after=None, fmt="parquet
     eng = RolloutEngine(ScriptedBackend(tokenizer, policy="oracle"), tokenizer,
                         vision=VisionSpec.from_model(tiny_vl_dir), max_turns=30,
                         max_total_tokens=4096, progress=False)
-    c = Collector(eng, "maze", tasks, out, env_kwargs=MAZE, shard_size=2, format=fmt,
-                  progress=False)
-
-    async def main():
-        seen = 0
-        async with contextlib.aclosing(c.stream()) as it:
-            async for _ in it:
-                seen += 1
-                if stop_after is not None and seen >= stop_after:
-                    break
-
     try:
-        run(main())
-        return c.summary
+        return collect_run(Collector(eng, "maze", tasks, out, env_kwargs=MAZE, shard_size=2,
+                                     format=fmt, progress=False), stop_after)
     finally:
-        c.close()
         eng.close()
 
 
