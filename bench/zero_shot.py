@@ -117,7 +117,7 @@ async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
     a column left out of ``--columns`` is ``None`` (and has no transcript)."""
     row = table.row(env)
     conc = args.model_concurrency if row.max_concurrency is None else \
-        min(args.model_concurrency, 5)  # ScienceWorld: a JVM per episode in flight
+        min(args.model_concurrency, args.sim_concurrency)  # ScienceWorld: a JVM an episode
     engine = RolloutEngine(backend, tokenizer, max_turns=horizon(env, args),
                            max_total_tokens=row.max_total_tokens,
                            max_new_tokens=args.max_new_tokens, progress=False,
@@ -134,7 +134,7 @@ async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
         engine.close()
     return {"greedy": None if greedy is None else _model_column(greedy, args.max_new_tokens),
             "sampled": None if sampled is None else _model_column(sampled, args.max_new_tokens),
-            "wall_s": round(time.time() - t0, 1),
+            "wall_s": round(time.time() - t0, 1), "concurrency": conc,
             "transcript": None if greedy is None else transcript(greedy.trajectories[0],
                                                                   tokenizer)}
 
@@ -174,6 +174,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--model-concurrency", type=int, default=32,
                     help="the model's episodes in flight per env")
+    ap.add_argument("--sim-concurrency", type=int, default=5,
+                    help="the model's episodes in flight on an env whose table row caps its "
+                         "concurrency (ScienceWorld: each episode in flight runs a JVM, "
+                         "~150 MB)")
     ap.add_argument("--no-model", action="store_true", help="random and oracle only")
     ap.add_argument("--columns", default="greedy,sampled",
                     help="the model columns to play; one left out is kept from the env's row "
