@@ -144,10 +144,10 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        enc = tok([conversation() for _ in range(batch)], return_tensors="pt", padding=True,
-                  add_special_tokens=False)
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        loss = model(**enc, labels=labels).loss
+        batch = tok([conversation() for _ in range(batch)], return_tensors="pt", padding=True,
+                    add_special_tokens=False)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
