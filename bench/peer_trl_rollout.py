@@ -108,7 +108,7 @@ class MazeToolEnv:
         return self.reward
 
 
-def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> str:
+def tool_model(out_dir: str, steps: int, seed: int = 0) -> str:
     """The tiny model with TRL's Qwen3 template, format-warmed on move tool calls."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,7 +144,7 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        batch = tok([conversation() for _ in range(batch)], return_tensors="pt", padding=True,
+        batch = tok([conversation() for _ in range(8)], return_tensors="pt", padding=True,
                     add_special_tokens=False)
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
         loss = model(**batch, labels=labels).loss
@@ -203,7 +203,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-steps", type=int, default=200)
-    ap.add_argument("--warmup-batch", type=int, default=8)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         batch = n * args.tasks
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            model = tool_model(tmp, args.warmup_steps, batch=args.warmup_batch)
+            model = tool_model(tmp, args.warmup_steps)
             warmup_s = time.perf_counter() - t0
 
             def cfg(name: str, **kw):

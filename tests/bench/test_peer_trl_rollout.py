@@ -30,7 +30,7 @@ def test_peer_trl_rollout_tiny(tmp_path):
     out = tmp_path / "peer.json"
     res = _bench().main(["--tasks", "2", "--num-generations", "2", "--max-turns", "3",
                          "--max-new-tokens", "32", "--repeats", "1", "--warmup-steps", "150",
-                         "--warmup-batch", "4", "--out", str(out)])
+                         "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     episodes = 4
     for arm in ("trl", "agentgym"):
