@@ -7,7 +7,9 @@ transformers model behind an object with verl's ``server_manager.generate`` inte
 from __future__ import annotations
 
 import asyncio
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +27,10 @@ try:
         from verl.workers.rollout.replica import TokenOutput
 
         from agentgym.integrations import verl as ag_verl
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        # verl's AgentLoopWorker without its Ray/model setup, as the verl peer bench builds it
+        from bench.peer_verl import make_worker
 except ImportError as e:  # collected, then deselected, outside the verl virtualenv
     VERL_MISSING = e
 else:
@@ -105,24 +111,6 @@ def verl_config(max_turns=3, prompt_length=PROMPT_LEN):
     })
 
 
-def make_worker(server_manager, tokenizer, config):
-    """verl's ``AgentLoopWorker`` without its Ray/model setup (as verl's own CPU tests do):
-    the attributes ``generate_sequences`` and its postprocessing read."""
-    worker = object.__new__(verl_agent_loop.AgentLoopWorker)
-    worker.config = config
-    worker.rollout_config = config.actor_rollout_ref.rollout
-    worker.llm_client = server_manager
-    worker.tokenizer = tokenizer
-    worker.processor = None
-    worker.hf_model_type = None
-    worker.dataset_cls = RLHFDataset
-    worker.tools = []
-    worker.mm_processor_kwargs = {}
-    worker.reward_loop_worker_handles = None
-    worker.distillation_enabled = False
-    return worker
-
-
 def verl_batch(tmp_path, tokenizer, env_id, tasks, repeat):
     path = ag_verl.write_dataset(tmp_path / f"{env_id}.parquet", env_id, tasks)
     ds = RLHFDataset(data_files=[str(path)], tokenizer=tokenizer,
@@ -166,7 +154,7 @@ def episodes_of(calls):
 def test_generate_sequences_plays_token_exact_episodes(tmp_path, turn_model_dir, tokenizer):
     sm = HFServerManager(turn_model_dir)
     config = verl_config(max_turns=3)
-    worker = make_worker(sm, tokenizer, config)
+    worker = make_worker(config, sm, tokenizer)
     batch = verl_batch(tmp_path, tokenizer, "maze", [0, 1, 2], repeat=2)
     out = asyncio.run(worker.generate_sequences(batch))
     assert isinstance(out, DataProto) and len(out) == 6
@@ -223,7 +211,7 @@ def test_rollouts_of_one_prompt_are_one_group(tmp_path, turn_model_dir, tokenize
     seed), and the batch's rows reach the engine together (one engine for the batch)."""
     sm = HFServerManager(turn_model_dir)
     config = verl_config(max_turns=1)
-    worker = make_worker(sm, tokenizer, config)
+    worker = make_worker(config, sm, tokenizer)
     ag_verl._COALESCERS.clear()
     batch = verl_batch(tmp_path, tokenizer, "game2048", [0, 1], repeat=3)
     out = asyncio.run(worker.generate_sequences(batch))
@@ -241,14 +229,14 @@ def test_validation_sampling_and_server_failure(tmp_path, turn_model_dir, tokeni
     """Validation (greedy) sampling reaches the server; a server that fails ends its
     episodes as data: stop reason backend_error, nothing trained on."""
     sm = HFServerManager(turn_model_dir)
-    worker = make_worker(sm, tokenizer, verl_config(max_turns=2))
+    worker = make_worker(verl_config(max_turns=2), sm, tokenizer)
     batch = verl_batch(tmp_path, tokenizer, "maze", [3], repeat=1)
     batch.meta_info["validate"] = True
     asyncio.run(worker.generate_sequences(batch))
     assert sm.calls and all(c["sampling_params"]["temperature"] == 0 for c in sm.calls)
 
     bad = HFServerManager(turn_model_dir, fail=True)
-    worker = make_worker(bad, tokenizer, verl_config(max_turns=2))
+    worker = make_worker(verl_config(max_turns=2), bad, tokenizer)
     out = asyncio.run(worker.generate_sequences(verl_batch(tmp_path, tokenizer, "maze", [3, 4], 1)))
     assert list(out.non_tensor_batch["agentgym_stop_reason"]) == ["backend_error"] * 2
     assert not out.batch["response_mask"].any()
@@ -257,7 +245,7 @@ def test_validation_sampling_and_server_failure(tmp_path, turn_model_dir, tokeni
 def test_prompt_longer_than_verls_prompt_length_is_masked_out(tmp_path, turn_model_dir,
                                                               tokenizer):
     sm = HFServerManager(turn_model_dir)
-    worker = make_worker(sm, tokenizer, verl_config(max_turns=2, prompt_length=32))
+    worker = make_worker(verl_config(max_turns=2, prompt_length=32), sm, tokenizer)
     batch = verl_batch(tmp_path, tokenizer, "maze", [0, 1], repeat=1)
     out = asyncio.run(worker.generate_sequences(batch))
     assert out.batch["prompts"].shape[1] == 32
@@ -269,7 +257,7 @@ def test_prompt_longer_than_verls_prompt_length_is_masked_out(tmp_path, turn_mod
 
 def test_unknown_env_is_a_named_error(tmp_path, turn_model_dir, tokenizer):
     sm = HFServerManager(turn_model_dir)
-    worker = make_worker(sm, tokenizer, verl_config())
+    worker = make_worker(verl_config(), sm, tokenizer)
     batch = verl_batch(tmp_path, tokenizer, "no-such-env", [0], repeat=1)
     with pytest.raises(Exception, match="no-such-env"):
         asyncio.run(worker.generate_sequences(batch))
