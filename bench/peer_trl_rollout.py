@@ -1,0 +1,308 @@
+"""TRL 1.16's own multi-turn generation path (``GRPOTrainer(environment_factory=...)``, its
+tool-calling loop) against the agentgym ``rollout_func`` adapter, same model, same run.
+
+    python bench/peer_trl_rollout.py [--tasks 4] [--num-generations 4] [--max-turns 4]
+        [--max-new-tokens 96] [--repeats 3] [--warmup-steps 200] [--out PATH]
+
+The peer is TRL's code as installed, nothing patched: two ``trl.GRPOTrainer`` objects on the
+same model folder, CPU, transformers generation (``use_vllm=False`` in both arms: vLLM is
+not shared here), temperature 1, top_p 1. Each arm is timed through the trainer's own
+``GRPOTrainer._generate_and_score_completions(inputs)`` (what ``training_step`` calls for a
+batch), so both pay the same scoring and bookkeeping around generation:
+
+- ``trl``: ``GRPOTrainer(environment_factory=MazeToolEnv, ...)``. TRL probes the env class for
+  its tools (``move``), gives the tokenizer its response parser
+  (``trl.chat_template_utils.add_response_schema``, Qwen3 schema) and swaps in its
+  prefix-preserving training template; per batch it resets one env per rollout
+  (``reset(**row)`` returns the first observation, appended to the prompt), then
+  ``_generate`` -> ``_generate_single_turn`` (one batched ``model.generate``) ->
+  ``parse_response`` -> ``_tool_call_loop``: while any completion holds a parseable tool
+  call it runs the tools (``MazeToolEnv.move`` steps the native maze), appends the
+  ``<tool_response>`` tokens and regenerates *only for those rollouts*, one batch per
+  iteration (a barrier per turn). The episode ends when a reply has no tool call, at
+  ``max_tool_calling_iterations`` (set to ``--max-turns``), or when the completion budget
+  ``max_completion_length`` would be exceeded. ``get_reward`` is the env's reward.
+- ``agentgym``: ``GRPOTrainer(rollout_func=AgentGymRollout(...))`` on the same tasks: the
+  engine plays every episode as its own coroutine over a transformers backend of the same
+  model folder (continuous batching of whatever is in flight), at most ``--max-turns`` turns.
+
+The model: the local tiny model (``agentgym.models.build_tiny_model``, random weights) with
+TRL's Qwen3 chat template (``trl/chat_templates/qwen3.jinja``, recognised by
+``supports_tool_calling`` and ``add_response_schema``), then a short supervised format
+warm-up (``--warmup-steps`` AdamW steps on conversations rendered with that template and the
+``move`` tool: maze observations as tool responses, replies ``<tool_call>\\n{"name": "move",
+"arguments": {"direction": <random>}}\\n</tool_call>``; format only, directions uniform at
+random), so that sampled replies are tool calls TRL parses. Both arms use those weights; the
+engine's arm renders its conversations with the tiny tokenizer's ChatML template, because
+Qwen3's template is not append-only (it drops earlier turns' reasoning), which the engine's
+token-exact contexts refuse (``ChatTemplateError``).
+
+What differs, by design of each path (reported, not hidden): TRL's loop prompts with the tool
+schema and plays moves through tool calls; the engine's maze prompt asks for ``Action: ...``
+replies, which this tool-call-trained model does not write, so most of its turns are invalid
+actions (the env still steps and the turn counts). TRL's loop also generates one reply after
+the last tool result (so up to ``max_turns + 1`` generations for ``max_turns`` env steps) and
+stops an episode on a reply without a tool call; the engine stops at the horizon, the goal or
+a reply cut at the token cap. Per-turn tokens: ``generation_kwargs={"max_new_tokens": N}``
+caps each TRL generation call (a config argument, not a patch) and ``max_new_tokens`` each
+engine turn. So rates are reported per trajectory, per generation call (turn) and per
+generated (model) token; the counts come from each arm's own output (TRL: ``tool_mask`` and
+``completion_mask``, the env's step counter; engine: the trajectories).
+
+Repeats are interleaved (trl, agentgym, trl, ...) after one untimed pass of each; the report
+keeps every run, the median and the best, and the ratios engine over TRL of the medians.
+Written to ``bench/results/peer_trl_rollout.json`` (``--out``) and printed as one JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "peer_trl_rollout.json"
+DIRECTIONS = ("north", "south", "east", "west")
+TOOL_INSTRUCTIONS = ("You are in a grid maze. Reach the goal. Each turn you see your position "
+                     "and what lies to the north, south, east and west: wall, open or goal. "
+                     "Call the move tool once per turn.")
+
+
+class MazeToolEnv:
+    """The native maze as a TRL environment: ``reset`` returns the first observation,
+    ``move`` steps the env (one tool), ``get_reward`` the episode's reward."""
+
+    max_turns = 4
+
+    def __init__(self):
+        import agentgym
+
+        self.env = agentgym.make("maze", max_turns=self.max_turns)
+        self.reward, self.steps, self.done = 0.0, 0, False
+
+    def reset(self, **kwargs) -> str:
+        obs, _ = self.env.reset(options={"task": int(kwargs["task"])})
+        self.reward, self.steps, self.done = 0.0, 0, False
+        return "\n" + obs
+
+    def move(self, direction: str) -> str:
+        """Move one cell in the maze.
+
+        Args:
+            direction: north, south, east or west.
+        """
+        if self.done:
+            raise ValueError("The episode is over.")
+        obs, reward, term, trunc = self.env.step(f"move {direction}")[:4]
+        self.steps += 1
+        self.reward += float(reward)
+        self.done = bool(term or trunc)
+        return obs
+
+    def get_reward(self) -> float:
+        return self.reward
+
+
+def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> tuple[str, str]:
+    """The tiny model format-warmed on move tool calls with TRL's Qwen3 template: a folder
+    with that template (TRL's arm) and one with the same weights and the tiny tokenizer's own
+    ChatML template (the engine's arm: Qwen3's template drops earlier turns' reasoning, so a
+    conversation's rendering is not append-only, which the engine refuses)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    import agentgym
+    from agentgym.models import build_tiny_model
+
+    src = str(build_tiny_model(os.path.join(out_dir, "tiny"), seed=seed))
+    tok = AutoTokenizer.from_pretrained(src)
+    chatml = AutoTokenizer.from_pretrained(src)
+    tok.chat_template = qwen3_chat_template
+    model = AutoModelForCausalLM.from_pretrained(src)
+    rng = random.Random(seed)
+    env = agentgym.make("maze", max_turns=16)
+    move = MazeToolEnv.move
+
+    def call(d):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "move", "arguments": {"direction": d}}}]}
+
+    def conversation() -> str:
+        obs, _ = env.reset(options={"task": rng.randrange(10_000)})
+        msgs = [{"role": "user", "content": TOOL_INSTRUCTIONS + "\n" + obs}]
+        for _ in range(rng.randint(1, 4)):
+            d = rng.choice(DIRECTIONS)
+            msgs.append(call(d))
+            msgs.append({"role": "tool", "name": "move",
+                         "content": env.step(f"move {d}")[0]})
+        msgs.append(call(rng.choice(DIRECTIONS)))
+        return tok.apply_chat_template(msgs, tools=[move], tokenize=False)
+
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        enc = tok([conversation() for _ in range(batch)], return_tensors="pt", padding=True,
+                  add_special_tokens=False)
+        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    out, out_chatml = os.path.join(out_dir, "tool"), os.path.join(out_dir, "tool_chatml")
+    for folder, tokenizer in ((out, tok), (out_chatml, chatml)):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return out, out_chatml
+
+
+def timed(trainer, inputs: list[dict]) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    out = trainer._generate_and_score_completions(inputs)
+    return time.perf_counter() - t0, out
+
+
+def trl_run(trainer, inputs: list[dict]) -> dict:
+    wall, out = timed(trainer, inputs)
+    mask = out["completion_mask"]
+    if "tool_mask" in out:
+        mask = mask * out["tool_mask"]
+    envs = trainer.environments
+    calls = trainer._metrics["train"]["tools/call_frequency"][-1] * len(inputs)
+    replies = [sum(1 for m in c if m["role"] == "assistant") for c in trainer._last_completions]
+    return {"wall_s": wall, "episodes": len(envs), "env_steps": sum(e.steps for e in envs),
+            "tool_calls": round(calls), "generations": sum(replies),
+            "generated_tokens": int(mask.sum()),
+            "tool_calls_per_episode": [e.steps for e in envs],
+            "reward_mean": sum(e.reward for e in envs) / len(envs)}
+
+
+def agentgym_run(trainer, rollout, inputs: list[dict]) -> dict:
+    wall, _ = timed(trainer, inputs)
+    trajs = rollout.last_trajectories
+    return {"wall_s": wall, "episodes": len(trajs),
+            "env_steps": sum(t.num_turns for t in trajs),
+            "generations": sum(t.num_turns for t in trajs),
+            "generated_tokens": sum(sum(t.loss_mask[t.prompt_len:]) for t in trajs),
+            "reward_mean": sum(t.reward for t in trajs) / len(trajs)}
+
+
+def rates(run: dict) -> dict:
+    w = run["wall_s"]
+    return {"trajectories_per_s": run["episodes"] / w, "turns_per_s": run["generations"] / w,
+            "env_steps_per_s": run["env_steps"] / w,
+            "generated_tokens_per_s": run["generated_tokens"] / w}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=96,
+                    help="per generation call; a move tool call is 69 tokens of the tiny "
+                         "tokenizer with Qwen3's empty think block")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--warmup-batch", type=int, default=8)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl import GRPOConfig, GRPOTrainer
+
+        from agentgym.integrations.trl import AgentGymRollout, env_reward
+        from agentgym.runtime.files import write_text_atomic
+
+        MazeToolEnv.max_turns = args.max_turns
+        n, tasks = args.num_generations, list(range(args.tasks))
+        batch = n * args.tasks
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            model, model_chatml = tool_model(tmp, args.warmup_steps, batch=args.warmup_batch)
+            warmup_s = time.perf_counter() - t0
+
+            def cfg(name: str, **kw):
+                return GRPOConfig(output_dir=os.path.join(tmp, name),
+                                  per_device_train_batch_size=batch, num_generations=n,
+                                  report_to="none", use_cpu=True, bf16=False,
+                                  save_strategy="no", temperature=1.0, top_p=1.0, seed=0,
+                                  log_completions=False, **kw)
+
+            from datasets import Dataset
+
+            trl_rows = [{"prompt": [{"role": "user", "content": TOOL_INSTRUCTIONS}], "task": t}
+                        for t in tasks]
+            trl_tr = GRPOTrainer(
+                model=model, args=cfg("trl", max_completion_length=4096 - 512,
+                                      max_tool_calling_iterations=args.max_turns,
+                                      generation_kwargs={"max_new_tokens": args.max_new_tokens}),
+                train_dataset=Dataset.from_list(trl_rows), environment_factory=MazeToolEnv)
+            rollout = AgentGymRollout(max_turns=args.max_turns,
+                                      max_new_tokens=args.max_new_tokens, max_total_tokens=4096)
+            ag_tr = GRPOTrainer(
+                model=model_chatml,
+                args=cfg("agentgym", max_completion_length=args.max_new_tokens),
+                reward_funcs=env_reward, train_dataset=AgentGymRollout.dataset("maze", tasks),
+                rollout_func=rollout)
+            for tr in (trl_tr, ag_tr):
+                tr.model.train()  # training_step's mode: num_generations prompts per task
+            trl_inputs = [r for r in trl_rows for _ in range(n)]
+            ag_inputs = [r for r in AgentGymRollout.dataset("maze", tasks) for _ in range(n)]
+
+            trl_tr._last_completions = None
+            orig = trl_tr._tool_call_loop
+
+            def spy(prompts, prompt_ids, completion_ids, completions, *a):
+                out = orig(prompts, prompt_ids, completion_ids, completions, *a)
+                trl_tr._last_completions = out[1]
+                return out
+
+            trl_tr._tool_call_loop = spy  # observes the loop's output; changes nothing
+            runs: dict[str, list[dict]] = {"trl": [], "agentgym": []}
+            trl_run(trl_tr, trl_inputs)  # untimed first pass of each arm
+            agentgym_run(ag_tr, rollout, ag_inputs)
+            for _ in range(args.repeats):
+                runs["trl"].append(trl_run(trl_tr, trl_inputs))
+                runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs))
+            rollout.close()
+
+    summary = {}
+    for arm, rs in runs.items():
+        rr = [rates(r) for r in rs]
+        summary[arm] = {k: {"median": statistics.median(x[k] for x in rr),
+                            "best": max(x[k] for x in rr)} for k in rr[0]}
+    ratios = {k: (summary["agentgym"][k]["median"] / summary["trl"][k]["median"]
+                  if summary["trl"][k]["median"] else None) for k in summary["trl"]}
+    result = {
+        "bench": "peer_trl_rollout",
+        "peer": "trl GRPOTrainer(environment_factory) _generate -> _tool_call_loop",
+        "trl": __import__("trl").__version__, "env": "maze", "tasks": args.tasks,
+        "num_generations": n, "episodes": batch, "max_turns": args.max_turns,
+        "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+        "generation": "transformers (use_vllm=False), CPU, both arms",
+        "model": f"tiny, Qwen3 tool template, {args.warmup_steps}-step format warm-up",
+        "warmup_s": warmup_s, "repeats": args.repeats, "summary": summary,
+        "ratios_agentgym_over_trl_median": ratios, "runs": runs,
+        "load_avg": os.getloadavg(), "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    text = json.dumps(result)
+    write_text_atomic(args.out, text + "\n")
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
