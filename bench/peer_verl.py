@@ -46,9 +46,12 @@ What could not run as shipped, and the shim, line by line:
    ``logprobs: 0``, the sampling verl passes: temperature, top_p, top_k, max_tokens) and
    returns verl's ``TokenOutput`` (token ids, their logprobs, stop reason). It records every
    reply so the run checks that the episode's model tokens are exactly what the server sent.
+   A request whose connection the server dropped (``httpx.ReadError``, seen once in a
+   64-episode run on the loaded machine) is sent again, at most twice; each row counts them
+   (``resent_requests``).
 3. ``AgentLoopWorker`` is built with ``object.__new__`` and the attributes its
-   ``generate_sequences`` reads (as ``tests/integrations/test_verl.py`` and verl's own CPU
-   tests do): its ``__init__`` builds ``HFModelConfig`` and trace config for a training
+   ``generate_sequences`` reads (``tests/integrations/test_verl.py`` builds it with this
+   function; verl's own CPU tests do the same): its ``__init__`` builds ``HFModelConfig`` and trace config for a training
    job, and ``AgentLoopManager`` spreads workers as Ray actors, which the 2-core machine here
    does not need for one worker (the manager only chunks the batch across workers).
 
@@ -119,6 +122,7 @@ class ServeClient(LLMServerClient):
         super().__init__(config, load_balancer_handle=None)
         self.base_url, self.model = base_url, model
         self.replies: dict[str, list[list[int]]] = {}  # request id -> the server's replies
+        self.resent = 0  # requests sent again after a dropped connection (httpx.ReadError)
         self._client = None
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
@@ -134,7 +138,14 @@ class ServeClient(LLMServerClient):
                 "top_p": sp.get("top_p", 1.0), "top_k": top_k if top_k and top_k > 0 else -1,
                 "stop_token_ids": list(sp.get("stop_token_ids") or []),
                 "return_token_ids": True, "skip_special_tokens": False, "logprobs": 0}
-        r = await self._client.post(f"{self.base_url}/completions", json=body)
+        for attempt in range(3):  # a connection the server dropped: send the request again
+            try:
+                r = await self._client.post(f"{self.base_url}/completions", json=body)
+                break
+            except httpx.TransportError:
+                if attempt == 2:
+                    raise
+                self.resent += 1
         r.raise_for_status()
         choice = r.json()["choices"][0]
         ids = list(choice["token_ids"])
@@ -269,6 +280,7 @@ def run_verl(worker, tasks, batch, args, tokenizer, workdir: Path) -> dict:
     batches = verl_batches(tasks, batch, tokenizer, workdir)
     client = worker.llm_client
     client.replies.clear()
+    client.resent = 0
 
     async def go():
         outs = []
@@ -286,6 +298,7 @@ def run_verl(worker, tasks, batch, args, tokenizer, workdir: Path) -> dict:
     row = _row(n, turns, wall, sampler, batch)
     row["token_exact"] = token_exact(outs, client.replies)
     row["episodes_per_request_id"] = len(client.replies) == n
+    row["resent_requests"] = client.resent
     return row
 
 
