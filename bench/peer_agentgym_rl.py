@@ -280,6 +280,13 @@ def run_engine(tok, tasks: list[int], batch: int, args, system: str) -> dict:
     return asyncio.run(go())
 
 
+def bench_model_dir(name: str) -> str:
+    """The folder of ``--model``: ``tiny`` (seed 0, cached), a named model or a folder."""
+    from agentgym.models import cached_tiny_model, resolve_model
+
+    return str(cached_tiny_model()) if name == "tiny" else resolve_model(name)
+
+
 def measure(args) -> dict:
     report = {"bench": "peer_agentgym_rl", "machine": f"{platform.machine()}, "
               f"{os.cpu_count()} cores", "python": platform.python_version(),
@@ -298,12 +305,11 @@ def measure(args) -> dict:
 
     import agentgym
     from agentgym.backends.openai_backend import launch_vllm_server
-    from agentgym.models import cached_tiny_model, resolve_model
     from agentgym.serving.server import ServerThread
     from bench.vllm_e2e import MazeHorizon
 
     agentgym.register("bench/maze_horizon", MazeHorizon, override=True)
-    model_dir = str(cached_tiny_model()) if args.model == "tiny" else resolve_model(args.model)
+    model_dir = bench_model_dir(args.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     import torch.distributed as dist
 

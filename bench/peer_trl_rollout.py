@@ -249,17 +249,18 @@ def main(argv: list[str] | None = None) -> dict:
                                       max_tool_calling_iterations=args.max_turns,
                                       generation_kwargs={"max_new_tokens": args.max_new_tokens}),
                 train_dataset=Dataset.from_list(trl_rows), environment_factory=MazeToolEnv)
+            ag_rows = AgentGymRollout.dataset("maze", tasks)
             rollout = AgentGymRollout(max_turns=args.max_turns,
                                       max_new_tokens=args.max_new_tokens, max_total_tokens=4096)
             ag_tr = GRPOTrainer(
                 model=model_chatml,
                 args=cfg("agentgym", max_completion_length=args.max_new_tokens),
-                reward_funcs=env_reward, train_dataset=AgentGymRollout.dataset("maze", tasks),
+                reward_funcs=env_reward, train_dataset=ag_rows,
                 rollout_func=rollout)
             for tr in (trl_tr, ag_tr):
                 tr.model.train()  # training_step's mode: num_generations prompts per task
             trl_inputs = [r for r in trl_rows for _ in range(n)]
-            ag_inputs = [r for r in AgentGymRollout.dataset("maze", tasks) for _ in range(n)]
+            ag_inputs = [r for r in ag_rows for _ in range(n)]
 
             trl_tr._last_completions = None
             orig = trl_tr._tool_call_loop

@@ -111,7 +111,12 @@ with warnings.catch_warnings():  # verl's and Ray's import-time deprecations
     else:
         VERL_MISSING = None
 
-from bench.peer_agentgym_rl import ServerSampler, _row, run_engine  # noqa: E402
+from bench.peer_agentgym_rl import (  # noqa: E402
+    ServerSampler,
+    _row,
+    bench_model_dir,
+    run_engine,
+)
 from bench.vllm_e2e import MazeHorizon  # noqa: E402
 
 
@@ -331,12 +336,10 @@ def measure(args) -> dict:
 
     import agentgym
     from agentgym.backends.openai_backend import launch_vllm_server
-    from agentgym.models import cached_tiny_model, resolve_model
 
     report["verl"] = version("verl")
     agentgym.register("bench/maze_horizon", MazeHorizon, override=True)
-    model_dir = str(cached_tiny_model()) if args.model == "tiny" else \
-        args.model if os.path.isdir(args.model) else resolve_model(args.model)
+    model_dir = bench_model_dir(args.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     system = MazeHorizon().instructions
     tasks = list(range(args.episodes))

