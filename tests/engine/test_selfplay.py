@@ -4,6 +4,7 @@ the seats of all episodes are generated concurrently, opponents are tagged and n
 trained, and one seat's failure ends its episode for every seat while the batch goes on."""
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -109,6 +110,45 @@ def test_opponents_play_their_seats_and_are_never_trained(tokenizer):
         episodes.setdefault(t.episode_id, {})[t.player] = t.reward
     assert all(e["solver"] >= e["policy"] for e in episodes.values())
     assert any(e["solver"] > e["policy"] for e in episodes.values())
+
+
+@pytest.mark.parametrize("reply_prefix", ["", "Action:"])
+def test_the_scripted_opponents_moves_are_never_cut_by_the_models_budget(tokenizer,
+                                                                           reply_prefix):
+    # The policy's replies ("5" or " 5" after the prompt's "Action:", then the end of turn)
+    # fit max_new_tokens; the solver's "Action: 5" and its end of turn (5 tokens) do not.
+    # The solver still plays every move whole (continuing the reply prefix where there is
+    # one): it never makes an illegal move and never loses.
+    policy = ScriptedBackend(tokenizer, "random", seed=2,
+                             template="Action: {action}" if reply_prefix else "{action}",
+                             reply_prefix=reply_prefix)
+    eng = RolloutEngine(policy, tokenizer, max_turns=9, opponent="solver",
+                        reply_prefix=reply_prefix, max_new_tokens=3 if reply_prefix else 2)
+    batch = eng.collect_sync(8, "tictactoe", n_samples=2)
+    solver = [t for t in batch if t.player == "solver"]
+    assert len(solver) == 16 and all(t.stop_reason == "done" for t in batch)
+    assert sum(t.timings.get("invalid_turns", 0) for t in batch) == 0
+    eot = re.escape(tokenizer.eos_token)
+    for t in solver:  # every move whole: "Action: N" (the prefix, if any, in the prompt)
+        text = tokenizer.decode(t.token_ids)
+        assert len(re.findall(rf"assistant\nAction: \d{eot}", text)) == t.num_turns > 0
+    episodes: dict[int, dict[str, float]] = {}
+    for t in batch:
+        episodes.setdefault(t.episode_id, {})[t.player] = t.reward
+    assert all(e["solver"] >= e["policy"] for e in episodes.values())
+
+
+def test_a_scripted_reply_continues_the_reply_prefix(tokenizer):
+    be = ScriptedBackend(tokenizer, "oracle", template="Action: {action}",
+                         reply_prefix="Action:")
+    eng = RolloutEngine(be, tokenizer, max_turns=9, reply_prefix="Action:")
+    batch = eng.collect_sync([0, 1, 5], "tictactoe")
+    assert {t.reward for t in batch} == {0.0}  # the solver against itself draws
+    for t in batch:
+        text = tokenizer.decode(t.token_ids)
+        assert "Action:Action" not in text and "Action: Action" not in text
+        reply = t.token_ids[t.loss_mask.index(1):][:2]
+        assert re.fullmatch(r" \d", tokenizer.decode(reply))
 
 
 def test_solver_against_solver_draws_every_opening(tokenizer):

@@ -22,13 +22,16 @@ class ScriptedBackend:
     (``seed``, the episode's env seed and sample index, the prompt's length), so the same
     episode request replays the same episode. Logprobs are reported as 0.0
     (the scripted policy is not a distribution over tokens). ``latency_s`` > 0 makes every
-    reply take that long (an inference server's latency, without its compute)."""
+    reply take that long (an inference server's latency, without its compute).
+    ``reply_prefix`` is the text the engine opens every assistant turn with
+    (``RolloutConfig.reply_prefix``): a reply whose text starts with it continues it instead
+    (``Action: 5`` after the prompt's ``Action:`` is written `` 5``)."""
 
     needs_context = True
 
     def __init__(self, tokenizer, policy: str = "oracle", seed: int = 0,
                  template: str = "Action: {action}", end_of_turn: str | None = None,
-                 latency_s: float = 0.0):
+                 latency_s: float = 0.0, reply_prefix: str = ""):
         if policy not in ("oracle", "random"):
             raise ValueError(f"policy must be 'oracle' or 'random', got {policy!r}")
         self.tokenizer = tokenizer
@@ -36,6 +39,7 @@ class ScriptedBackend:
         self.seed = seed
         self.template = template
         self.latency_s = float(latency_s)
+        self.reply_prefix = reply_prefix
         eot = end_of_turn or tokenizer.eos_token
         self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(eot))
         self.policy_version = 0
@@ -70,7 +74,10 @@ class ScriptedBackend:
             action = await self._random(context, len(prompt_ids))
         hit = self._cache.get(action)
         if hit is None or hit[2].policy_version != self.policy_version:
-            ids = self._encode(self.template.format(action=action)) + [self.end_of_turn_id]
+            text = self.template.format(action=action)
+            if self.reply_prefix and text.startswith(self.reply_prefix):
+                text = text[len(self.reply_prefix):]
+            ids = self._encode(text) + [self.end_of_turn_id]
             if len(self._cache) > 65536:
                 self._cache.clear()
             lps = [0.0] * len(ids)

@@ -164,10 +164,14 @@ class GamePlay:
         self.views = [_SeatView(self, s) for s in range(self.seats)]
         engine = run.engine
         self.backends: dict[str, Backend] = {"policy": engine.backend, **engine.opponents}
+        #: the built-in scripted players: not models, so not held to ``max_new_tokens``
+        self.scripted: set[str] = set()
         for name, policy in _SCRIPTED.items():
             if name not in self.backends:
+                self.scripted.add(name)
                 self.backends[name] = ScriptedBackend(run.fmt.tokenizer, policy,
-                                                      seed=cfg.seed)
+                                                      seed=cfg.seed,
+                                                      reply_prefix=cfg.reply_prefix)
         opponent = cfg.opponent
         if opponent not in OPPONENTS and opponent not in engine.opponents:
             raise ValueError(f"unknown opponent {opponent!r}: one of {OPPONENTS} or a backend "
@@ -358,11 +362,13 @@ class GamePlay:
                 sp.ids.extend(obs_ids)
 
     async def _reply(self, sp) -> _Reply:
-        """One reply of seat ``sp`` from its player's backend, within the context cap."""
+        """One reply of seat ``sp`` from its player's backend, within the context cap (and,
+        for a model, ``max_new_tokens``; a built-in scripted player's move is never cut
+        short of the context cap)."""
         run, cfg = self.run, self.run.cfg
         sampling: SamplingParams = run.sampling
         budget = cfg.max_total_tokens - len(sp.ids)
-        if budget < sampling.max_new_tokens:
+        if budget < sampling.max_new_tokens or sp.player in self.scripted:
             sampling = msgspec.structs.replace(sampling, max_new_tokens=budget)
         backend = self.backends[sp.player]
         context = (self.views[sp.seat], sp.slot, sp.seed, sp.sample_index)
