@@ -2,7 +2,8 @@
 tool-calling loop) against the agentgym ``rollout_func`` adapter, same model, same run.
 
     python bench/peer_trl_rollout.py [--tasks 4] [--num-generations 4] [--max-turns 4]
-        [--max-new-tokens 96] [--repeats 3] [--warmup-steps 200] [--out PATH]
+        [--max-new-tokens 96] [--repeats 3] [--warmup-steps 200] [--warmup-lr 3e-3]
+        [--model tiny|smollm2-135m|FOLDER] [--out PATH]
 
 The peer is TRL's code as installed, nothing patched: two ``trl.GRPOTrainer`` objects on the
 same model folder, CPU, transformers generation (``use_vllm=False`` in both arms: vLLM is
@@ -26,14 +27,15 @@ batch), so both pay the same scoring and bookkeeping around generation:
   engine plays every episode as its own coroutine over a transformers backend of the same
   model folder (continuous batching of whatever is in flight), at most ``--max-turns`` turns.
 
-The model: the local tiny model (``agentgym.models.build_tiny_model``, random weights) with
-TRL's Qwen3 chat template (``trl/chat_templates/qwen3.jinja``, recognised by
+The model (``--model``): the local tiny model (``agentgym.models.build_tiny_model``, random
+weights; the default) or a pretrained one (``smollm2-135m``, or a folder) with TRL's Qwen3
+chat template (``trl/chat_templates/qwen3.jinja``, recognised by
 ``supports_tool_calling`` and ``add_response_schema``), then a short supervised format
 warm-up (``--warmup-steps`` AdamW steps on conversations rendered with that template and the
 ``move`` tool: maze observations as tool responses, replies ``<tool_call>\\n{"name": "move",
 "arguments": {"direction": <random>}}\\n</tool_call>``; format only, directions uniform at
 random), so that sampled replies are tool calls TRL parses. Both arms use those weights; the
-engine's arm renders its conversations with the tiny tokenizer's ChatML template, because
+engine's arm renders its conversations with the model's own ChatML template, because
 Qwen3's template is not append-only (it drops earlier turns' reasoning), which the engine's
 token-exact contexts refuse (``ChatTemplateError``).
 
@@ -111,23 +113,29 @@ class MazeToolEnv:
         return self.reward
 
 
-def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> tuple[str, str]:
-    """The tiny model format-warmed on move tool calls with TRL's Qwen3 template: a folder
-    with that template (TRL's arm) and one with the same weights and the tiny tokenizer's own
-    ChatML template (the engine's arm: Qwen3's template drops earlier turns' reasoning, so a
-    conversation's rendering is not append-only, which the engine refuses)."""
+def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8, model: str = "tiny",
+               lr: float = 3e-3) -> tuple[str, str]:
+    """``model`` (``tiny``: the local tiny model built with ``seed``; else a named model or a
+    folder) format-warmed on move tool calls with TRL's Qwen3 template: a folder with that
+    template (TRL's arm) and one with the same weights and the model's own ChatML template
+    (the engine's arm: Qwen3's template drops earlier turns' reasoning, so a conversation's
+    rendering is not append-only, which the engine refuses)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import qwen3_chat_template
 
     import agentgym
-    from agentgym.models import build_tiny_model
+    from agentgym.models import build_tiny_model, resolve_model
 
-    src = str(build_tiny_model(os.path.join(out_dir, "tiny"), seed=seed))
+    src = (str(build_tiny_model(os.path.join(out_dir, "tiny"), seed=seed)) if model == "tiny"
+           else resolve_model(model))
     tok = AutoTokenizer.from_pretrained(src)
     chatml = AutoTokenizer.from_pretrained(src)
     tok.chat_template = qwen3_chat_template
-    model = AutoModelForCausalLM.from_pretrained(src)
+    for t in (tok, chatml):
+        if t.pad_token is None:
+            t.pad_token = t.eos_token
+    net = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32)
     rng = random.Random(seed)
     env = agentgym.make("maze", max_turns=16)
     move = MazeToolEnv.move
@@ -148,19 +156,19 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8) -> tuple
         return tok.apply_chat_template(msgs, tools=[move], tokenize=False)
 
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
+    opt = torch.optim.AdamW(net.parameters(), lr=lr)
+    net.train()
     for _ in range(steps):
         enc = tok([conversation() for _ in range(batch)], return_tensors="pt", padding=True,
                   add_special_tokens=False)
         labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        loss = model(**enc, labels=labels).loss
+        loss = net(**enc, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
     out, out_chatml = os.path.join(out_dir, "tool"), os.path.join(out_dir, "tool_chatml")
     for folder, tokenizer in ((out, tok), (out_chatml, chatml)):
-        model.save_pretrained(folder)
+        net.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return out, out_chatml
 
@@ -214,6 +222,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-steps", type=int, default=200)
     ap.add_argument("--warmup-batch", type=int, default=8)
+    ap.add_argument("--warmup-lr", type=float, default=3e-3,
+                    help="the format warm-up's AdamW lr (3e-3 for the random tiny model; a "
+                         "pretrained model wants far less, e.g. 5e-5)")
+    ap.add_argument("--model", default="tiny",
+                    help="tiny (built locally, seed 0), a named model (smollm2-135m) or a folder")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -230,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
         batch = n * args.tasks
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            model, model_chatml = tool_model(tmp, args.warmup_steps, batch=args.warmup_batch)
+            model, model_chatml = tool_model(tmp, args.warmup_steps, batch=args.warmup_batch,
+                                             model=args.model, lr=args.warmup_lr)
             warmup_s = time.perf_counter() - t0
 
             def cfg(name: str, **kw):
@@ -293,7 +307,8 @@ def main(argv: list[str] | None = None) -> dict:
         "num_generations": n, "episodes": batch, "max_turns": args.max_turns,
         "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
         "generation": "transformers (use_vllm=False), CPU, both arms",
-        "model": f"tiny, Qwen3 tool template, {args.warmup_steps}-step format warm-up",
+        "model": (f"{'tiny (seed 0)' if args.model == 'tiny' else args.model}, Qwen3 tool "
+                  f"template, {args.warmup_steps}-step format warm-up at lr {args.warmup_lr}"),
         "warmup_s": warmup_s, "repeats": args.repeats, "summary": summary,
         "ratios_agentgym_over_trl_median": ratios, "runs": runs,
         "load_avg": os.getloadavg(), "cpus": os.cpu_count(),
