@@ -1,6 +1,7 @@
 """RayRolloutPool on a real local Ray cluster (2 CPUs, 127.0.0.1): every request once, the
 engine's trajectories, load balancing, a killed worker's episodes re-run, weight sync, a
-failing backend kept as data, a worker that cannot start, and the trainer on Ray workers."""
+failing backend kept as data, a worker that cannot start, multi-seat games (a row per seat,
+whole episodes), and the trainer on Ray workers."""
 
 from __future__ import annotations
 
@@ -46,16 +47,29 @@ def pool(ray_cluster, tiny_model_dir):
     p.close()
 
 
-def play(pool_or_engine, reqs, on_item=None, **kw):
+def play(pool_or_engine, reqs, on_item=None, env="maze", **kw):
     async def go():
         out = []
-        async for t in pool_or_engine.stream_requests(reqs, "maze", **kw):
+        async for t in pool_or_engine.stream_requests(reqs, env, **kw):
             out.append(t)
             if on_item is not None:
                 on_item(len(out))
         return out
 
     return asyncio.run(go())
+
+
+def play_killing(pool, reqs, worker, after, **kw):
+    """``play`` with worker ``worker`` killed once ``after`` trajectories came back; the
+    trajectories and the killed actor."""
+    asyncio.run(pool.start())
+    victim = pool.actor(worker)
+
+    def kill(n):
+        if n == after:
+            ray.kill(victim)
+
+    return play(pool, reqs, on_item=kill, **kw), victim
 
 
 def keys(trajs):
@@ -133,12 +147,81 @@ def test_pool_plays_bounded_contexts_as_the_engine_does(pool, tiny_model_dir):
         assert len(t.step_reply) == t.num_turns and t.token_ids == w.token_ids
 
 
-def test_pool_refuses_a_multi_seat_game_by_name(pool):
-    async def go():
-        return [t async for t in pool.stream_requests([EpisodeRequest(0, 0, 0)], "kuhn_poker")]
+def by_episode(trajs):
+    eps: dict[int, list] = {}
+    for t in trajs:
+        eps.setdefault(t.episode_id, []).append(t)
+    return eps
 
-    with pytest.raises(ValueError, match="multi-seat game.*in-process engine"):
-        asyncio.run(go())
+
+@pytest.mark.parametrize(("game", "opponent"), [("tictactoe", "random"),
+                                                ("kuhn_poker", "self")])
+def test_pool_plays_a_game_as_the_engine_does(pool, tiny_model_dir, game, opponent):
+    """A game's request comes back as one row per seat, the seats of an episode together
+    under one episode id no other episode of the run has (two workers), each row equal to
+    the in-process engine's."""
+    from transformers import AutoTokenizer
+
+    from agentgym.backends.scripted import ScriptedBackend
+
+    reqs = [EpisodeRequest(g % 6, 3 * 10**6 + g, s) for g in range(12) for s in range(2)]
+    before = dict(pool.served)
+    got = play(pool, reqs, env=game, opponent=opponent)
+    assert len(got) == 2 * len(reqs)
+    assert all(pool.served[w] > before.get(w, 0) for w in range(2))  # both workers played
+    eps = by_episode(got)
+    assert len(eps) == len(reqs)
+    assert sorted((ts[0].group_id, ts[0].sample_index) for ts in eps.values()) == sorted(
+        (r.group_id, r.sample_index) for r in reqs)
+    assert all(sorted(t.seat for t in ts) == [0, 1] for ts in eps.values())
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = RolloutEngine(ScriptedBackend(tok, policy="oracle"), tok, max_turns=20)
+    want = {(t.group_id, t.sample_index, t.seat): t
+            for t in play(engine, reqs, env=game, opponent=opponent)}
+    for t in got:
+        w = want[(t.group_id, t.sample_index, t.seat)]
+        assert (t.token_ids, t.loss_mask, t.reward, t.stop_reason, t.role, t.player) == (
+            w.token_ids, w.loss_mask, w.reward, w.stop_reason, w.role, w.player)
+    batch = asyncio.run(pool.collect(3, game, n_samples=2, opponent=opponent))
+    assert [(t.group_id, t.sample_index, t.seat) for t in batch] == sorted(
+        (t.group_id, t.sample_index, t.seat) for t in batch) and len(batch) == 12
+
+
+def test_a_killed_workers_games_come_back_whole_exactly_once(pool):
+    reqs = [EpisodeRequest(g % 6, 4 * 10**6 + g, 0) for g in range(160)]
+    deaths = pool.stats["worker_deaths"]
+    got, _ = play_killing(pool, reqs, worker=1, after=6, env="tictactoe")
+    assert pool.stats["worker_deaths"] == deaths + 1
+    eps = by_episode(got)
+    assert len(got) == 2 * len(reqs) and len(eps) == len(reqs)
+    assert sorted(ts[0].group_id for ts in eps.values()) == [r.group_id for r in reqs]
+    for ts in eps.values():
+        assert sorted(t.seat for t in ts) == [0, 1]
+        assert {t.stop_reason for t in ts} == {"done"} and all(t.token_ids for t in ts)
+    assert any(t.timings.get("rollout/retries") for t in got)
+
+
+def test_whole_episodes_are_held_until_every_seat_has_drained():
+    from agentgym.data import RowInfo, Trajectory, pack
+    from agentgym.distributed.rollout_workers import _WholeEpisodes
+
+    def rows(*pairs):  # (episode id, seat)
+        ts = [Trajectory(task_id=0, env_id="tictactoe", group_id=e, sample_index=0,
+                         token_ids=[e, s], loss_mask=[0, 1], logprobs=[0.0, 0.0],
+                         prompt_len=1, turn_rewards=[0.0], reward=0.0, num_turns=1,
+                         stop_reason="done", policy_version=0, seat=s, role="XO"[s],
+                         player="policy", episode_id=e) for e, s in pairs]
+        return pack(ts), RowInfo.of(ts)
+
+    held = _WholeEpisodes(2)
+    whole = held.add(*rows((1, 0), (1, 1), (2, 0), (2, 1)))  # whole episodes pass straight
+    assert whole[0].token_ids.tolist() == [1, 0, 1, 1, 2, 0, 2, 1]
+    assert held.add(*rows((3, 0), (4, 0))) is None
+    packed, info = held.add(*rows((5, 0), (4, 1), (5, 1)))
+    assert [x[0] for x in info.seat_info] == [4, 5, 4, 5]
+    assert packed.seat.tolist() == [0, 0, 1, 1]
+    packed, info = held.add(*rows((3, 1)))
+    assert [x[0] for x in info.seat_info] == [3, 3] and not held.rows and not held.held
 
 
 def test_worker_messages_carry_every_trajectory_field_exactly():
@@ -232,7 +315,7 @@ def test_a_row_delivered_twice_reaches_the_caller_once(pool):
     from agentgym.engine.orchestrator import EpisodeBatch
 
     reqs = [tuple(EpisodeRequest(k, k, 0)) for k in range(4)]
-    trajs = {k: _PoolRun(pool, reqs, "maze", {}, {})._gave_up(k) for k in range(4)}
+    trajs = {k: _PoolRun(pool, reqs, "maze", {}, {})._gave_up(k)[0] for k in range(4)}
     for k, t in trajs.items():
         t.stop_reason, t.token_ids, t.loss_mask, t.logprobs = "done", [k + 1], [1], [-0.5]
     run = _PoolRun(pool, reqs, "maze", {}, {}, batches=True, trajectories=False)
@@ -256,14 +339,7 @@ def test_killed_worker_requests_rerun_exactly_once(pool):
     reqs = [EpisodeRequest(g % 11, g, s) for g in range(120) for s in range(2)]
     deaths = pool.stats["worker_deaths"]
     retried0 = pool.stats["requests_retried"]
-    asyncio.run(pool.start())
-    victim = pool.actor(0)
-
-    def kill_early(n):
-        if n == 5:
-            ray.kill(victim)
-
-    got = play(pool, reqs, on_item=kill_early)
+    got, victim = play_killing(pool, reqs, worker=0, after=5)
     assert keys(got) == expected(reqs) and len(got) == len(reqs)  # each exactly once
     assert pool.stats["worker_deaths"] == deaths + 1
     retried = pool.stats["requests_retried"] - retried0
@@ -347,6 +423,28 @@ def test_trainer_takes_rollouts_from_ray_workers_and_syncs_weights(
     assert [(v, c) for v, c, _ in seen] == [([0] * 4, 0), ([1] * 4, 1)]
     assert seen[0][2]["actor/grad_norm"] > 0  # the first update moved the weights
     assert abs(seen[1][2]["actor/ppo_kl"]) < 1e-4  # workers sampled with the synced weights
+
+
+def test_self_play_trains_on_ray_workers(ray_cluster, tiny_model_dir, tmp_path):
+    """A self-play step and its evaluation with the games played on a Ray worker: both
+    seats' rows of every game reach the learner, tagged, and the held-out games are
+    scored per opponent."""
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+
+    cfg = TrainerConfig(model=tiny_model_dir, env="tictactoe", self_play=True, method="GRPO",
+                        max_turns=5, max_steps=1, tasks_per_step=2, n_samples=2,
+                        max_new_tokens=8, eval_every=1, eval_tasks=2, warmup=None,
+                        output_dir=str(tmp_path / "run"), progress=False, tensorboard=False,
+                        torch_threads=1, num_rollout_workers=1,
+                        rollout_worker={"num_cpus": CPU})
+    trainer = Trainer(cfg)
+    trainer.train()
+    (row,) = trainer.history
+    # 2 openings x 2 samples, the policy in both seats: 8 rows, each a game of the policy's
+    assert row["batch/size"] == 8 and row["selfplay/games"] == 8
+    assert row["selfplay/seat0/games"] == row["selfplay/seat1/games"] == 4
+    evals = [r for r in trainer.eval_history if r["step"] == 1]
+    assert evals and evals[-1]["vs_random/games"] == evals[-1]["vs_solver/games"] == 4
 
 
 def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(

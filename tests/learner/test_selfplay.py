@@ -100,7 +100,9 @@ def test_trainer_config_requires_self_play_for_a_game_and_a_game_for_self_play()
     with pytest.raises(ValueError, match="opponents"):
         TrainerConfig(env="tictactoe", self_play=True, opponents="everyone")
     with pytest.raises(ValueError, match="in process"):
-        TrainerConfig(env="tictactoe", self_play=True, num_rollout_workers=2)
+        TrainerConfig(env="tictactoe", self_play=True, opponents="pool", num_rollout_workers=2)
+    assert TrainerConfig(env="tictactoe", self_play=True, num_rollout_workers=2).opponents \
+        == "self"
     assert TrainerConfig(env="kuhn_poker", self_play=True).adv_estimator == "rae"
     assert TrainerConfig(env="kuhn_poker", self_play=True,
                          learner={"adv_estimator": "grpo"}).adv_estimator == "grpo"

@@ -31,6 +31,10 @@ The driver side, :class:`RayRolloutPool`, has the engine's interface (``stream_r
   as is. Every worker's backend then serves the new weights with ``policy_version`` set to
   the pool's version, so each trajectory carries the version it was generated with and
   the trainer's staleness rule applies unchanged.
+* **Games.** A multi-seat game's request comes back as one row per seat, as in process
+  (``seat_info`` tags them): a worker sends an episode's rows only once every seat's row
+  has drained, so a worker's death never splits an episode, and a request that gave up
+  comes back as one failed row per seat.
 """
 
 from __future__ import annotations
@@ -166,9 +170,11 @@ class WorkerSpec:
 
 class RolloutWorker:
     """One rollout worker (run as a Ray actor; see :class:`RayRolloutPool`): a
-    ``RolloutEngine`` and its backend, playing the requests the pool feeds it."""
+    ``RolloutEngine`` and its backend, playing the requests the pool feeds it. Its episode
+    keys (a game's ``episode_id``) start at ``key_base``, which the pool makes distinct per
+    worker and restart."""
 
-    def __init__(self, spec: WorkerSpec, index: int = 0):
+    def __init__(self, spec: WorkerSpec, index: int = 0, key_base: int = 0):
         from agentgym.engine.runner import open_runner
 
         threads = spec.torch_threads or max(1, int(spec.num_cpus))
@@ -184,6 +190,9 @@ class RolloutWorker:
                              **{"progress": False, **spec.rollout})
         self.engine, self.tokenizer = opened.runner, opened.tokenizer
         self.backend = self.engine.backend
+        self.key_base = int(key_base)
+        if self.key_base:
+            self.engine.reseed(0, self.key_base)
         self.feeds: dict[str, asyncio.Queue] = {}
 
     def ready(self) -> int:
@@ -204,11 +213,14 @@ class RolloutWorker:
         ``seeding``: the pool's last ``reseed`` (episode-key start, request-id prefix,
         sampling seed), applied to this worker's engine first; the worker's index joins the
         prefix, so no two workers name a request alike."""
+        from agentgym.engine.selfplay import game_roles, is_game
+
         feed = self._feed(session)
+        seats = len(game_roles(env_id)) if is_game(env_id) else 1
         self.backend.policy_version = max(self.backend.policy_version, int(version))
         if seeding is not None:
             key_start, run_id, sampling_seed = seeding
-            self.engine.reseed(0, key_start, None if run_id is None
+            self.engine.reseed(0, (key_start or 0) + self.key_base, None if run_id is None
                                else f"{run_id}w{self.index}", sampling_seed)
         pending: dict[tuple, list[int]] = {}
 
@@ -221,6 +233,7 @@ class RolloutWorker:
                     yield req
 
         out: list[tuple[list[int], PackedBatch, RowInfo]] = []
+        held = _WholeEpisodes(seats)
         ready = asyncio.Event()
         failed: list[BaseException] = []
 
@@ -229,8 +242,18 @@ class RolloutWorker:
                 it = self.engine.stream_batches(requests(), env_id, env_kwargs=env_kwargs,
                                                 trajectories=False, **overrides)
                 async for packed, info, _ in it:
-                    index = [pending[key].pop() for key in zip(
-                        info.task_id, packed.group_id.tolist(), packed.sample_index.tolist())]
+                    if seats > 1:
+                        whole = held.add(packed, info)
+                        if whole is None:
+                            continue
+                        packed, info = whole
+                    index, episode_of = [], {}
+                    for k, key in enumerate(zip(info.task_id, packed.group_id.tolist(),
+                                                packed.sample_index.tolist())):
+                        eid = info.seat_info[k][0] if seats > 1 else k
+                        if eid not in episode_of:  # one request per episode, all its seats
+                            episode_of[eid] = pending[key].pop()
+                        index.append(episode_of[eid])
                     out.append((index, packed, info))
                     ready.set()
             except BaseException as e:  # surfaced to the driver below
@@ -291,6 +314,38 @@ class RolloutWorker:
     async def close(self) -> None:
         self.engine.close()
         await self.backend.close()
+
+
+class _WholeEpisodes:
+    """Holds a game's drained rows until every seat of their episode has drained:
+    :meth:`add` returns the rows of the episodes now whole (None: none yet), in drain
+    order."""
+
+    def __init__(self, seats: int):
+        self.seats = seats
+        self.rows: Counter[int] = Counter()
+        self.held: list[tuple[PackedBatch, RowInfo]] = []
+
+    def add(self, packed: PackedBatch, info: RowInfo) -> tuple[PackedBatch, RowInfo] | None:
+        eids = [x[0] for x in info.seat_info]
+        self.rows.update(eids)
+        if not self.held and all(self.rows[e] == self.seats for e in eids):
+            for e in eids:  # the common case: the batch holds whole episodes only
+                del self.rows[e]
+            return packed, info
+        self.held.append((packed, info))
+        packed = PackedBatch.concat([p for p, _ in self.held])
+        info = RowInfo.concat([i for _, i in self.held])
+        eids = [x[0] for x in info.seat_info]
+        whole = [k for k, e in enumerate(eids) if self.rows[e] == self.seats]
+        if not whole:
+            self.held = [(packed, info)]
+            return None
+        rest = [k for k, e in enumerate(eids) if self.rows[e] != self.seats]
+        for e in {eids[k] for k in whole}:
+            del self.rows[e]
+        self.held = [(packed.select(rest), info.select(rest))] if rest else []
+        return packed.select(whole), info.select(whole)
 
 
 def init_ray(address: str | None = None, **kw) -> None:
@@ -370,6 +425,11 @@ class RayRolloutPool:
         self._actor_cls = None
 
     # -- workers ---------------------------------------------------------------------------
+    def _key_base(self, slot: _Slot) -> int:
+        """Where ``slot``'s current actor starts its episode keys: 2**40 apart per worker
+        position and restart, so no two actors of the pool name an episode alike."""
+        return (slot.restarts * len(self._slots) + slot.index) << 40
+
     def _new_actor(self, slot: _Slot):
         import ray
 
@@ -378,7 +438,7 @@ class RayRolloutPool:
         s = slot.spec
         return self._actor_cls.options(num_cpus=s.num_cpus, num_gpus=s.num_gpus,
                                        max_concurrency=max(64, s.max_concurrency)
-                                       ).remote(s, slot.index)
+                                       ).remote(s, slot.index, self._key_base(slot))
 
     async def start_worker(self, slot: _Slot) -> None:
         """Start (or restart) ``slot``'s actor and bring it to the latest weights."""
@@ -467,7 +527,7 @@ class RayRolloutPool:
         t0 = time.perf_counter()
         trajs = [t async for t in self.stream(tasks, env_id, env_kwargs=env_kwargs,
                                               **overrides)]
-        trajs.sort(key=lambda t: (t.group_id, t.sample_index))
+        trajs.sort(key=lambda t: (t.group_id, t.sample_index, t.seat))
         return RolloutBatch(trajs, batch_metrics(trajs, time.perf_counter() - t0))
 
     async def stream_requests(self, requests: Iterable[EpisodeRequest], env_id: str, *,
@@ -492,12 +552,6 @@ class RayRolloutPool:
 
     async def _run(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
                    batches: bool, trajectories: bool = True) -> AsyncIterator:
-        from agentgym.engine.selfplay import is_game
-
-        if is_game(env_id):  # the pool's bookkeeping is one row per request
-            raise ValueError(f"{env_id} is a multi-seat game: the Ray rollout pool plays "
-                             "single-agent envs (one row per request); play games with the "
-                             "in-process engine")
         await self.start()
         reqs = [tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
                 for r in requests]
@@ -584,7 +638,11 @@ class _PoolRun:
     def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
                  env_kwargs: dict, overrides: dict, batches: bool = False,
                  trajectories: bool = True):
+        from agentgym.engine.selfplay import game_roles, is_game
+
         self.pool, self.reqs = pool, reqs
+        #: a game's seats (its roles): each request's rows
+        self.roles = game_roles(env_id) if is_game(env_id) else [None]
         #: yield EpisodeBatch items instead of trajectories; ``trajectories=False`` (batches
         #: only) leaves their Trajectory objects out
         self.batches, self.trajectories = batches, trajectories
@@ -648,8 +706,9 @@ class _PoolRun:
                 self.retries[idx] += 1
                 self.pool.stats["requests_retried"] += 1
                 if self.retries[idx] > self.pool.max_request_retries:
-                    given_up = [self._gave_up(idx)]
-                    self._deliver([idx], pack(given_up), RowInfo.of(given_up), slot.index)
+                    given_up = self._gave_up(idx)
+                    self._deliver([idx] * len(given_up), pack(given_up), RowInfo.of(given_up),
+                                  slot.index)
                 else:
                     self.pending.appendleft(idx)
             self._refill_all()
@@ -683,30 +742,35 @@ class _PoolRun:
         if self.left:
             self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
 
-    def _gave_up(self, idx: int) -> Trajectory:
+    def _gave_up(self, idx: int) -> list[Trajectory]:
+        """Request ``idx``'s failed rows: one, or one per seat of a game (its role, no
+        episode id or player: the episode never finished on a worker)."""
         task, group, sample, seed = self.reqs[idx]
-        return Trajectory(
+        return [Trajectory(
             task_id=task, env_id=self.env_id, group_id=group, sample_index=sample,
             token_ids=[], loss_mask=[], logprobs=[], prompt_len=0, turn_rewards=[],
             reward=0.0, num_turns=0, stop_reason="aborted", policy_version=self.pool.policy_version,
-            seed=seed or 0,
+            seed=seed or 0, seat=seat, role=role,
             error=f"rollout workers died {self.retries[idx]} times while playing this episode")
+            for seat, role in enumerate(self.roles)]
 
     def _deliver(self, index: list[int], packed: PackedBatch, info: RowInfo,
                  worker: int) -> None:
-        """Queue the rows of requests ``index`` (row ``i`` is request ``index[i]``) for the
-        caller, less those already delivered (a re-run whose first worker came back)."""
+        """Queue the rows of requests ``index`` (row ``i`` is request ``index[i]``; a game's
+        request has a row per seat, all in the same message) for the caller, less those
+        already delivered (a re-run whose first worker came back)."""
         keep = [i for i, idx in enumerate(index) if not self.delivered[idx]]
         if len(keep) < len(index):
-            self.pool.stats["duplicates_dropped"] += len(index) - len(keep)
+            self.pool.stats["duplicates_dropped"] += (len(index) - len(keep)) // len(self.roles)
             if not keep:
                 return
             index = [index[i] for i in keep]
             packed, info = packed.select(keep), info.select(keep)
-        for idx in index:
+        requests = set(index)
+        for idx in requests:
             self.delivered[idx] = 1
-        self.left -= len(index)
-        self.pool.served[worker] += len(index)
+        self.left -= len(requests)
+        self.pool.served[worker] += len(requests)
         trajs = _unpack(packed, info) if self.trajectories else None  # True unless batches
         for idx, traj in zip(index, trajs or ()):
             if self.retries[idx]:
@@ -727,7 +791,7 @@ class _PoolRun:
             elif slot.actor is not None or slot.restarts < pool.max_restarts:
                 self.tasks[slot.index] = asyncio.ensure_future(self._restart(slot))
         try:
-            left = len(self.reqs)  # each request's row, once
+            left = len(self.reqs) * len(self.roles)  # each request's rows, once
             while left:
                 item = await self.out.get()
                 if isinstance(item, BaseException):

@@ -163,9 +163,10 @@ class TrainerConfig:
             if bad or not self.eval_opponents:
                 raise ValueError(f"eval_opponents take solver and random, got "
                                  f"{self.eval_opponents!r}")
-            if self.num_rollout_workers:
-                raise ValueError("self_play runs in process: the Ray rollout pool plays "
-                                 "single-agent envs (num_rollout_workers must be 0)")
+            if self.num_rollout_workers and self.opponents == "pool":
+                raise ValueError("opponents='pool' runs in process: its past policies are "
+                                 "backends of the in-process engine (num_rollout_workers "
+                                 "must be 0); self, solver and random play on Ray workers")
         if self.max_steps < 0 or self.tasks_per_step < 1 or self.n_samples < 1:
             raise ValueError("max_steps >= 0, tasks_per_step >= 1 and n_samples >= 1 required")
         if self.eval_every < 0 or self.eval_tasks < 0:
