@@ -135,7 +135,7 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8, model: s
     for t in (tok, chatml):
         if t.pad_token is None:
             t.pad_token = t.eos_token
-    net = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32)
+    net = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
     rng = random.Random(seed)
     env = agentgym.make("maze", max_turns=16)
     move = MazeToolEnv.move

@@ -218,8 +218,8 @@ def test_whole_episodes_are_held_until_every_seat_has_drained():
     assert whole[0].token_ids.tolist() == [1, 0, 1, 1, 2, 0, 2, 1]
     assert held.add(*rows((3, 0), (4, 0))) is None
     packed, info = held.add(*rows((5, 0), (4, 1), (5, 1)))
-    assert [x[0] for x in info.seat_info] == [4, 5, 4, 5]
-    assert packed.seat.tolist() == [0, 0, 1, 1]
+    assert [x[0] for x in info.seat_info] == [4, 4, 5, 5]  # each episode's rows together
+    assert packed.seat.tolist() == [0, 1, 0, 1]
     packed, info = held.add(*rows((3, 1)))
     assert [x[0] for x in info.seat_info] == [3, 3] and not held.rows and not held.held
 
@@ -515,10 +515,12 @@ def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
         assert all(torch.equal(w[k], want[k].cpu()) for k in want)
 
 
+@pytest.mark.parametrize(("env", "seats"), [("maze", 1), ("kuhn_poker", 2)])
 def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_model_dir,
-                                                           tmp_path):
+                                                           tmp_path, env, seats):
     """``agentgym-rl collect --ray --num-workers 2`` (on the running cluster) writes the rows
-    the in-process collect writes: same episodes, same tokens."""
+    the in-process collect writes: same episodes, same tokens (a game: a row per seat, an
+    episode's seats in one shard)."""
     import glob
 
     import pyarrow.parquet as pq
@@ -527,16 +529,21 @@ def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_mod
 
     def rows(out):
         t = pq.read_table(glob.glob(f"{out}/*.parquet")).to_pylist()
-        return sorted((r["group_id"], r["sample_index"], r["task_id"], r["seed"],
+        by_shard = {}
+        for path in glob.glob(f"{out}/*.parquet"):
+            for r in pq.read_table(path).to_pylist():
+                by_shard.setdefault((r["group_id"], r["sample_index"]), set()).add(path)
+        assert all(len(v) == 1 for v in by_shard.values())  # an episode in one shard
+        return sorted((r["group_id"], r["sample_index"], r["seat"], r["task_id"], r["seed"],
                        r["token_ids"], r["reward"], r["stop_reason"]) for r in t)
 
-    args = ["collect", "--env", "maze", "--tasks", "0:12", "--n-samples", "2", "--model",
-            tiny_model_dir, "--max-turns", "6", "--no-progress", "--json"]
+    args = ["collect", "--env", env, "--tasks", "0:12", "--n-samples", "2", "--model",
+            tiny_model_dir, "--max-turns", "6", "--no-progress", "--json", "--shard-size", "5"]
     assert main([*args, "-o", str(tmp_path / "ray"), "--ray", "--num-workers", "2",
                  "--worker-cpus", str(CPU)]) == 0
     assert main([*args, "-o", str(tmp_path / "local")]) == 0
     got = rows(tmp_path / "ray")
-    assert len(got) == 24 and got == rows(tmp_path / "local")
+    assert len(got) == 24 * seats and got == rows(tmp_path / "local")
 
 
 def test_reseed_reaches_the_workers_with_the_next_stream(pool):

@@ -318,8 +318,9 @@ class RolloutWorker:
 
 class _WholeEpisodes:
     """Holds a game's drained rows until every seat of their episode has drained:
-    :meth:`add` returns the rows of the episodes now whole (None: none yet), in drain
-    order."""
+    :meth:`add` returns the rows of the episodes now whole (None: none yet), each episode's
+    rows consecutive (as the engine drains them, which the collector's shards rely on), in
+    the order the episodes began to drain."""
 
     def __init__(self, seats: int):
         self.seats = seats
@@ -341,6 +342,10 @@ class _WholeEpisodes:
         if not whole:
             self.held = [(packed, info)]
             return None
+        first: dict[int, int] = {}
+        for k, e in enumerate(eids):
+            first.setdefault(e, k)
+        whole.sort(key=lambda k: (first[eids[k]], k))
         rest = [k for k, e in enumerate(eids) if self.rows[e] != self.seats]
         for e in {eids[k] for k in whole}:
             del self.rows[e]
