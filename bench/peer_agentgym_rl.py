@@ -182,10 +182,13 @@ class ServerSampler:
         return out
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
+        # a sample at once, then every period_s: a run shorter than one period still has one
+        while True:
             m = self.read()
             self.samples.append((m.get("vllm:num_requests_running", 0.0)
                                  + m.get("vllm:num_requests_waiting", 0.0), time.perf_counter()))
+            if self._stop.wait(self.period_s):
+                break
 
     def __enter__(self):
         self.samples.clear()
