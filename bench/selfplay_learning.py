@@ -204,10 +204,12 @@ def main(argv: list[str] | None = None) -> dict:
         plot(report, out.with_suffix(".png"))
         return report
     runs = json.loads(out.read_text())["runs"] if args.keep and out.exists() else []
-    for other in args.merge:
-        runs += [r for r in json.loads(Path(other).read_text())["runs"]
-                 if (r["arm"], r["seed"]) not in {(x["arm"], x["seed"]) for x in runs}]
     done = {(r["arm"], r["seed"]) for r in runs}
+    for other in args.merge:  # an (arm, seed) already there wins over a later copy
+        for r in json.loads(Path(other).read_text())["runs"]:
+            if (r["arm"], r["seed"]) not in done:
+                runs.append(r)
+                done.add((r["arm"], r["seed"]))
     report = {"bench": "selfplay_learning", "model": args.model,
               "recipe": recipe(args.steps, args.model), "arms": {
         a: ARMS[a][0] for a in ARMS}, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
