@@ -38,3 +38,32 @@ def test_image_transcripts_carry_each_observations_picture(tiny_vl_dir):
                                       with_masks=True, vision=vision)
     assert all(len(p) == 2 and not vision.image_spans(p[0]) for p in plain)
     assert isinstance(rows[0][2][0], np.ndarray)
+
+
+@pytest.mark.parametrize("env_id", ["maze", "tictactoe"])
+def test_transcripts_with_a_reply_prefix_leave_it_to_the_prompt(tiny_model_dir, env_id):
+    """With ``reply_prefix`` the prefix ends every prompt part and each policy span is the rest
+    of the action, as the rollout engine renders turns with ``RolloutConfig.reply_prefix``."""
+    from transformers import AutoTokenizer
+
+    from agentgym.engine.chat import ChatFormatter
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    fmt = ChatFormatter(tok)
+    kw = {"episodes": 4, "max_turns": 3, "seed": 0, "with_masks": True}
+    plain = random_policy_transcripts(env_id, tok, **kw)
+    rows = random_policy_transcripts(env_id, tok, reply_prefix="Action:", **kw)
+    assert len(rows) == len(plain) >= 4
+    for (ids, mask), (ids0, mask0) in zip(rows, plain):
+        assert len(ids) == len(mask)
+        starts = [t for t in range(len(mask)) if mask[t] and not mask[t - 1]]
+        assert starts
+        for s in starts:
+            end = s + mask[s:].index(0) if 0 in mask[s:] else len(mask)
+            assert ids[end - 1] == fmt.end_of_turn_id
+            reply = tok.decode(ids[s:end - 1])
+            assert reply.startswith(" ") and "Action" not in reply
+            assert tok.decode(ids[:s]).endswith("Action:")
+        if env_id == "maze":  # the same moves (a game's random seat keys on prompt length)
+            assert mask.count(1) < mask0.count(1)
+            assert tok.decode(ids) == tok.decode(ids0)  # only the split moved

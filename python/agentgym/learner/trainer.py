@@ -149,6 +149,7 @@ class Trainer:
         wcfg = dict(cfg.warmup)
         wcfg.setdefault("seed", cfg.seed)
         wcfg.setdefault("max_turns", self.schedule.stages[-1].max_turns)
+        wcfg.setdefault("reply_prefix", cfg.rollout.get("reply_prefix", ""))
         out = self.output_dir / "warm_model"
         stats = warmup_model(base, out, cfg.env, env_kwargs=self.train_env_kwargs,
                              num_tasks=self.train_task_hi,

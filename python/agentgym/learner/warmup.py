@@ -6,7 +6,9 @@ format, not a strategy: episodes are played with actions drawn uniformly at rand
 env's action vocabulary (the union of every valid action seen so far, so for the maze all
 four moves, walls included — no oracle and no filtering by outcome), rendered exactly as the
 rollout engine renders them (:class:`~agentgym.engine.chat.ChatFormatter`: chat template
-once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn) and fitted with
+once, then ``Action: <a>`` + end-of-turn + the wrapped observation per turn; with a
+``reply_prefix``, as rollouts with ``RolloutConfig.reply_prefix``: the prefix closes the
+prompt and each observation and the policy writes the rest of its action) and fitted with
 next-token cross-entropy on the policy's tokens (each action and its end-of-turn token;
 ``loss_on="all"``: on every token). After it, the model's policy is the random
 policy, so whatever success rate RL adds on top is RL's. A vision-language model on a
@@ -52,6 +54,10 @@ class WarmupConfig:
     weight_decay: float = 0.0
     warmup_frac: float = 0.05
     action_template: str = "Action: {action}"
+    #: ``RolloutConfig.reply_prefix`` of the rollouts this model will play: text that opens
+    #: every assistant turn as prompt, not as the policy's reply (the part of an action that
+    #: repeats it is left out of the reply).
+    reply_prefix: str = ""
     seed: int = 0
 
 
@@ -68,6 +74,7 @@ def random_policy_transcripts(
     num_tasks: int | None = None,
     with_masks: bool = False,
     vision=None,
+    reply_prefix: str = "",
 ):
     """Token ids of ``episodes`` episodes of env ``env_id`` played by a uniformly random
     policy over the env's action vocabulary, formatted like rollouts. Episode ``i`` plays
@@ -78,7 +85,11 @@ def random_policy_transcripts(
     ``vision`` (a :class:`~agentgym.models.vision.VisionSpec`) with a native env built with
     image observations: each observation's picture is shown as in a rollout (its markup
     before the text) and the pairs become ``(ids, mask, frames)`` triples, ``frames`` the
-    pictures of the markup spans in order."""
+    pictures of the markup spans in order.
+
+    ``reply_prefix`` (``RolloutConfig.reply_prefix``) closes the first prompt and every
+    observation, and each reply is the action text after it (an action text that does not
+    start with it is kept whole)."""
     from agentgym import _core
     from agentgym.engine.chat import ChatFormatter
     from agentgym.engine.drivers import is_native
@@ -86,7 +97,7 @@ def random_policy_transcripts(
 
     if env_id in _core.native_game_ids():
         return _game_transcripts(env_id, tokenizer, episodes, max_turns, env_kwargs or {},
-                                 system_prompt, seed, num_tasks, with_masks)
+                                 system_prompt, seed, num_tasks, with_masks, reply_prefix)
     fmt = ChatFormatter(tokenizer)
     n = min(episodes, 256)
     if is_native(env_id):
@@ -125,7 +136,7 @@ def random_policy_transcripts(
         task += k
         pictures = [[] for _ in ids]
         obs = shown(ids, obs)
-        seqs = [fmt.initial_prompt(system, o) for o in obs]
+        seqs = [fmt.initial_prompt(system, o, reply_prefix) for o in obs]
         masks = [[0] * len(x) for x in seqs]
         live = list(ids)
         for _turn in range(max_turns):
@@ -140,14 +151,16 @@ def random_policy_transcripts(
             o, _r, term, trunc = pool.step(live, actions)
             going, going_obs = [], []
             for j, i in enumerate(live):
-                act = fmt.encode(action_template.format(action=actions[j]))
+                act = fmt.encode(_reply(action_template.format(action=actions[j]),
+                                        reply_prefix))
                 seqs[i] += act
                 seqs[i].append(fmt.end_of_turn_id)
                 masks[i] += [1] * (len(act) + 1)
                 if not (term[j] or trunc[j]):
                     going.append(i)
                     going_obs.append(o[j])
-            for i, ob_ids in zip(going, fmt.observation_ids(shown(going, going_obs))):
+            for i, ob_ids in zip(going, fmt.observation_ids(shown(going, going_obs),
+                                                            reply_prefix)):
                 seqs[i] += ob_ids
                 masks[i] += [0] * len(ob_ids)
             live = going
@@ -160,9 +173,14 @@ def random_policy_transcripts(
     return out
 
 
+def _reply(text: str, reply_prefix: str) -> str:
+    """The policy's part of an action text written after ``reply_prefix``."""
+    return text[len(reply_prefix):] if reply_prefix and text.startswith(reply_prefix) else text
+
+
 def _game_transcripts(game_id: str, tokenizer: Any, episodes: int, max_turns: int,
                       env_kwargs: dict, system_prompt: str | None, seed: int,
-                      num_tasks: int | None, with_masks: bool):
+                      num_tasks: int | None, with_masks: bool, reply_prefix: str = ""):
     """:func:`random_policy_transcripts` of a multi-seat game: the rollout engine's own
     self-play episodes with a random legal move in every seat (``Action: <move>`` replies),
     each seat's record a transcript (episode ``i`` plays task ``i % num_tasks``)."""
@@ -171,9 +189,10 @@ def _game_transcripts(game_id: str, tokenizer: Any, episodes: int, max_turns: in
     from agentgym.backends.scripted import ScriptedBackend
     from agentgym.engine import RolloutEngine
 
-    engine = RolloutEngine(ScriptedBackend(tokenizer, "random", seed=seed), tokenizer,
+    engine = RolloutEngine(ScriptedBackend(tokenizer, "random", seed=seed,
+                                           reply_prefix=reply_prefix), tokenizer,
                            max_turns=max_turns, opponent="self", seed=seed, progress=False,
-                           system_prompt=system_prompt)
+                           system_prompt=system_prompt, reply_prefix=reply_prefix)
     try:
         tasks = [i % num_tasks if num_tasks else i for i in range(episodes)]
         # its own event loop on a thread: the trainer calls this from inside its loop
@@ -262,7 +281,7 @@ def warmup_model(
                  env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
                  env_kwargs=env_kwargs, action_template=cfg.action_template,
                  system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks,
-                 with_masks=True, vision=vision)]
+                 with_masks=True, vision=vision, reply_prefix=cfg.reply_prefix)]
     seqs = [pair[0] for pair in pairs]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
