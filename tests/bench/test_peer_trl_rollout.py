@@ -4,25 +4,13 @@ the counts agree with each other."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl", reason="trl is not installed: the TRL peer bench needs it")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("peer_trl_rollout",
-                                                  ROOT / "bench" / "peer_trl_rollout.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench import peer_trl_rollout as bench  # noqa: E402
 
 
 @pytest.mark.slow
@@ -30,9 +18,9 @@ def _bench():
 @pytest.mark.filterwarnings("ignore")
 def test_peer_trl_rollout_tiny(tmp_path):
     out = tmp_path / "peer.json"
-    res = _bench().main(["--tasks", "2", "--num-generations", "2", "--max-turns", "3",
-                         "--max-new-tokens", "96", "--repeats", "1", "--warmup-steps", "150",
-                         "--warmup-batch", "4", "--out", str(out)])
+    res = bench.main(["--tasks", "2", "--num-generations", "2", "--max-turns", "3",
+                      "--max-new-tokens", "96", "--repeats", "1", "--warmup-steps", "150",
+                      "--warmup-batch", "4", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     episodes = 4
     for arm in ("trl", "agentgym"):

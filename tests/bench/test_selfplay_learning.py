@@ -3,27 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("selfplay_learning",
-                                                  ROOT / "bench" / "selfplay_learning.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench import selfplay_learning as bench
 
 
 def test_the_smollm2_recipe_is_a_self_play_trainer_config(tmp_path):
     from agentgym.learner.trainer import TrainerConfig
 
-    bench = _bench()
     for arm, (_, fields) in bench.ARMS.items():
         cfg = TrainerConfig(**{**bench.recipe(20, "smollm2-135m"), **fields, "seed": 1,
                                "output_dir": str(tmp_path / arm)})
@@ -43,7 +30,6 @@ def _run(arm: str, seed: int, end: float) -> dict:
 
 
 def test_merge_joins_reports_run_side_by_side(tmp_path):
-    bench = _bench()
     parts = []
     for k, runs in enumerate(([_run("self_rae", 0, 0.5), _run("self_plain", 0, 0.4)],
                               [_run("self_rae", 1, 0.7), _run("self_rae", 0, 0.9)])):
