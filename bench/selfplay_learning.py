@@ -64,7 +64,7 @@ def recipe(steps: int, model: str = "tiny") -> dict:
             "torch_threads": 1}
 
 
-#: The SmolLM2 maze recipe: the self-play recipe takes its model, backend and learner from it.
+#: The SmolLM2 maze recipe: the self-play recipe takes its backend, sampling and learner from it.
 SMOLLM2_CONFIG = ROOT / "configs" / "smollm2_maze_cpu.yaml"
 
 
