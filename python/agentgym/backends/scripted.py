@@ -14,6 +14,7 @@ import random
 import zlib
 
 from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
+from agentgym.engine.chat import after_reply_prefix
 
 
 class ScriptedBackend:
@@ -74,9 +75,7 @@ class ScriptedBackend:
             action = await self._random(context, len(prompt_ids))
         hit = self._cache.get(action)
         if hit is None or hit[2].policy_version != self.policy_version:
-            text = self.template.format(action=action)
-            if self.reply_prefix and text.startswith(self.reply_prefix):
-                text = text[len(self.reply_prefix):]
+            text = after_reply_prefix(self.template.format(action=action), self.reply_prefix)
             ids = self._encode(text) + [self.end_of_turn_id]
             if len(self._cache) > 65536:
                 self._cache.clear()

@@ -91,7 +91,7 @@ def random_policy_transcripts(
     observation, and each reply is the action text after it (an action text that does not
     start with it is kept whole)."""
     from agentgym import _core
-    from agentgym.engine.chat import ChatFormatter
+    from agentgym.engine.chat import ChatFormatter, after_reply_prefix
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
 
@@ -151,8 +151,8 @@ def random_policy_transcripts(
             o, _r, term, trunc = pool.step(live, actions)
             going, going_obs = [], []
             for j, i in enumerate(live):
-                act = fmt.encode(_reply(action_template.format(action=actions[j]),
-                                        reply_prefix))
+                act = fmt.encode(after_reply_prefix(action_template.format(action=actions[j]),
+                                                    reply_prefix))
                 seqs[i] += act
                 seqs[i].append(fmt.end_of_turn_id)
                 masks[i] += [1] * (len(act) + 1)
@@ -171,11 +171,6 @@ def random_policy_transcripts(
         else:
             out.extend(zip(seqs, masks) if with_masks else seqs)
     return out
-
-
-def _reply(text: str, reply_prefix: str) -> str:
-    """The policy's part of an action text written after ``reply_prefix``."""
-    return text[len(reply_prefix):] if reply_prefix and text.startswith(reply_prefix) else text
 
 
 def _game_transcripts(game_id: str, tokenizer: Any, episodes: int, max_turns: int,
