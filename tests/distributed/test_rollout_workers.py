@@ -528,10 +528,11 @@ def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_mod
     from agentgym.cli import main
 
     def rows(out):
-        t = pq.read_table(glob.glob(f"{out}/*.parquet")).to_pylist()
-        by_shard = {}
+        t, by_shard = [], {}
         for path in glob.glob(f"{out}/*.parquet"):
-            for r in pq.read_table(path).to_pylist():
+            shard = pq.read_table(path).to_pylist()
+            t += shard
+            for r in shard:
                 by_shard.setdefault((r["group_id"], r["sample_index"]), set()).add(path)
         assert all(len(v) == 1 for v in by_shard.values())  # an episode in one shard
         return sorted((r["group_id"], r["sample_index"], r["seat"], r["task_id"], r["seed"],
