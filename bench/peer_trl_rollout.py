@@ -51,6 +51,10 @@ engine turn. So rates are reported per trajectory, per generation call (turn) an
 generated (model) token; the counts come from each arm's own output (TRL: ``tool_mask`` and
 ``completion_mask``, the env's step counter; engine: the trajectories).
 
+Each run also reports its arm's generation batches, observed around the arm's generate call
+(TRL: ``model.generate``; engine: its transformers backend's batch): how many, their mean
+rows, and the share of generation time spent in batches of fewer than half the episodes.
+
 Repeats are interleaved (trl, agentgym, trl, ...) after one untimed pass of each; the report
 keeps every run, the median and the best, and the ratios engine over TRL of the medians.
 Written to ``bench/results/peer_trl_rollout.json`` (``--out``) and printed as one JSON.
@@ -173,13 +177,39 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8, model: s
     return out, out_chatml
 
 
+class BatchLog:
+    """The generation batches of one arm, observed around its generate call (changes
+    nothing): rows and seconds of each, taken per run."""
+
+    def __init__(self, fn, rows):
+        self.batches: list[tuple[int, float]] = []
+        self._fn, self._rows = fn, rows
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._fn(*args, **kwargs)
+        self.batches.append((self._rows(args, kwargs), time.perf_counter() - t0))
+        return out
+
+    def take(self, episodes: int) -> dict:
+        """The batches since the last ``take``: their count, mean rows, and the share of
+        generation time spent in batches of fewer than half the ``episodes``."""
+        batches, self.batches = self.batches, []
+        busy = sum(s for _, s in batches)
+        low = sum(s for n, s in batches if n < episodes / 2)
+        return {"generation_batches": len(batches),
+                "batch_rows_mean": sum(n for n, _ in batches) / max(len(batches), 1),
+                "generation_s": busy,
+                "under_half_batch_time_share": low / busy if busy else None}
+
+
 def timed(trainer, inputs: list[dict]) -> tuple[float, dict]:
     t0 = time.perf_counter()
     out = trainer._generate_and_score_completions(inputs)
     return time.perf_counter() - t0, out
 
 
-def trl_run(trainer, inputs: list[dict]) -> dict:
+def trl_run(trainer, inputs: list[dict], log: BatchLog) -> dict:
     wall, out = timed(trainer, inputs)
     mask = out["completion_mask"]
     if "tool_mask" in out:
@@ -191,17 +221,18 @@ def trl_run(trainer, inputs: list[dict]) -> dict:
             "tool_calls": round(calls), "generations": sum(replies),
             "generated_tokens": int(mask.sum()),
             "tool_calls_per_episode": [e.steps for e in envs],
-            "reward_mean": sum(e.reward for e in envs) / len(envs)}
+            "reward_mean": sum(e.reward for e in envs) / len(envs), **log.take(len(envs))}
 
 
-def agentgym_run(trainer, rollout, inputs: list[dict]) -> dict:
+def agentgym_run(trainer, rollout, inputs: list[dict], log: BatchLog | None) -> dict:
     wall, _ = timed(trainer, inputs)
     trajs = rollout.last_trajectories
+    batches = log.take(len(trajs)) if log is not None else {}
     return {"wall_s": wall, "episodes": len(trajs),
             "env_steps": sum(t.num_turns for t in trajs),
             "generations": sum(t.num_turns for t in trajs),
             "generated_tokens": sum(sum(t.loss_mask[t.prompt_len:]) for t in trajs),
-            "reward_mean": sum(t.reward for t in trajs) / len(trajs)}
+            "reward_mean": sum(t.reward for t in trajs) / len(trajs), **batches}
 
 
 def rates(run: dict) -> dict:
@@ -221,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "tokenizer with Qwen3's empty think block")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-steps", type=int, default=200)
-    ap.add_argument("--warmup-batch", type=int, default=8)
+    ap.add_argument("--warmup-batch", type=int, default=8,
+                    help="conversations a warm-up step (SmolLM2-135M: 2 keeps the step near "
+                         "5 GB, 8 passes 14 GB)")
     ap.add_argument("--warmup-lr", type=float, default=3e-3,
                     help="the format warm-up's AdamW lr (3e-3 for the random tiny model; a "
                          "pretrained model wants far less, e.g. 5e-5)")
@@ -285,12 +318,18 @@ def main(argv: list[str] | None = None) -> dict:
                 return out
 
             trl_tr._tool_call_loop = spy  # observes the loop's output; changes nothing
+            # Generation batches, observed: TRL's model.generate calls, the engine
+            # backend's batches (its batcher's run, on the worker thread).
+            trl_log = BatchLog(trl_tr.model.generate, lambda a, kw: len(kw["input_ids"]))
+            trl_tr.model.generate = trl_log
             runs: dict[str, list[dict]] = {"trl": [], "agentgym": []}
-            trl_run(trl_tr, trl_inputs)  # untimed first pass of each arm
-            agentgym_run(ag_tr, rollout, ag_inputs)
+            trl_run(trl_tr, trl_inputs, trl_log)  # untimed first pass of each arm
+            agentgym_run(ag_tr, rollout, ag_inputs, None)
+            batcher = rollout._engine.backend._batcher
+            ag_log = batcher.run = BatchLog(batcher.run, lambda a, kw: len(a[0]))
             for _ in range(args.repeats):
-                runs["trl"].append(trl_run(trl_tr, trl_inputs))
-                runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs))
+                runs["trl"].append(trl_run(trl_tr, trl_inputs, trl_log))
+                runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs, ag_log))
             rollout.close()
 
     summary = {}
@@ -300,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict:
                             "best": max(x[k] for x in rr)} for k in rr[0]}
     ratios = {k: (summary["agentgym"][k]["median"] / summary["trl"][k]["median"]
                   if summary["trl"][k]["median"] else None) for k in summary["trl"]}
+    for arm, rs in runs.items():
+        summary[arm]["under_half_batch_time_share"] = {
+            "median": statistics.median(r["under_half_batch_time_share"] or 0.0 for r in rs)}
     result = {
         "bench": "peer_trl_rollout",
         "peer": "trl GRPOTrainer(environment_factory) _generate -> _tool_call_loop",

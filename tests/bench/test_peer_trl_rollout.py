@@ -29,6 +29,10 @@ def test_peer_trl_rollout_tiny(tmp_path):
         assert run["wall_s"] > 0 and run["generated_tokens"] > 0
         assert run["generations"] >= episodes
         assert run["env_steps"] <= episodes * 3
+        # one row per reply in the observed generation batches
+        assert run["generation_batches"] >= 1
+        assert round(run["batch_rows_mean"] * run["generation_batches"]) == run["generations"]
+        assert 0.0 <= run["under_half_batch_time_share"] <= 1.0
     trl = res["runs"]["trl"][0]
     # TRL's loop continued the episodes through parsed tool calls: several per episode.
     assert trl["tool_calls"] >= 2 * episodes
