@@ -181,24 +181,27 @@ class BatchLog:
     """The generation batches of one arm, observed around its generate call (changes
     nothing): rows and seconds of each, taken per run."""
 
-    def __init__(self, fn, rows):
-        self.batches: list[tuple[int, float]] = []
-        self._fn, self._rows = fn, rows
+    def __init__(self, fn, rows, steps):
+        self.batches: list[tuple[int, int, float]] = []
+        self._fn, self._rows, self._steps = fn, rows, steps
 
     def __call__(self, *args, **kwargs):
         t0 = time.perf_counter()
         out = self._fn(*args, **kwargs)
-        self.batches.append((self._rows(args, kwargs), time.perf_counter() - t0))
+        wall = time.perf_counter() - t0
+        self.batches.append((self._rows(args, kwargs), self._steps(args, kwargs, out), wall))
         return out
 
     def take(self, episodes: int) -> dict:
-        """The batches since the last ``take``: their count, mean rows, and the share of
-        generation time spent in batches of fewer than half the ``episodes``."""
+        """The batches since the last ``take``: their count, mean rows, decode steps (each
+        batch runs until its longest reply ends), and the share of generation time spent in
+        batches of fewer than half the ``episodes``."""
         batches, self.batches = self.batches, []
-        busy = sum(s for _, s in batches)
-        low = sum(s for n, s in batches if n < episodes / 2)
+        busy = sum(s for _, _, s in batches)
+        low = sum(s for n, _, s in batches if n < episodes / 2)
         return {"generation_batches": len(batches),
-                "batch_rows_mean": sum(n for n, _ in batches) / max(len(batches), 1),
+                "batch_rows_mean": sum(n for n, _, _ in batches) / max(len(batches), 1),
+                "batch_decode_steps": [k for _, k, _ in batches],
                 "generation_s": busy,
                 "under_half_batch_time_share": low / busy if busy else None}
 
@@ -320,13 +323,15 @@ def main(argv: list[str] | None = None) -> dict:
             trl_tr._tool_call_loop = spy  # observes the loop's output; changes nothing
             # Generation batches, observed: TRL's model.generate calls, the engine
             # backend's batches (its batcher's run, on the worker thread).
-            trl_log = BatchLog(trl_tr.model.generate, lambda a, kw: len(kw["input_ids"]))
+            trl_log = BatchLog(trl_tr.model.generate, lambda a, kw: len(kw["input_ids"]),
+                               lambda a, kw, out: out.shape[1] - kw["input_ids"].shape[1])
             trl_tr.model.generate = trl_log
             runs: dict[str, list[dict]] = {"trl": [], "agentgym": []}
             trl_run(trl_tr, trl_inputs, trl_log)  # untimed first pass of each arm
             agentgym_run(ag_tr, rollout, ag_inputs, None)
             batcher = rollout._engine.backend._batcher
-            ag_log = batcher.run = BatchLog(batcher.run, lambda a, kw: len(a[0]))
+            ag_log = batcher.run = BatchLog(batcher.run, lambda a, kw: len(a[0]),
+                                            lambda a, kw, out: max(len(r.tokens) for r in a[0]))
             for _ in range(args.repeats):
                 runs["trl"].append(trl_run(trl_tr, trl_inputs, trl_log))
                 runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs, ag_log))

@@ -33,6 +33,8 @@ def test_peer_trl_rollout_tiny(tmp_path):
         assert run["generation_batches"] >= 1
         assert round(run["batch_rows_mean"] * run["generation_batches"]) == run["generations"]
         assert 0.0 <= run["under_half_batch_time_share"] <= 1.0
+        assert len(run["batch_decode_steps"]) == run["generation_batches"]
+        assert all(1 <= k <= 96 for k in run["batch_decode_steps"])
     trl = res["runs"]["trl"][0]
     # TRL's loop continued the episodes through parsed tool calls: several per episode.
     assert trl["tool_calls"] >= 2 * episodes
