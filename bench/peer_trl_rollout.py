@@ -25,7 +25,7 @@ batch), so both pay the same scoring and bookkeeping around generation:
   ``max_completion_length`` would be exceeded. ``get_reward`` is the env's reward.
 - ``agentgym``: ``GRPOTrainer(rollout_func=AgentGymRollout(...))`` on the same tasks: the
   engine plays every episode as its own coroutine over a transformers backend of the same
-  model folder (continuous batching of whatever is in flight), at most ``--max-turns`` turns.
+  model folder (each batch is whatever requests are queued), at most ``--max-turns`` turns.
 
 The model (``--model``): the local tiny model (``agentgym.models.build_tiny_model``, random
 weights; the default) or a pretrained one (``smollm2-135m``, or a folder) with TRL's Qwen3
