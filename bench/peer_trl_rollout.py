@@ -53,7 +53,8 @@ generated (model) token; the counts come from each arm's own output (TRL: ``tool
 
 Each run also reports its arm's generation batches, observed around the arm's generate call
 (TRL: ``model.generate``; engine: its transformers backend's batch): how many, their mean
-rows, and the share of generation time spent in batches of fewer than half the episodes.
+rows, their decode steps (either arm's batch runs until its longest reply ends or hits the
+cap), and the share of generation time spent in batches of fewer than half the episodes.
 
 Repeats are interleaved (trl, agentgym, trl, ...) after one untimed pass of each; the report
 keeps every run, the median and the best, and the ratios engine over TRL of the medians.
@@ -179,7 +180,7 @@ def tool_model(out_dir: str, steps: int, seed: int = 0, batch: int = 8, model: s
 
 class BatchLog:
     """The generation batches of one arm, observed around its generate call (changes
-    nothing): rows and seconds of each, taken per run."""
+    nothing): rows, decode steps and seconds of each, taken per run."""
 
     def __init__(self, fn, rows, steps):
         self.batches: list[tuple[int, int, float]] = []
