@@ -182,15 +182,16 @@ class BatchLog:
     """The generation batches of one arm, observed around its generate call (changes
     nothing): rows, decode steps and seconds of each, taken per run."""
 
-    def __init__(self, fn, rows, steps):
+    def __init__(self, fn, shape):
+        """``fn``: the generate call; ``shape(args, kwargs, out)``: its (rows, decode steps)."""
         self.batches: list[tuple[int, int, float]] = []
-        self._fn, self._rows, self._steps = fn, rows, steps
+        self._fn, self._shape = fn, shape
 
     def __call__(self, *args, **kwargs):
         t0 = time.perf_counter()
         out = self._fn(*args, **kwargs)
         wall = time.perf_counter() - t0
-        self.batches.append((self._rows(args, kwargs), self._steps(args, kwargs, out), wall))
+        self.batches.append((*self._shape(args, kwargs, out), wall))
         return out
 
     def take(self, episodes: int) -> dict:
@@ -228,15 +229,15 @@ def trl_run(trainer, inputs: list[dict], log: BatchLog) -> dict:
             "reward_mean": sum(e.reward for e in envs) / len(envs), **log.take(len(envs))}
 
 
-def agentgym_run(trainer, rollout, inputs: list[dict], log: BatchLog | None) -> dict:
+def agentgym_run(trainer, rollout, inputs: list[dict], log: BatchLog) -> dict:
     wall, _ = timed(trainer, inputs)
     trajs = rollout.last_trajectories
-    batches = log.take(len(trajs)) if log is not None else {}
     return {"wall_s": wall, "episodes": len(trajs),
             "env_steps": sum(t.num_turns for t in trajs),
             "generations": sum(t.num_turns for t in trajs),
             "generated_tokens": sum(sum(t.loss_mask[t.prompt_len:]) for t in trajs),
-            "reward_mean": sum(t.reward for t in trajs) / len(trajs), **batches}
+            "reward_mean": sum(t.reward for t in trajs) / len(trajs),
+            **log.take(len(trajs))}
 
 
 def rates(run: dict) -> dict:
@@ -324,15 +325,15 @@ def main(argv: list[str] | None = None) -> dict:
             trl_tr._tool_call_loop = spy  # observes the loop's output; changes nothing
             # Generation batches, observed: TRL's model.generate calls, the engine
             # backend's batches (its batcher's run, on the worker thread).
-            trl_log = BatchLog(trl_tr.model.generate, lambda a, kw: len(kw["input_ids"]),
-                               lambda a, kw, out: out.shape[1] - kw["input_ids"].shape[1])
-            trl_tr.model.generate = trl_log
+            trl_log = trl_tr.model.generate = BatchLog(
+                trl_tr.model.generate,
+                lambda a, kw, out: (out.shape[0], out.shape[1] - kw["input_ids"].shape[1]))
+            batcher = rollout._ensure_engine(ag_tr).backend._batcher
+            ag_log = batcher.run = BatchLog(
+                batcher.run, lambda a, kw, out: (len(a[0]), max(len(r.tokens) for r in a[0])))
             runs: dict[str, list[dict]] = {"trl": [], "agentgym": []}
             trl_run(trl_tr, trl_inputs, trl_log)  # untimed first pass of each arm
-            agentgym_run(ag_tr, rollout, ag_inputs, None)
-            batcher = rollout._engine.backend._batcher
-            ag_log = batcher.run = BatchLog(batcher.run, lambda a, kw: len(a[0]),
-                                            lambda a, kw, out: max(len(r.tokens) for r in a[0]))
+            agentgym_run(ag_tr, rollout, ag_inputs, ag_log)
             for _ in range(args.repeats):
                 runs["trl"].append(trl_run(trl_tr, trl_inputs, trl_log))
                 runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs, ag_log))
