@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from agentgym.learner.forward import ForwardUnit, unit_of
+
 __all__ = ["DataParallel", "init_from_env", "main_first", "shard_rows", "world_from_env"]
 
 
@@ -75,7 +77,9 @@ def shard_rows(rows: np.ndarray, lengths: np.ndarray, world_size: int, rank: int
 
 
 class DataParallel:
-    """One rank of a data-parallel learner: ``model`` (and ``value_model``) wrapped in
+    """One rank of a data-parallel learner: ``model`` in a
+    :class:`~agentgym.learner.forward.ForwardUnit` (so the learner's selective log-prob
+    path runs inside DDP's forward) and ``value_model``, each wrapped in
     ``DistributedDataParallel`` in the current process group.
 
     The wrapped modules share their parameters with the plain ones, so the optimizer, the
@@ -91,7 +95,7 @@ class DataParallel:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.module = model
-        self.model = self._wrap(model)
+        self.model = self._wrap(ForwardUnit(model))
         self.value_model = self._wrap(value_model) if value_model is not None else None
 
     @staticmethod
@@ -136,13 +140,23 @@ class DataParallel:
         """A zero-loss forward and backward, so that a rank without rows in a mini-batch
         takes part in its gradient reduction (adds nothing to the sum)."""
         ids = torch.full((1, 2), int(pad_token_id), dtype=torch.long, device=self.device)
-        mask = torch.ones_like(ids)
-        out = self.model(input_ids=ids, attention_mask=mask)
-        loss = _logits(out).float().sum() * 0.0
+        loss = zero_forward(self.model, ids)
         if self.value_model is not None:
-            loss = loss + _logits(self.value_model(input_ids=ids, attention_mask=mask)
-                                  ).float().sum() * 0.0
+            loss = loss + zero_forward(self.value_model, ids)
         loss.backward()
+
+    def micro_steps(self, n_local: int) -> int:
+        """The forward-backward steps this rank runs for a mini-batch: its micro-batches,
+        or one zero-loss step without any (DDP reduces once, at the last backward)."""
+        return max(n_local, 1)
+
+    def forward_steps(self, n_local: int) -> int:
+        """The forward passes this rank runs for a no-grad pass: its own (a DDP forward
+        needs no other rank)."""
+        return n_local
+
+    def idle_forward(self, module) -> None:
+        """Nothing: a DDP rank's no-grad forwards are its own."""
 
     # -- collectives -----------------------------------------------------------------------
     def _tensor(self, values, dtype=torch.float64) -> torch.Tensor:
@@ -185,8 +199,18 @@ class DataParallel:
         return box[0]
 
 
-def _logits(out: Any) -> torch.Tensor:
-    return out.logits if hasattr(out, "logits") else out
+def zero_forward(module, ids: torch.Tensor) -> torch.Tensor:
+    """``0 * sum(output)`` of one plain forward of ``module`` on ``ids`` (a forward unit, or
+    a wrapper of one, runs its policy's forward): a step that adds nothing to any gradient
+    but takes part in every collective of a forward and backward."""
+    mask = torch.ones_like(ids)
+
+    def plain(policy, i, m):
+        out = policy(input_ids=i, attention_mask=m)
+        return out.logits if hasattr(out, "logits") else out
+
+    out = module(plain, ids, mask) if unit_of(module) is not None else plain(module, ids, mask)
+    return out.float().sum() * 0.0
 
 
 def main_first(fn):

@@ -99,6 +99,13 @@ class TrainerConfig:
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
     bf16: bool = False
+    # the learner's layout under torchrun (agentgym.distributed.parallel.ParallelConfig):
+    # strategy ddp | fsdp | hsdp, replicate, activation_checkpointing, param_dtype,
+    # reduce_dtype, reshard_after_forward
+    parallel: dict[str, Any] = field(default_factory=dict)
+    # LoRA adapters instead of full fine-tuning (agentgym.learner.lora.LoraSettings: r,
+    # alpha, dropout, target_modules); None trains every weight
+    lora: dict[str, Any] | None = None
     # rollouts on Ray workers (agentgym.distributed): 0 = the in-process engine; else that
     # many workers on the cluster at ray_address (None: a local cluster), each with the
     # backend above and max_concurrency episodes in flight; rollout_worker: WorkerSpec
@@ -180,6 +187,9 @@ class TrainerConfig:
                 isinstance(fg, dict) and set(fg) <= {"max_draws"}
                 and int(fg.get("max_draws", 3)) >= 1):
             raise ValueError(f"filter_groups takes true/false or {{max_draws: N >= 1}}, got {fg!r}")
+        from agentgym.distributed.parallel import ParallelConfig
+
+        self.parallel_config = ParallelConfig.from_dict(self.parallel)
         if self.backend not in ("transformers", "vllm", "openai"):
             raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
 
