@@ -5,7 +5,12 @@ Layout of one checkpoint folder ``<output>/checkpoints/step_<N>/``:
 * ``model/`` — ``save_pretrained`` weights + config + tokenizer (loadable by every backend
   and by ``agentgym-rl eval --model``),
 * ``critic.pt`` — the PPO critic's state dict (PPO only),
-* ``optim.pt`` — optimizer (and critic optimizer) state dicts,
+* ``optim.pt`` — optimizer (and critic optimizer) state dicts (one process and ``ddp``),
+* ``dcp/`` — under a sharded strategy (``fsdp``, ``hsdp``): the policy's, the optimizer's
+  (and the critic's) shards, written by every rank with ``torch.distributed.checkpoint``,
+  which a run of any world size reads back into its own shards,
+* ``adapter/`` — a LoRA run's adapter (peft's folder); ``model/`` then holds the base
+  weights with the adapter merged, so every backend and ``eval`` load it as a plain model,
 * ``trainer_state.pt`` — step, policy version, horizon schedule state, task sampler state,
   the torch/numpy/python RNG states and the config it was written with.
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,34 +62,45 @@ def save_checkpoint(
     *,
     model: torch.nn.Module,
     tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     state: dict[str, Any],
     critic: torch.nn.Module | None = None,
     critic_optimizer: torch.optim.Optimizer | None = None,
     keep: int | None = 2,
     model_dir: str | Path | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
+    critic_weights: dict[str, torch.Tensor] | None = None,
+    extras: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` (``root/step_<step>``) and point ``latest``
     at it; keep only the newest ``keep`` checkpoints (None keeps all). ``model_dir``: the
     folder the model came from, whose processor files (a vision-language model's image
-    processor) the checkpoint's model folder gets too."""
+    processor) the checkpoint's model folder gets too. ``weights`` / ``critic_weights``:
+    the state dicts to write instead of the modules' own (gathered shards, LoRA merged into
+    the base weights); ``optimizer`` None writes no ``optim.pt`` (a sharded run's optimizer
+    is in ``dcp/``); ``extras(folder)`` writes more into the folder before it is renamed."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
+    base.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
     if model_dir is not None:
         copy_processor_files(model_dir, tmp / "model")
-    optim = {"optimizer": optimizer.state_dict()}
-    if critic_optimizer is not None:
-        optim["critic_optimizer"] = critic_optimizer.state_dict()
-    torch.save(optim, tmp / "optim.pt")
+    if optimizer is not None:
+        optim = {"optimizer": optimizer.state_dict()}
+        if critic_optimizer is not None:
+            optim["critic_optimizer"] = critic_optimizer.state_dict()
+        torch.save(optim, tmp / "optim.pt")
     if critic is not None:
-        torch.save(critic.state_dict(), tmp / "critic.pt")
+        torch.save(critic_weights if critic_weights is not None else critic.state_dict(),
+                   tmp / "critic.pt")
+    if extras is not None:
+        extras(tmp)
     torch.save({**state, "rng": capture_rng()}, tmp / "trainer_state.pt")
     fsync_tree(tmp)
     shutil.rmtree(final, ignore_errors=True)
@@ -112,12 +129,14 @@ def find_checkpoint(path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint: ``{"dir", "model_dir", "state", "optim", "critic"}`` (RNG states
+    """Read a checkpoint: ``{"dir", "model_dir", "state", "optim", "critic"}`` (``optim``
+    None for a sharded run's, whose optimizer is in ``dir/dcp``; RNG states
     are in ``state["rng"]``; call :func:`restore_rng` to apply them)."""
     ckpt = find_checkpoint(path)
     out: dict[str, Any] = {"dir": ckpt, "model_dir": ckpt / "model"}
     out["state"] = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    out["optim"] = torch.load(ckpt / "optim.pt", weights_only=False)
+    optim = ckpt / "optim.pt"
+    out["optim"] = torch.load(optim, weights_only=False) if optim.is_file() else None
     critic = ckpt / "critic.pt"
     out["critic"] = torch.load(critic, weights_only=True) if critic.is_file() else None
     return out

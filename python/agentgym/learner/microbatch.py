@@ -1,13 +1,31 @@
-"""Padded micro-batches of a packed trajectory batch.
+"""Micro-batches of a packed trajectory batch: padded, or packed without padding.
 
 A :class:`~agentgym.data.trajectories.PackedBatch` lays B multi-turn trajectories end to
-end in flat numpy arrays. The learner turns it into *micro-batches*: right-padded ``[n, L]``
-tensors sized to a token budget, with every per-token quantity shifted by one so that column
-``j`` of ``loss_mask``, ``old_logprobs``, ``advantages`` ... describes the prediction of
-``input_ids[:, j + 1]`` from ``logits[:, j]`` (the next-token alignment of a causal LM).
+end in flat numpy arrays. The learner turns it into *micro-batches* sized to a token budget,
+with every per-token quantity shifted by one so that column ``j`` of row ``i`` of
+``loss_mask``, ``old_logprobs``, ``advantages`` ... describes the prediction of token
+``j + 1`` of the micro-batch's ``i``-th sample from the model's output at its token ``j``
+(the next-token alignment of a causal LM). These per-token tensors are ``[n, L - 1]`` in
+both layouts, so the losses, their aggregation modes and :func:`scatter_to_packed` are one
+code path.
 
-Sequences are sorted by length before packing so that each micro-batch holds sequences
-of similar length, which keeps padding small.
+*Padded* (default): the model input is right-padded ``[n, L]`` ``input_ids`` with an
+``attention_mask``; the budget counts padded tokens ``n * L``. Sequences are taken longest
+first so that each micro-batch holds sequences of similar length, which keeps padding small.
+
+*Packed* (``packing=True``): the model input is one row ``[1, T]`` holding the samples end
+to end (``T`` = their summed lengths, no padding) with ``position_ids`` restarting at 0 at
+each sample and no attention mask; the budget counts these real tokens. A Hugging Face model
+then keeps attention inside each sample by itself: SDPA, eager and flex attention build a
+block-diagonal causal mask from the restarts of ``position_ids``
+(``transformers.masking_utils.find_packed_sequence_indices``), and flash attention runs its
+variable-length kernel over the sequences that ``position_ids`` delimits (one row only,
+hence ``[1, T]``). That detection is skipped where the model holds a KV cache, so a packed
+forward passes ``use_cache=False`` (:meth:`MicroBatch.model_inputs`).
+``MicroBatch.token_index`` maps each per-token column to the packed position of its input
+token, so the model's packed outputs become the ``[n, L - 1]`` layout
+(:meth:`MicroBatch.unpack`); the output at a sample's last token, whose next packed token
+belongs to the next sample, has no column and is never trained on.
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ from agentgym.data.trajectories import BatchFormatError, PackedBatch
 
 __all__ = [
     "MicroBatch",
+    "check_packable",
     "collate",
     "make_micro_batches",
     "plan_micro_batches",
@@ -31,15 +50,20 @@ __all__ = [
 
 @dataclass
 class MicroBatch:
-    """Right-padded tensors for one forward/backward pass.
+    """The tensors of one forward/backward pass over ``n`` samples.
 
-    ``input_ids``/``attention_mask`` are ``[n, L]``; every other per-token tensor is
-    ``[n, L - 1]`` and shifted: column ``j`` refers to the target token
-    ``input_ids[:, j + 1]`` predicted by ``logits[:, j]``. ``loss_mask`` is 1 exactly at
-    model-generated targets (observation, prompt and padding tokens are 0).
-    ``indices`` are the trajectories' rows in the packed batch. ``images``: the pictures of
-    the rows' image placeholder spans, row by row in token order (the packed batch's frame
-    arrays, not copies; empty without image observations).
+    Padded: ``input_ids``/``attention_mask`` are ``[n, L]`` (``L`` the longest sample).
+    Packed (``position_ids`` set): ``input_ids``/``position_ids`` are ``[1, T]``, the
+    samples end to end, ``attention_mask`` is None and ``token_index`` ``[n, L - 1]`` is the
+    packed position of sample ``i``'s token ``j`` (-1 past its end).
+
+    Every other per-token tensor is ``[n, L - 1]`` and shifted in both layouts: column ``j``
+    of row ``i`` refers to the target token ``j + 1`` of sample ``i``, predicted from the
+    model's output at its token ``j``. ``loss_mask`` is 1 exactly at model-generated
+    targets (observation, prompt and padding tokens are 0). ``indices`` are the
+    trajectories' rows in the packed batch, ``lengths`` their token counts. ``images``: the
+    pictures of the rows' image placeholder spans, row by row in token order (the packed
+    batch's frame arrays, not copies; empty without image observations).
     """
 
     input_ids: Any
@@ -51,6 +75,13 @@ class MicroBatch:
     lengths: np.ndarray
     extras: dict[str, Any] = field(default_factory=dict)
     images: list[np.ndarray] = field(default_factory=list)
+    position_ids: Any = None
+    token_index: Any = None
+
+    @property
+    def packed(self) -> bool:
+        """True for the packed layout (one ``[1, T]`` row, no padding)."""
+        return self.position_ids is not None
 
     @property
     def num_sequences(self) -> int:
@@ -73,9 +104,13 @@ class MicroBatch:
 
     def to(self, device: Any) -> MicroBatch:
         """Move every tensor to ``device`` (returns a new MicroBatch)."""
+
+        def move(t: Any) -> Any:
+            return None if t is None else t.to(device)
+
         return MicroBatch(
             input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
+            attention_mask=move(self.attention_mask),
             loss_mask=self.loss_mask.to(device),
             old_logprobs=self.old_logprobs.to(device),
             advantages=self.advantages.to(device),
@@ -83,7 +118,30 @@ class MicroBatch:
             lengths=self.lengths,
             extras={k: v.to(device) for k, v in self.extras.items()},
             images=self.images,
+            position_ids=move(self.position_ids),
+            token_index=move(self.token_index),
         )
+
+    def model_inputs(self, device: Any = None) -> dict[str, Any]:
+        """The keyword arguments of the model's forward (on ``device``): ``input_ids`` and
+        ``attention_mask`` when padded; ``input_ids``, ``position_ids`` and
+        ``use_cache=False`` when packed (without an attention mask and a cache, transformers
+        derives the per-sample causal mask from ``position_ids``)."""
+        ids = self.input_ids if device is None else self.input_ids.to(device)
+        if not self.packed:
+            att = self.attention_mask if device is None else self.attention_mask.to(device)
+            return {"input_ids": ids, "attention_mask": att}
+        pos = self.position_ids if device is None else self.position_ids.to(device)
+        return {"input_ids": ids, "position_ids": pos, "use_cache": False}
+
+    def unpack(self, values: Any) -> Any:
+        """Per-position outputs of a packed forward, ``[1, P, ...]`` (``P`` >= T - 1), as
+        the shifted ``[n, L - 1, ...]`` layout: column ``j`` of row ``i`` is the output at
+        sample ``i``'s token ``j``; columns past a sample's end are 0. Differentiable."""
+        idx = self.token_index.to(values.device)
+        valid = idx >= 0
+        out = values[0][idx.clamp(min=0)]
+        return out.masked_fill(~valid.view(valid.shape + (1,) * (out.dim() - 2)), 0)
 
 
 def plan_micro_batches(
@@ -92,13 +150,18 @@ def plan_micro_batches(
     *,
     max_seqs_per_microbatch: int | None = None,
     indices: np.ndarray | None = None,
+    packing: bool = False,
 ) -> list[np.ndarray]:
-    """Group sequences into micro-batches of at most ``max_tokens_per_microbatch`` *padded*
-    tokens (``n * max_len``) and at most ``max_seqs_per_microbatch`` sequences.
+    """Group sequences into micro-batches of at most ``max_tokens_per_microbatch`` tokens
+    and at most ``max_seqs_per_microbatch`` sequences.
 
-    Sequences are taken longest first, so each group holds similar lengths. A sequence
-    longer than the budget gets a micro-batch of its own. ``indices`` restricts the plan
-    to those rows (default: all). Returns arrays of row indices.
+    Padded (default): the budget counts *padded* tokens (``n * max_len``); sequences are
+    taken longest first and cut into consecutive groups, so each group holds similar
+    lengths. Packed (``packing=True``): the budget counts *real* tokens (the summed
+    lengths); sequences, longest first, each go to the first group they fit in (first-fit
+    decreasing bin packing), so short ones fill the room the long ones leave. Either way a
+    sequence longer than the budget gets a micro-batch of its own. ``indices`` restricts
+    the plan to those rows (default: all). Returns arrays of row indices.
     """
     if max_tokens_per_microbatch <= 0:
         raise ValueError("max_tokens_per_microbatch must be positive")
@@ -107,6 +170,8 @@ def plan_micro_batches(
     lengths = np.asarray(lengths, dtype=np.int64)
     rows = np.arange(lengths.shape[0]) if indices is None else np.asarray(indices, np.int64)
     order = rows[np.argsort(-lengths[rows], kind="stable")]
+    if packing:
+        return _first_fit(order, lengths, max_tokens_per_microbatch, max_seqs_per_microbatch)
     groups: list[np.ndarray] = []
     current: list[int] = []
     cur_max = 0
@@ -124,6 +189,48 @@ def plan_micro_batches(
     return groups
 
 
+def _first_fit(order: np.ndarray, lengths: np.ndarray, budget: int, max_seqs: int | None
+               ) -> list[np.ndarray]:
+    """Rows ``order`` (longest first) into groups of at most ``budget`` summed lengths and
+    ``max_seqs`` rows: each row joins the first group with room for it, else opens one."""
+    n = order.shape[0]
+    tokens = np.zeros(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    cap = n if max_seqs is None else max_seqs
+    groups: list[list[int]] = []
+    for r in order.tolist():
+        ln = int(lengths[r])
+        k = len(groups)
+        fits = np.flatnonzero((tokens[:k] + ln <= budget) & (counts[:k] < cap))
+        g = int(fits[0]) if fits.size else k
+        if g == k:
+            groups.append([])
+        groups[g].append(r)
+        tokens[g] += ln
+        counts[g] += 1
+    return [np.asarray(g, dtype=np.int64) for g in groups]
+
+
+def check_packable(model: Any) -> None:
+    """Raise ValueError unless ``model`` (or the module a wrapper holds: DDP's ``module``,
+    a compiled model's ``_orig_mod``, a forward unit's ``policy``, peft's ``base_model``)
+    is a Hugging Face transformers model, the one kind whose attention a packed micro-batch
+    can rely on to stay inside each sample (see the module docstring)."""
+    seen = model
+    for _ in range(4):
+        cfg = getattr(seen, "config", None)
+        if cfg is not None and hasattr(cfg, "_attn_implementation"):
+            return
+        seen = next((getattr(seen, a) for a in ("module", "_orig_mod", "policy", "unit",
+                                                  "base_model") if hasattr(seen, a)), None)
+        if seen is None:
+            break
+    raise ValueError(
+        f"packed micro-batches (LearnerConfig.packing) need a Hugging Face transformers "
+        f"model, which keeps attention inside each packed sample from position_ids; got "
+        f"{type(model).__name__}: set packing=False")
+
+
 def collate(
     batch: PackedBatch,
     indices: np.ndarray,
@@ -131,16 +238,24 @@ def collate(
     *,
     pad_token_id: int = 0,
     device: Any = None,
+    packing: bool = False,
 ) -> MicroBatch:
-    """Pad trajectories ``indices`` of ``batch`` into a :class:`MicroBatch`.
+    """Trajectories ``indices`` of ``batch`` as a :class:`MicroBatch`: right-padded, or with
+    ``packing`` end to end in one row (``pad_token_id`` is then unused).
 
     ``token_arrays`` maps names to float arrays of length T (per packed token, e.g.
     ``advantages``, ``ref_logprobs``, ``returns``, ``values``, ``weights``); each is
-    shifted like ``loss_mask``. ``advantages`` is zeros when not given.
+    shifted like ``loss_mask``. ``advantages`` is zeros when not given. Packing refuses
+    rows with images (ValueError): vision-language inputs keep the padded layout.
     """
     import torch
 
     indices = np.asarray(indices, dtype=np.int64)
+    if packing and batch.images is not None and any(
+            batch.images[b].refs for b in indices.tolist()):
+        raise ValueError(
+            "packed micro-batches (LearnerConfig.packing) do not take image observations: "
+            "a vision-language model's inputs keep the padded layout; set packing=False")
     lengths = batch.lengths[indices]
     n = indices.shape[0]
     width = max(int(lengths.max()) if n else 1, 1)
@@ -172,9 +287,20 @@ def collate(
             raise BatchFormatError(f"token array {name!r} must have T = {batch.num_tokens}")
         extras[name] = torch.from_numpy(take(arr, 0.0, np.float32)[:, 1:] * lmask)
 
+    position_ids = token_index = None
+    if packing:
+        starts = (np.cumsum(lengths) - lengths).astype(np.int64)
+        flat = (batch.offsets[indices][:, None] + pos[None, :])[valid]  # row-major
+        ids = batch.token_ids[flat].astype(np.int64)[None, :]
+        position_ids = torch.from_numpy(np.broadcast_to(pos, valid.shape)[valid][None, :])
+        # column j of row i: the packed position of sample i's token j (the target j + 1
+        # is in the same sample), -1 past the sample's last target
+        token_index = torch.from_numpy(np.where(
+            pos[None, :-1] < (lengths[:, None] - 1), starts[:, None] + pos[None, :-1], -1))
+        mask = None
     mb = MicroBatch(
         input_ids=torch.from_numpy(ids),
-        attention_mask=torch.from_numpy(mask),
+        attention_mask=None if mask is None else torch.from_numpy(mask),
         loss_mask=torch.from_numpy(np.ascontiguousarray(lmask)),
         old_logprobs=torch.from_numpy(np.ascontiguousarray(old)),
         advantages=torch.from_numpy(np.ascontiguousarray(adv)),
@@ -183,6 +309,8 @@ def collate(
         extras=extras,
         images=[] if batch.images is None else
         [f.array() for b in indices.tolist() for f in batch.images[b].spans()],
+        position_ids=position_ids,
+        token_index=token_index,
     )
     return mb.to(device) if device is not None else mb
 
@@ -196,8 +324,10 @@ def make_micro_batches(
     indices: np.ndarray | None = None,
     pad_token_id: int = 0,
     device: Any = None,
+    packing: bool = False,
 ) -> list[MicroBatch]:
-    """Plan and collate: a packed batch into a list of micro-batches.
+    """Plan and collate: a packed batch into a list of micro-batches (padded, or packed
+    with ``packing``).
 
     See :func:`plan_micro_batches` for the grouping and :func:`collate` for the tensors.
     """
@@ -206,9 +336,11 @@ def make_micro_batches(
         max_tokens_per_microbatch,
         max_seqs_per_microbatch=max_seqs_per_microbatch,
         indices=indices,
+        packing=packing,
     )
     return [
-        collate(batch, rows, token_arrays, pad_token_id=pad_token_id, device=device)
+        collate(batch, rows, token_arrays, pad_token_id=pad_token_id, device=device,
+                packing=packing)
         for rows in plan
     ]
 
@@ -216,9 +348,10 @@ def make_micro_batches(
 def scatter_to_packed(
     batch: PackedBatch, mb: MicroBatch, values: Any, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Write a shifted ``[n, L - 1]`` tensor of a micro-batch back into a float32[T] array
-    indexed by packed token (column ``j`` goes to token ``j + 1``). Token 0 of each
-    trajectory has no prediction and keeps its previous value (0 for a new array)."""
+    """Write a shifted ``[n, L - 1]`` tensor of a micro-batch (either layout) back into a
+    float32[T] array indexed by the batch's token (row ``i``'s column ``j`` goes to token
+    ``j + 1`` of trajectory ``mb.indices[i]``). Token 0 of each trajectory has no prediction
+    and keeps its previous value (0 for a new array)."""
     if out is None:
         out = np.zeros(batch.num_tokens, dtype=np.float32)
     vals = values.detach().float().cpu().numpy() if hasattr(values, "detach") else values

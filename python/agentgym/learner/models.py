@@ -61,10 +61,11 @@ class LearnerModels:
         return self.dp is None or self.dp.is_main
 
     # -- full weights --------------------------------------------------------------------
-    def full_weights(self) -> dict[str, torch.Tensor] | None:
+    def full_weights(self, merge: bool = True) -> dict[str, torch.Tensor] | None:
         """The policy's weights as the base model's Hugging Face state dict (LoRA merged
-        into the base weights), CPU copies, on rank 0; None on the other ranks. Under a
-        sharded strategy every rank must call it (each tensor is all-gathered in turn)."""
+        into the base weights; ``merge=False``: peft's own names, adapter included), CPU
+        copies, on rank 0; None on the other ranks. Under a sharded strategy every rank must
+        call it (each tensor is all-gathered in turn)."""
         if self.sharded:
             items = self.dp.state_dict()
         else:
@@ -73,11 +74,22 @@ class LearnerModels:
         sd = dict(items)
         if not self.is_main:
             return None
-        if self.lora is not None:
-            from agentgym.learner.lora import merged_state_dict
+        return self.merge(sd) if merge else sd
 
-            sd = merged_state_dict(sd, self.lora)
-        return sd
+    def merge(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The base model's state dict of a full policy state dict (the LoRA adapter merged
+        into its base weights; the state itself without LoRA)."""
+        if self.lora is None:
+            return state
+        from agentgym.learner.lora import merged_state_dict
+
+        return merged_state_dict(state, self.lora)
+
+    def save_adapter(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
+        """Write the LoRA adapter of ``state`` (the policy's unmerged full state dict, as
+        :meth:`full_weights` gives it with ``merge=False``) as peft's adapter folder, which
+        peft and vLLM's LoRA requests load."""
+        self.model.save_pretrained(str(folder), state_dict=state, safe_serialization=True)
 
     def critic_weights(self) -> dict[str, torch.Tensor] | None:
         """The critic's state dict (gathered under FSDP; every rank calls it), on rank 0."""
@@ -125,11 +137,14 @@ class LearnerModels:
 def build_learner(model_dir: str, learner_config, *, device: torch.device,
                   parallel: ParallelConfig, lora: dict | None = None, use_ref: bool = False,
                   critic: bool = False, distributed: bool = False,
-                  critic_state: dict | None = None) -> LearnerModels:
+                  critic_state: dict | None = None, ref_dir: str | None = None,
+                  adapter_dir: str | Path | None = None) -> LearnerModels:
     """The learner's models for ``model_dir`` (see the module docstring). ``use_ref``: a KL
-    reference is wanted; ``critic``: a value model (``gae``), ``critic_state`` its saved
-    weights; ``distributed``: running under ``torchrun`` (a sharded strategy in one
-    process gets a one-rank group)."""
+    reference is wanted, with the weights of ``ref_dir`` (default ``model_dir``; a LoRA
+    policy's reference is its base); ``critic``: a value model (``gae``), ``critic_state``
+    its saved weights; ``adapter_dir``: a saved LoRA adapter to continue (one process and
+    ``ddp``; a sharded run reads its adapter from its DCP shards); ``distributed``: running
+    under ``torchrun`` (a sharded strategy in one process gets a one-rank group)."""
     from agentgym.learner.update import make_optimizer
     from agentgym.models.vision import policy_class
 
@@ -140,11 +155,17 @@ def build_learner(model_dir: str, learner_config, *, device: torch.device,
         settings = LoraSettings.from_dict(lora)
     cls = policy_class(model_dir)
 
+    ref_dir = ref_dir or model_dir
+
     def prepare(m: torch.nn.Module) -> torch.nn.Module:
         if settings is not None:
             from agentgym.learner.lora import apply_lora
 
             m = apply_lora(m, settings)
+            if adapter_dir is not None and not parallel.sharded:
+                from agentgym.learner.lora import load_adapter_into
+
+                load_adapter_into(m, adapter_dir)
         if parallel.activation_checkpointing:
             _checkpointing(m)
         return m
@@ -152,17 +173,22 @@ def build_learner(model_dir: str, learner_config, *, device: torch.device,
     def load_policy() -> torch.nn.Module:
         return cls.from_pretrained(model_dir, dtype=torch.float32)
 
+    def load_ref() -> torch.nn.Module:
+        return cls.from_pretrained(ref_dir, dtype=torch.float32)
+
     if parallel.sharded:
-        return _build_sharded(model_dir, cls, load_policy, prepare, learner_config,
+        return _build_sharded(model_dir, cls, load_policy, load_ref, prepare, learner_config,
                               device=device, parallel=parallel, settings=settings,
                               use_ref=use_ref, critic=critic, distributed=distributed,
                               critic_state=critic_state)
     model = prepare(load_policy()).to(device)
     unit = ForwardUnit(model)
     ref = None
-    if use_ref:
-        ref = AdapterOff(unit) if settings is not None else \
-            copy.deepcopy(_base(model)).eval().requires_grad_(False)
+    if use_ref and settings is not None:
+        ref = AdapterOff(unit)
+    elif use_ref:
+        ref = (copy.deepcopy(model) if ref_dir == model_dir else load_ref().to(device))
+        ref.eval().requires_grad_(False)
     value = value_opt = None
     if critic:
         value = _load_critic(model_dir).to(device)
@@ -179,7 +205,8 @@ def build_learner(model_dir: str, learner_config, *, device: torch.device,
                          dp=dp, lora=settings)
 
 
-def _build_sharded(model_dir, cls, load_policy, prepare, learner_config, *, device, parallel,
+def _build_sharded(model_dir, cls, load_policy, load_ref, prepare, learner_config, *, device,
+                   parallel,
                    settings, use_ref, critic, distributed, critic_state) -> LearnerModels:
     import torch.distributed as dist
     from transformers import AutoConfig
@@ -208,7 +235,7 @@ def _build_sharded(model_dir, cls, load_policy, prepare, learner_config, *, devi
     if use_ref and settings is not None:
         ref = AdapterOff(unit)
     elif use_ref:
-        ref = build_sharded(make_policy, load_policy if main else None, ForwardUnit,
+        ref = build_sharded(make_policy, load_ref if main else None, ForwardUnit,
                             parallel, device, mesh)
         ref.eval().requires_grad_(False)
     value = value_opt = None
@@ -230,11 +257,6 @@ def _build_sharded(model_dir, cls, load_policy, prepare, learner_config, *, devi
 
 def _identity(m: torch.nn.Module) -> torch.nn.Module:
     return m
-
-
-def _base(model: torch.nn.Module) -> torch.nn.Module:
-    get = getattr(model, "get_base_model", None)
-    return get() if get is not None and hasattr(model, "peft_config") else model
 
 
 def _checkpointing(model: torch.nn.Module) -> None:

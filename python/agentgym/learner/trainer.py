@@ -32,7 +32,6 @@ broadcasts each step's batch; every rank trains on its share of it
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import random
 import sys
@@ -109,7 +108,8 @@ class Trainer:
         self.cfg = config.replace(**overrides) if overrides else config
         self._injected_backend = backend
         self.runner = None
-        self.dp = None  # the DataParallel rank under torchrun
+        self.dp = None  # the data-parallel rank under torchrun
+        self.last_sync_s = 0.0
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.eval_history: list[dict[str, Any]] = []
@@ -172,7 +172,7 @@ class Trainer:
         the checkpoint's state, and on rank 0 the runner and the logger."""
         if self._ready:
             return
-        from agentgym.distributed.ddp import DataParallel, main_first
+        from agentgym.distributed.ddp import main_first
         from agentgym.learner.checkpoint import load_checkpoint
 
         cfg = self.cfg
@@ -187,6 +187,10 @@ class Trainer:
         else:  # built (tiny model, warm-up) once, on rank 0
             self.model_dir = main_first(self._resolve_model) if distributed \
                 else self._resolve_model()
+        st = ckpt["state"] if ckpt else {}
+        # the KL anchor and a LoRA run's base weights stay the run's first model folder
+        self.ref_model_dir = st.get("ref_model_dir") or self.model_dir
+        self.base_model_dir = st.get("base_model_dir") or self.model_dir
         self._setup_models(distributed, ckpt)
         self.task_rng = np.random.default_rng(cfg.seed)
         self.version_offset = 0
@@ -200,13 +204,10 @@ class Trainer:
                 pool_size=cfg.opponent_pool_size, pool_every=cfg.opponent_pool_every)
         if ckpt:
             self._restore(ckpt)
-        self.ref_model_dir = (ckpt["state"].get("ref_model_dir") if ckpt else None) \
-            or self.model_dir
-        if distributed:
-            self.dp = DataParallel(self.model, self.critic)
-            if not self.dp.is_main:  # rank 0 alone rolls out, logs and saves
-                self._ready = True
-                return
+        self.dp = self.learner.dp
+        if self.dp is not None and not self.dp.is_main:  # rank 0 alone rolls out, logs, saves
+            self._ready = True
+            return
         ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
               "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
               "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
@@ -251,21 +252,20 @@ class Trainer:
         return distributed
 
     def _setup_models(self, distributed: bool, ckpt: dict | None) -> None:
-        """The device, tokenizer and policy model of the model folder, the learner config,
-        the frozen reference (when a KL is used), the critic (``gae``; its checkpointed
-        weights) and the optimizers."""
+        """The device, tokenizer, the learner config and the learner's models under the
+        run's parallel strategy (:func:`~agentgym.learner.models.build_learner`: the policy,
+        LoRA adapters, the frozen reference when a KL is used, the critic for ``gae`` with
+        its checkpointed weights, the optimizers, the data-parallel rank)."""
         from transformers import AutoTokenizer
 
-        from agentgym.learner import LearnerConfig, make_optimizer
-        from agentgym.models.vision import policy_class
+        from agentgym.learner import LearnerConfig
+        from agentgym.learner.models import build_learner
 
         cfg = self.cfg
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if distributed and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = policy_class(self.model_dir).from_pretrained(
-            self.model_dir, dtype=torch.float32).to(self.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         lc = {"adv_estimator": cfg.adv_estimator, "temperature": 1.0, "bf16": cfg.bf16,
               "pad_token_id": pad, "seed": cfg.seed}
@@ -273,31 +273,37 @@ class Trainer:
             lc.update(max_staleness=cfg.max_staleness, staleness_mode=cfg.staleness_mode)
         self.learner_config = LearnerConfig.from_dict({**lc, **cfg.learner})
         lcfg = self.learner_config
-        self.ref_model = None
         wants_kl = (lcfg.use_kl_loss and lcfg.kl_coef > 0) or lcfg.use_kl_in_reward
-        if cfg.use_ref_model and wants_kl:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.critic = self.critic_optimizer = None
-        if lcfg.adv_estimator == "gae":
-            from transformers import AutoModelForTokenClassification
-
-            self.critic = AutoModelForTokenClassification.from_pretrained(
-                self.model_dir, num_labels=1, dtype=torch.float32).to(self.device)
-            if ckpt and ckpt["critic"] is not None:
-                self.critic.load_state_dict(ckpt["critic"])
-            self.critic_optimizer = make_optimizer(self.critic, lcfg, critic=True)
-        self.optimizer = make_optimizer(self.model, lcfg)
+        lora = cfg.lora is not None
+        self.learner = build_learner(
+            self.base_model_dir if lora else self.model_dir, lcfg, device=self.device,
+            parallel=cfg.parallel_config, lora=cfg.lora,
+            use_ref=cfg.use_ref_model and wants_kl, critic=lcfg.adv_estimator == "gae",
+            distributed=distributed, ref_dir=self.ref_model_dir,
+            critic_state=ckpt["critic"] if ckpt else None,
+            adapter_dir=ckpt["dir"] / "adapter" if ckpt and lora else None)
+        lm = self.learner
+        self.model, self.ref_model, self.optimizer = lm.model, lm.ref, lm.optimizer
+        self.critic, self.critic_optimizer = lm.critic, lm.critic_optimizer
 
     def _restore(self, ckpt: dict) -> None:
         """A checkpoint's optimizer states, schedule, task sampler, step, policy version,
         evaluation history, reference weights and RNG states."""
         from agentgym.learner.checkpoint import restore_rng
-        from agentgym.models.vision import policy_class
 
         st = ckpt["state"]
-        self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
-        if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
-            self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
+        if self.learner.sharded:
+            if not (ckpt["dir"] / "dcp").is_dir():
+                raise ValueError(f"{ckpt['dir']} was written by a ddp run (no dcp/ shards): "
+                                 "resume it with parallel.strategy ddp")
+            self.learner.load_shards(ckpt["dir"] / "dcp")
+        else:
+            if ckpt["optim"] is None:
+                raise ValueError(f"{ckpt['dir']} was written by a sharded run (no optim.pt): "
+                                 "resume it with parallel.strategy fsdp or hsdp")
+            self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
+            if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
+                self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
         self.schedule.load_state_dict(st["schedule"])
         self.task_rng.bit_generator.state = st["task_rng"]
         self.step = int(st["step"])
@@ -305,9 +311,6 @@ class Trainer:
         if self.selfplay is not None and "selfplay" in st:
             self.selfplay.load_state_dict(st["selfplay"])
         self.eval_history = list(st.get("eval_history", []))
-        if st.get("ref_model_dir") and self.ref_model is not None:
-            self.ref_model.load_state_dict(policy_class(st["ref_model_dir"]).from_pretrained(
-                st["ref_model_dir"]).state_dict())
         restore_rng(st["rng"])
 
     def _open_runner(self, rollout: dict[str, Any]):
@@ -437,9 +440,7 @@ class Trainer:
             pb = pb.with_rewards(pb.rewards - np.float32(self.cfg.format_penalty) * cut)
         version = self.runner.policy_version
         baseline = self.selfplay.baselines(pb.seat) if self.selfplay is not None else None
-        if self.dp is not None:  # the other ranks train on the same batch
-            self.dp.broadcast_object((pb, version, baseline))
-        out = self._policy_update(pb, version, baseline)
+        out = self._collective("update", pb, version, baseline)
         if self.selfplay is not None:
             self.selfplay.update_baseline(pb.seat, pb.rewards, ~pb.failed)
             out.update(self.selfplay.metrics())
@@ -453,24 +454,51 @@ class Trainer:
             critic_optimizer=self.critic_optimizer, current_version=version,
             data_parallel=self.dp, role_baseline=baseline)
 
+    #: the work every rank does together: rank 0 names it (:meth:`_collective`), the others
+    #: run it as they receive it (:meth:`_follow`)
+    _COLLECTIVE = {"update": "_policy_update", "weights": "_gather_weights",
+                   "critic_weights": "_gather_critic", "shards": "_save_shards"}
+
+    def _collective(self, op: str, *args: Any) -> Any:
+        """Run ``op`` (a key of :attr:`_COLLECTIVE`) here and, under torchrun, on every rank:
+        rank 0 broadcasts it first. Under ``ddp`` only the update needs the other ranks
+        (each holds the whole model); under a sharded strategy the weights and checkpoint
+        shards are gathered or written by every rank."""
+        if self.dp is not None and (op == "update" or self.learner.sharded):
+            self.dp.broadcast_object((op, args))
+        return getattr(self, self._COLLECTIVE[op])(*args)
+
     def _follow(self) -> dict[str, Any]:
-        """A data-parallel rank other than 0: train on each batch rank 0 broadcasts, until
-        it broadcasts the end (None)."""
+        """A data-parallel rank other than 0: run each piece of collective work rank 0
+        broadcasts, until it broadcasts the end (None)."""
         steps = 0
         while (msg := self.dp.broadcast_object(None)) is not None:
-            self._policy_update(*msg)
-            steps += 1
+            op, args = msg
+            getattr(self, self._COLLECTIVE[op])(*args)
+            steps += op == "update"
         return {"rank": self.dp.rank, "steps": steps, "output_dir": str(self.output_dir)}
 
+    def _gather_weights(self, merge: bool = True) -> dict | None:
+        return self.learner.full_weights(merge)
+
+    def _gather_critic(self) -> dict | None:
+        return self.learner.critic_weights()
+
+    def _save_shards(self, path: str) -> None:
+        self.learner.save_shards(path)
+
     def _weights(self) -> dict:
-        """A CPU copy of the learner's weights."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """A CPU copy of the policy's weights as the base model's state dict (LoRA merged;
+        gathered from every rank's shards under a sharded strategy)."""
+        return self._collective("weights")
 
     async def sync_weights(self) -> None:
         """Send the learner's weights to the runner's backends (bumps its policy_version);
         under self-play with an opponent pool, a due snapshot joins the pool."""
-        sd = self._weights()
+        t0 = time.perf_counter()
+        sd = await asyncio.to_thread(self._weights)
         await self.runner.update_weights(sd)
+        self.last_sync_s = time.perf_counter() - t0
         sp = self.selfplay
         if sp is not None and sp.snapshot_due(self.step + 1):
             name = f"pool:v{self.policy_version}"
@@ -558,17 +586,31 @@ class Trainer:
     def save(self) -> Path:
         from agentgym.learner.checkpoint import save_checkpoint
 
+        lm = self.learner
         state = {"step": self.step, "policy_version": self.policy_version,
                  "schedule": self.schedule.state_dict(),
                  "task_rng": self.task_rng.bit_generator.state,
                  "config": self.cfg.to_dict(), "eval_history": self.eval_history,
-                 "ref_model_dir": self.ref_model_dir}
+                 "ref_model_dir": self.ref_model_dir, "base_model_dir": self.base_model_dir,
+                 "parallel": lm.parallel.to_dict()}
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
-        return save_checkpoint(self.output_dir / "checkpoints", self.step, model=self.model,
-                               tokenizer=self.tokenizer, optimizer=self.optimizer, state=state,
-                               critic=self.critic, critic_optimizer=self.critic_optimizer,
-                               keep=self.cfg.keep_checkpoints, model_dir=self.model_dir)
+
+        raw = self._collective("weights", False)  # LoRA: the adapter kept apart
+
+        def extras(folder: Path) -> None:  # written into the checkpoint before it is renamed
+            if lm.sharded:
+                self._collective("shards", str(folder / "dcp"))
+            if lm.lora is not None:
+                lm.save_adapter(folder / "adapter", raw)
+
+        return save_checkpoint(
+            self.output_dir / "checkpoints", self.step, model=self.model,
+            tokenizer=self.tokenizer, optimizer=None if lm.sharded else self.optimizer,
+            state=state, critic=self.critic, critic_optimizer=self.critic_optimizer,
+            keep=self.cfg.keep_checkpoints, model_dir=self.model_dir, weights=lm.merge(raw),
+            critic_weights=self._collective("critic_weights") if lm.critic is not None else None,
+            extras=extras)
 
     # ------------------------------------------------------------------ the loop
     async def train_async(self, max_steps: int | None = None) -> dict[str, Any]:
@@ -610,6 +652,8 @@ class Trainer:
                        "horizon/stage": float(self.schedule.stage_index(step)),
                        "timing_s/gen": t_gen, "timing_s/update": t2 - t1,
                        "timing_s/sync": t3 - t2, "timing_s/step": t3 - t0,
+                       # gathering (and merging) the weights and loading them into the backend
+                       "timing_s/weight_sync": self.last_sync_s,
                        # tokens through the learner's forward and backward passes per second
                        "perf/update_tokens_per_s": upd.get("learner/num_tokens", 0.0)
                        / max(t2 - t1, 1e-9),

@@ -26,6 +26,7 @@ from agentgym.learner.advantages import (
     compute_advantages,
     validity,
 )
+from agentgym.learner.forward import policy_of, unit_of
 from agentgym.learner.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -38,6 +39,7 @@ from agentgym.learner.losses import (
 )
 from agentgym.learner.microbatch import (
     MicroBatch,
+    check_packable,
     collate,
     plan_micro_batches,
     scatter_to_packed,
@@ -98,8 +100,13 @@ class LearnerConfig:
     shuffle: bool = True
     seed: int = 0
     # batching
-    max_tokens_per_microbatch: int = 8192  # padded tokens (n * max_len) per forward
+    max_tokens_per_microbatch: int = 8192  # padded tokens (n * max_len) per forward;
+    # with packing, real tokens (the samples' summed lengths)
     max_seqs_per_microbatch: int | None = None
+    # lay each micro-batch's samples end to end in one [1, T] row without padding
+    # (position_ids restarting per sample; transformers keeps attention inside each sample:
+    # microbatch.py). Needs a Hugging Face model; refused with image observations
+    packing: bool = False
     pad_token_id: int = 0
     bf16: bool = False  # torch.autocast(bfloat16) for forward passes (CPU or GPU)
     # the most memory (MiB) one chunk of float32 full-vocabulary logits may take: the LM
@@ -131,6 +138,7 @@ class LearnerConfig:
             (self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c must be > 1"),
             (self.ppo_epochs >= 1 and self.num_mini_batches >= 1, "epochs/mini-batches >= 1"),
             (self.max_tokens_per_microbatch > 0, "max_tokens_per_microbatch must be > 0"),
+            (isinstance(self.packing, bool), "packing must be True or False"),
             (self.logprob_chunk_mib >= 0, "logprob_chunk_mib must be >= 0"),
             (0 <= self.gamma <= 1 and 0 <= self.lam <= 1, "gamma and lam must be in [0, 1]"),
             (self.temperature > 0, "temperature must be > 0"),
@@ -302,23 +310,43 @@ def compute_logprobs(
     A micro-batch with images (``mb.images``) also gives the model the pictures' inputs
     (``pixel_values`` and its mask, from the model's own image processor,
     :meth:`~agentgym.models.vision.VisionSpec.pixel_inputs`): the same inputs the backend
-    was sent."""
+    was sent.
+
+    A packed micro-batch (``mb.packed``) runs one ``[1, T]`` forward
+    (:meth:`MicroBatch.model_inputs`) and returns the same ``[n, L - 1]`` layout, read at
+    ``mb.token_index``."""
+    unit = unit_of(model)
+    if unit is not None:  # a forward unit (DDP's, FSDP's root): the same call inside it
+        return unit(compute_logprobs, mb, temperature=temperature, with_entropy=with_entropy,
+                    bf16=bf16, only_model_tokens=only_model_tokens, chunk_tokens=chunk_tokens)
     device = _model_device(model)
-    ids, att = mb.input_ids.to(device), mb.attention_mask.to(device)
+    if mb.packed:
+        check_packable(model)
+    inputs = mb.model_inputs(device)
+    ids = inputs["input_ids"]
     pixels = _pixel_inputs(model, mb.images, device) if mb.images else {}
     parts = _decoder_and_head(model, pixels) if only_model_tokens else None
     if parts is None:
         with _autocast(device, bf16):
-            out = model(input_ids=ids, attention_mask=att, **pixels)
+            out = model(**inputs, **pixels)
         logits = _logits(out)[:, :-1].float()
         targets = ids[:, 1:]
-        return _token_logprobs(logits, targets, temperature, with_entropy)
+        logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy)
+        if mb.packed:
+            logp = mb.unpack(logp)
+            entropy = mb.unpack(entropy) if entropy is not None else None
+        return logp, entropy
     decoder, head = parts
     select = mb.loss_mask.to(device) > 0
     with _autocast(device, bf16):
-        hidden = decoder(input_ids=ids, attention_mask=att, **pixels).last_hidden_state
-    logp, entropy = _head_logprobs(head, hidden[:, :-1][select], ids[:, 1:][select],
-                                   temperature, with_entropy, bf16, chunk_tokens)
+        hidden = decoder(**inputs, **pixels).last_hidden_state
+    if mb.packed:  # the model tokens' input positions in the packed row
+        at = mb.token_index.to(device)[select]
+        rows, targets = hidden[0, at], ids[0, at + 1]
+    else:
+        rows, targets = hidden[:, :-1][select], ids[:, 1:][select]
+    logp, entropy = _head_logprobs(head, rows, targets, temperature, with_entropy, bf16,
+                                   chunk_tokens)
     logp = _scatter_rows(logp, select)
     entropy = _scatter_rows(entropy, select) if entropy is not None else None
     return logp, entropy
@@ -329,6 +357,7 @@ def _chunk_tokens(model: torch.nn.Module, config: LearnerConfig) -> int:
     model's vocabulary size (0: no chunking)."""
     if config.logprob_chunk_mib <= 0:
         return 0
+    model = policy_of(model)
     head = getattr(model, "get_output_embeddings", lambda: None)()
     vocab = getattr(head, "out_features", None) or getattr(
         getattr(model, "config", None), "vocab_size", None)
@@ -347,25 +376,32 @@ def _scatter_rows(values: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
 def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool = False
                    ) -> torch.Tensor:
     """Shifted values ``[n, L - 1]``: column ``j`` (critic output at position ``j``) is the
-    value of the state before target token ``j + 1`` is emitted."""
+    value of the state before target token ``j + 1`` is emitted. A packed micro-batch runs
+    one ``[1, T]`` forward and is read back at ``mb.token_index`` (0 past each sample)."""
     device = _model_device(value_model)
+    if mb.packed:
+        check_packable(value_model)
     with _autocast(device, bf16):
-        out = value_model(input_ids=mb.input_ids.to(device),
-                          attention_mask=mb.attention_mask.to(device))
+        out = value_model(**mb.model_inputs(device))
     v = _logits(out).float()
     if v.dim() == 3:
         v = v.squeeze(-1)
-    return v[:, :-1]
+    return mb.unpack(v) if mb.packed else v[:, :-1]
 
 
 @torch.no_grad()
-def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig, dp=None) -> np.ndarray:
+def _packed_pass(fn, plan, pb: PackedBatch, config: LearnerConfig, dp=None, module=None
+                 ) -> np.ndarray:
     """Run ``fn(micro_batch) -> [n, L-1]`` over the plan; scatter into float32[T] (with
-    ``dp``, each rank's rows summed into the whole array)."""
+    ``dp``, each rank's rows summed into the whole array; under a sharded ``dp`` a rank
+    with fewer micro-batches runs idle forwards of ``module`` so every rank runs as many)."""
     out = np.zeros(pb.num_tokens, dtype=np.float32)
     for rows in plan:
-        mb = collate(pb, rows, pad_token_id=config.pad_token_id)
+        mb = collate(pb, rows, pad_token_id=config.pad_token_id, packing=config.packing)
         scatter_to_packed(pb, mb, fn(mb), out)
+    if dp is not None:
+        for _ in range(dp.forward_steps(len(plan)) - len(plan)):
+            dp.idle_forward(module)
     return out if dp is None else dp.sum_array_(out)
 
 
@@ -456,17 +492,18 @@ def policy_update(
 
     was_training = model.training
     values_t = ref_t = None
+    fwd, vfwd = (model, value_model) if dp is None else (dp.model, dp.value_model)
     if config.adv_estimator == "gae":
-        value_model.eval()
-        values_t = _packed_pass(lambda mb: compute_values(value_model, mb, bf16=config.bf16),
-                                all_plan, pb, config, dp)
+        vfwd.eval()
+        values_t = _packed_pass(lambda mb: compute_values(vfwd, mb, bf16=config.bf16),
+                                all_plan, pb, config, dp, vfwd)
     if use_kl:
         ref_t = _logprob_pass(ref_model, all_plan, pb, config, dp)
     if adv is None:
         adv = _advantages(pb, config, stale_w, values_t, ref_t, role_baseline)
     prox_t = None
     if config.old_logprob_source == "recompute":
-        prox_t = _logprob_pass(model, all_plan, pb, config, dp)
+        prox_t = _logprob_pass(fwd, all_plan, pb, config, dp)
     token_arrays = {"advantages": adv.advantages,
                     "weights": np.repeat(stale_w, pb.lengths).astype(np.float32),
                     "ref_logprobs": ref_t, "returns": adv.returns, "values": values_t,
@@ -550,7 +587,8 @@ def _pass_plan(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, dp
     maybe_valid &= (stale_w > 0) & (model_tokens > 0)
     plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
                               max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                              indices=_own(dp, np.flatnonzero(maybe_valid), pb))
+                              indices=_own(dp, np.flatnonzero(maybe_valid), pb),
+                              packing=config.packing)
     return maybe_valid, plan
 
 
@@ -561,7 +599,7 @@ def _logprob_pass(model, plan, pb: PackedBatch, config: LearnerConfig, dp) -> np
         lambda mb: compute_logprobs(model, mb, temperature=config.temperature,
                                     with_entropy=False, bf16=config.bf16,
                                     chunk_tokens=_chunk_tokens(model, config))[0],
-        plan, pb, config, dp)
+        plan, pb, config, dp, model)
 
 
 def _optimize(model, optimizer, pb: PackedBatch, rows: np.ndarray,
@@ -608,8 +646,9 @@ def _mini_batch_step(fwd, vfwd, pb: PackedBatch, mini: np.ndarray,
     summed losses (read back once) and its number of micro-batches here."""
     plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
                               max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                              indices=_own(dp, mini, pb))
-    mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id) for r in plan]
+                              indices=_own(dp, mini, pb), packing=config.packing)
+    mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id,
+                   packing=config.packing) for r in plan]
     n_tok = float(sum(mb.num_model_tokens for mb in mbs))
     n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
     norm_c = config.loss_norm_constant or float(
@@ -617,16 +656,21 @@ def _mini_batch_step(fwd, vfwd, pb: PackedBatch, mini: np.ndarray,
     if dp is not None:
         n_tok, n_seq, norm_c = dp.global_counts(n_tok, n_seq, norm_c)
     loss_sums: dict[str, Any] = {}
-    for i, mb in enumerate(mbs):
-        with _accumulating(dp, i < len(mbs) - 1):
+    # under dp every rank runs as many steps as dp says (at least one, so that a rank without
+    # rows still takes part in the gradient reduction; a sharded model: the most any rank has)
+    steps = len(mbs) if dp is None else dp.micro_steps(len(mbs))
+    for i in range(steps):
+        with _accumulating(dp, i < steps - 1):
+            if i >= len(mbs):  # no rows left here: a zero-loss step
+                dp.join_backward(config.pad_token_id)
+                continue
+            mb = mbs[i]
             m, losses = _micro_step(fwd, mb, config, vfwd, n_tok, n_seq, norm_c, use_kl, scale)
         stats.add(m, float(mb.num_model_tokens))
         for k, v in losses.items():
             loss_sums[k] = loss_sums[k] + v if k in loss_sums else v
     loss_sums = _to_floats(loss_sums)  # with the grad norm: one read-back a step
     if dp is not None:
-        if not mbs:  # no rows here: still take part in the gradient reduction
-            dp.join_backward(config.pad_token_id)
         loss_sums = dp.sum_dict(loss_sums)
     return loss_sums, len(mbs)
 
@@ -705,7 +749,9 @@ def _clip_and_step(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> f
         optimizer.zero_grad(set_to_none=True)
         return 0.0
     max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    # sharded gradients (FSDP2's DTensors): the norm over every rank's shards
+    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if math.isfinite(norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
