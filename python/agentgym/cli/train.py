@@ -186,14 +186,24 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``agentgym-rl train``; prints the summary and where the outputs are."""
+    from agentgym.learner.train_config import RunConfigError, TrainerConfig
     from agentgym.learner.trainer import Trainer
 
     cfg = _train_config(args)
+    try:
+        TrainerConfig.from_dict(cfg)
+    except ValueError as e:  # a key or value the config refuses: one line naming it
+        print(f"agentgym-rl train: {e}", file=sys.stderr)
+        return 2
     print(f"agentgym-rl train: {cfg.get('method', 'ScalingInter-RL')} on "
           f"{cfg.get('env', 'maze')} with model {cfg.get('model', 'tiny')}; "
           f"output -> {cfg['output_dir']}", file=sys.stderr)
-    trainer = Trainer(cfg)
-    summary = trainer.train()
+    try:  # a run the trainer refuses (a plan that cannot fit, a checkpoint of another kind)
+        trainer = Trainer(cfg)
+        summary = trainer.train()
+    except RunConfigError as e:
+        print(f"agentgym-rl train: {e}", file=sys.stderr)
+        return 2
     if summary.get("rank", 0):  # a data-parallel rank other than 0: rank 0 reports
         return 0
     out = Path(summary["output_dir"])

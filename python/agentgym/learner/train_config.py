@@ -22,7 +22,7 @@ import tomllib
 
 from agentgym.engine.config import RolloutConfig
 
-__all__ = ["METHODS", "TrainerConfig", "load_config_file"]
+__all__ = ["METHODS", "RunConfigError", "TrainerConfig", "load_config_file"]
 
 #: method name -> default advantage estimator.
 METHODS = {
@@ -32,6 +32,11 @@ METHODS = {
     "reinforce++": "reinforce_pp",
     "ppo": "gae",
 }
+
+
+class RunConfigError(ValueError):
+    """A run the trainer refuses once it sees the machine or the checkpoint (a plan that
+    does not fit, a checkpoint of another strategy); the message names the setting."""
 
 
 #: The rollout defaults are RolloutConfig's: the fields below that share a name with one of
@@ -190,6 +195,10 @@ class TrainerConfig:
         from agentgym.distributed.parallel import ParallelConfig
 
         self.parallel_config = ParallelConfig.from_dict(self.parallel)
+        if self.lora is not None:
+            from agentgym.learner.lora import LoraSettings
+
+            LoraSettings.from_dict(self.lora)  # refuses an unknown or bad key, named
         if self.backend not in ("transformers", "vllm", "openai"):
             raise ValueError(f"backend must be transformers, vllm or openai, got {self.backend!r}")
 

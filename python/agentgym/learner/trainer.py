@@ -47,7 +47,7 @@ from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
 from agentgym.learner.selfplay import SelfPlay, outcomes
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
-from agentgym.learner.train_config import TrainerConfig
+from agentgym.learner.train_config import RunConfigError, TrainerConfig
 from agentgym.progress import progress_bar
 
 __all__ = ["Trainer", "TrainerConfig", "make_schedule"]
@@ -294,12 +294,12 @@ class Trainer:
         st = ckpt["state"]
         if self.learner.sharded:
             if not (ckpt["dir"] / "dcp").is_dir():
-                raise ValueError(f"{ckpt['dir']} was written by a ddp run (no dcp/ shards): "
+                raise RunConfigError(f"{ckpt['dir']} was written by a ddp run (no dcp/ shards): "
                                  "resume it with parallel.strategy ddp")
             self.learner.load_shards(ckpt["dir"] / "dcp")
         else:
             if ckpt["optim"] is None:
-                raise ValueError(f"{ckpt['dir']} was written by a sharded run (no optim.pt): "
+                raise RunConfigError(f"{ckpt['dir']} was written by a sharded run (no optim.pt): "
                                  "resume it with parallel.strategy fsdp or hsdp")
             self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
             if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
