@@ -34,30 +34,35 @@ pytestmark = pytest.mark.timeout(300)
 #: Each sharded run: (learner config, parallel options, LoRA settings, batch name). The
 #: first three are test_ddp's configs (several mini-batches, a rank left without rows, the KL
 #: reference sharded, two epochs, every loss aggregation); then activation checkpointing,
-#: LoRA (its reference the base with the adapter disabled) and a bounded-context batch (one
-#: sample per reply).
+#: LoRA (its reference the base with the adapter disabled), a bounded-context batch (one
+#: sample per reply) and PPO (a sharded critic beside the policy).
 RUNS = [(over, {}, None, "fixed") for over in CONFIGS] + [
     (CONFIGS[0], {"activation_checkpointing": True}, None, "fixed"),
     (dict(loss_agg_mode="token-mean", use_kl_loss=True, kl_coef=0.1, num_mini_batches=2),
      {}, {"r": 4, "alpha": 8}, "fixed"),
     (dict(loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, kl_coef=0.1,
           max_tokens_per_microbatch=64), {}, None, "steps"),
+    (dict(adv_estimator="gae", loss_agg_mode="token-mean", use_kl_loss=False,
+          num_mini_batches=2, max_tokens_per_microbatch=64), {}, None, "fixed"),
 ]
 
 
 def _run(model_dir: str, pb, over: dict, parallel: dict, lora: dict | None,
          distributed: bool):
-    """(the base model's weights after one policy_update, its metrics) for a learner built
-    by build_learner; on a rank other than 0 the weights are None."""
+    """(the base model's weights after one policy_update, its metrics, the critic's weights
+    or None) for a learner built by build_learner; on a rank other than 0 the weights are
+    None."""
     torch.manual_seed(0)
     cfg = _learner_config(over)
     lm = build_learner(model_dir, cfg, device=torch.device("cpu"),
                        parallel=ParallelConfig(**parallel), lora=lora,
-                       use_ref=cfg.use_kl_loss, distributed=distributed)
+                       use_ref=cfg.use_kl_loss, critic=cfg.adv_estimator == "gae",
+                       distributed=distributed)
     opt = torch.optim.SGD([p for p in lm.model.parameters() if p.requires_grad], lr=1.0) \
         if over.get("sgd") else lm.optimizer
-    metrics = policy_update(lm.model, opt, pb, cfg, lm.ref, data_parallel=lm.dp)
-    return lm.full_weights(), metrics
+    metrics = policy_update(lm.model, opt, pb, cfg, lm.ref, lm.critic,
+                            critic_optimizer=lm.critic_optimizer, data_parallel=lm.dp)
+    return lm.full_weights(), metrics, lm.critic_weights()
 
 
 def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
@@ -112,15 +117,21 @@ def test_two_fsdp_ranks_take_the_one_process_update(tmp_path, tiny_model_dir, ba
              join=True)
     sharded = torch.load(tmp_path / "fsdp.pt", weights_only=False)
     initial = _initial(tiny_model_dir)
-    for (over, parallel, lora, name), (got, metrics) in zip(RUNS, sharded):
+    for (over, parallel, lora, name), (got, metrics, critic) in zip(RUNS, sharded):
         label = f"{over} {parallel} lora={lora} {name}"
         pb = batches[name]
-        if lora is None and not parallel and name == "fixed":
+        if lora is None and not parallel and name == "fixed" and "adv_estimator" not in over:
             model, single = _update(tiny_model_dir, pb, over)  # the plain one-process path
-            want = model.state_dict()
+            want, want_critic = model.state_dict(), None
         else:
-            want, single = _run(tiny_model_dir, pb, over, {"strategy": "ddp", **parallel},
-                                lora, False)
+            want, single, want_critic = _run(tiny_model_dir, pb, over,
+                                             {"strategy": "ddp", **parallel}, lora, False)
+        if want_critic is not None:  # PPO: the sharded critic's update too
+            assert critic.keys() == want_critic.keys()
+            for key, w in want_critic.items():
+                torch.testing.assert_close(critic[key], w, rtol=1e-4, atol=1e-5)
+            assert metrics["critic/vf_loss"] == pytest.approx(single["critic/vf_loss"],
+                                                              rel=1e-4, abs=1e-7)
         assert got.keys() == want.keys() == initial.keys(), label
         moved = 0.0
         for key, w in want.items():  # atol: 0.1% of an Adam step (lr 1e-2)

@@ -207,10 +207,9 @@ def zero_forward(module, ids: torch.Tensor) -> torch.Tensor:
 
     def plain(policy, i, m):
         out = policy(input_ids=i, attention_mask=m)
-        return out.logits if hasattr(out, "logits") else out
+        return (out.logits if hasattr(out, "logits") else out).float().sum() * 0.0
 
-    out = module(plain, ids, mask) if unit_of(module) is not None else plain(module, ids, mask)
-    return out.float().sum() * 0.0
+    return module(plain, ids, mask) if unit_of(module) is not None else plain(module, ids, mask)
 
 
 def main_first(fn):

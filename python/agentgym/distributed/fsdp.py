@@ -167,7 +167,7 @@ class ShardedDataParallel(DataParallel):
     :class:`~agentgym.learner.forward.ForwardUnit`) and optionally a sharded value model.
 
     Same interface as :class:`~agentgym.distributed.ddp.DataParallel`: ``model`` and
-    ``value_model`` are what forwards and backwards go through (the sharded modules
+    ``value_model`` are what forwards and backwards go through (the sharded forward units
     themselves), ``module`` the policy inside the unit."""
 
     def __init__(self, unit: torch.nn.Module, value_model: torch.nn.Module | None = None):
@@ -227,5 +227,5 @@ class ShardedDataParallel(DataParallel):
         """The policy's (or the critic's) full state dict, tensor by tensor
         (:func:`gather_state_dict`; every rank must iterate it; rank 0 gets the tensors)."""
         if critic:
-            return gather_state_dict(self.value_model, keep=self.is_main)
+            return gather_state_dict(self.value_model.policy, keep=self.is_main)
         return gather_state_dict(self.module, keep=self.is_main)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class LearnerModels:
     critic_optimizer: torch.optim.Optimizer | None = None
     dp: Any = None
     lora: Any = None  # LoraSettings when the policy trains adapters
-    meta: dict[str, Any] = field(default_factory=dict)
+    critic_unit: Any = None  # the critic's forward unit (the FSDP root) under a sharded strategy
 
     @property
     def sharded(self) -> bool:
@@ -107,7 +107,7 @@ class LearnerModels:
         msd, osd = get_state_dict(self.unit, self.optimizer)
         state = {"model": msd, "optim": osd}
         if self.critic is not None:
-            csd, cosd = get_state_dict(self.critic, self.critic_optimizer)
+            csd, cosd = get_state_dict(self.critic_unit, self.critic_optimizer)
             state.update(critic=csd, critic_optim=cosd)
         return state
 
@@ -129,7 +129,7 @@ class LearnerModels:
         set_state_dict(self.unit, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
         if self.critic is not None:
-            set_state_dict(self.critic, self.critic_optimizer,
+            set_state_dict(self.critic_unit, self.critic_optimizer,
                            model_state_dict=state["critic"],
                            optim_state_dict=state["critic_optim"])
 
@@ -219,7 +219,8 @@ def _build_sharded(model_dir, cls, load_policy, load_ref, prepare, learner_confi
     )
     from agentgym.learner.update import make_optimizer
 
-    own_group = False if distributed else init_single_process()
+    if not distributed:
+        init_single_process()
     mesh = make_mesh(parallel, device.type)
     config = AutoConfig.from_pretrained(model_dir)
     main = dist.get_rank() == 0
@@ -247,16 +248,14 @@ def _build_sharded(model_dir, cls, load_policy, load_ref, prepare, learner_confi
             return c
 
         value = build_sharded(lambda: _critic_from_config(config), load_critic if main else None,
-                              _identity, parallel, device, mesh)
+                              ForwardUnit, parallel, device, mesh)
         value_opt = make_optimizer(value, learner_config, critic=True)
     dp = ShardedDataParallel(unit, value)
     return LearnerModels(model=model, unit=unit, optimizer=make_optimizer(model, learner_config),
-                         parallel=parallel, ref=ref, critic=value, critic_optimizer=value_opt,
-                         dp=dp, lora=settings, meta={"own_group": own_group})
-
-
-def _identity(m: torch.nn.Module) -> torch.nn.Module:
-    return m
+                         parallel=parallel, ref=ref,
+                         critic=value.policy if value is not None else None,
+                         critic_optimizer=value_opt, dp=dp, lora=settings,
+                         critic_unit=value)
 
 
 def _checkpointing(model: torch.nn.Module) -> None:
@@ -269,15 +268,27 @@ def _checkpointing(model: torch.nn.Module) -> None:
 
 
 def _load_critic(model_dir: str) -> torch.nn.Module:
-    from transformers import AutoModelForTokenClassification
+    """The critic: the model folder's decoder under a fresh one-output head, the head drawn
+    from its own seed (the same whatever the strategy drew before it), without dropout (a
+    value is a function of the state: the same on every rank and in every pass)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
 
-    return AutoModelForTokenClassification.from_pretrained(model_dir, num_labels=1,
-                                                           dtype=torch.float32)
+    config = _critic_config(AutoConfig.from_pretrained(model_dir))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return AutoModelForTokenClassification.from_pretrained(model_dir, config=config,
+                                                               dtype=torch.float32)
+
+
+def _critic_config(config):
+    """``config`` for a critic: one output, no dropout before it."""
+    cfg = copy.deepcopy(config)
+    cfg.num_labels, cfg.classifier_dropout = 1, 0.0
+    return cfg
 
 
 def _critic_from_config(config) -> torch.nn.Module:
     from transformers import AutoModelForTokenClassification
 
-    cfg = copy.deepcopy(config)
-    cfg.num_labels = 1
-    return AutoModelForTokenClassification.from_config(cfg, dtype=torch.float32)
+    return AutoModelForTokenClassification.from_config(_critic_config(config),
+                                                       dtype=torch.float32)

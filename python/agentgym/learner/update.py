@@ -378,6 +378,8 @@ def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool =
     """Shifted values ``[n, L - 1]``: column ``j`` (critic output at position ``j``) is the
     value of the state before target token ``j + 1`` is emitted. A packed micro-batch runs
     one ``[1, T]`` forward and is read back at ``mb.token_index`` (0 past each sample)."""
+    if unit_of(value_model) is not None:  # a forward unit (FSDP's root): the call inside it
+        return value_model(compute_values, mb, bf16=bf16)
     device = _model_device(value_model)
     if mb.packed:
         check_packable(value_model)
@@ -386,7 +388,8 @@ def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool =
     v = _logits(out).float()
     if v.dim() == 3:
         v = v.squeeze(-1)
-    return mb.unpack(v) if mb.packed else v[:, :-1]
+    # a new tensor, not a view of the output (an FSDP root hooks its output's backward)
+    return mb.unpack(v) if mb.packed else v[:, :-1].clone()
 
 
 @torch.no_grad()
