@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import sys
 import time
@@ -191,6 +192,10 @@ class Trainer:
         # the KL anchor and a LoRA run's base weights stay the run's first model folder
         self.ref_model_dir = st.get("ref_model_dir") or self.model_dir
         self.base_model_dir = st.get("base_model_dir") or self.model_dir
+        self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if distributed and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._check_plan()
         self._setup_models(distributed, ckpt)
         self.task_rng = np.random.default_rng(cfg.seed)
         self.version_offset = 0
@@ -251,6 +256,24 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         return distributed
 
+    def _check_plan(self) -> None:
+        """On a GPU, the memory plan of this run (:func:`~agentgym.learner.planner.
+        check_fits`: the model's shapes on the meta device, this world size, this GPU's
+        memory) before any weight is loaded; a run that cannot fit is refused with the
+        setting to change (:class:`~agentgym.learner.planner.PlanError`)."""
+        if self.device.type != "cuda":
+            return
+        from agentgym.distributed.ddp import world_from_env
+        from agentgym.learner.planner import check_fits
+
+        world = world_from_env()
+        nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world) or 1))
+        gib = torch.cuda.get_device_properties(self.device).total_memory / 2**30
+        plan = check_fits(self.cfg, world, gib, nodes=nodes, device="cuda",
+                          model_dir=self.base_model_dir if self.cfg.lora is not None
+                          else self.model_dir, suggest=True)
+        log.info("memory plan: %s", plan.verdict())
+
     def _setup_models(self, distributed: bool, ckpt: dict | None) -> None:
         """The device, tokenizer, the learner config and the learner's models under the
         run's parallel strategy (:func:`~agentgym.learner.models.build_learner`: the policy,
@@ -262,9 +285,6 @@ class Trainer:
         from agentgym.learner.models import build_learner
 
         cfg = self.cfg
-        self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if distributed and self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         lc = {"adv_estimator": cfg.adv_estimator, "temperature": 1.0, "bf16": cfg.bf16,
