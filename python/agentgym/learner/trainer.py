@@ -24,9 +24,12 @@ Scale-out (:mod:`agentgym.distributed`): with ``num_rollout_workers`` > 0 the ro
 from a :class:`~agentgym.distributed.RayRolloutPool` of that many Ray workers (each its own
 backend and engine; ``ray_address`` picks the cluster) instead of the in-process engine, and
 the weights go to every worker after each update. Under ``torchrun`` the learner is data
-parallel: rank 0 runs the loop (rollouts, logging, evaluation, checkpoints, weight sync) and
-broadcasts each step's batch; every rank trains on its share of it
-(:class:`~agentgym.distributed.DataParallel`).
+parallel (``parallel.strategy``: ``ddp``, or FSDP2's ``fsdp``/``hsdp``, which shard the model,
+its gradients and the optimizer state; :mod:`agentgym.learner.models`): rank 0 runs the loop
+(rollouts, logging, evaluation, checkpoints, weight sync) and names each piece of work every
+rank takes part in (the update on each step's batch; under a sharded strategy also gathering
+the weights and writing the checkpoint's shards); every rank trains on its share of each
+batch. ``lora`` trains LoRA adapters instead of every weight (:mod:`agentgym.learner.lora`).
 """
 
 from __future__ import annotations
@@ -275,8 +278,8 @@ class Trainer:
         log.info("memory plan: %s", plan.verdict())
 
     def _setup_models(self, distributed: bool, ckpt: dict | None) -> None:
-        """The device, tokenizer, the learner config and the learner's models under the
-        run's parallel strategy (:func:`~agentgym.learner.models.build_learner`: the policy,
+        """The tokenizer, the learner config and the learner's models under the run's
+        parallel strategy (:func:`~agentgym.learner.models.build_learner`: the policy,
         LoRA adapters, the frozen reference when a KL is used, the critic for ``gae`` with
         its checkpointed weights, the optimizers, the data-parallel rank)."""
         from transformers import AutoTokenizer
@@ -314,13 +317,13 @@ class Trainer:
         st = ckpt["state"]
         if self.learner.sharded:
             if not (ckpt["dir"] / "dcp").is_dir():
-                raise RunConfigError(f"{ckpt['dir']} was written by a ddp run (no dcp/ shards): "
-                                 "resume it with parallel.strategy ddp")
+                raise RunConfigError(f"{ckpt['dir']} was written by a ddp run (no dcp/ "
+                                     "shards): resume it with parallel.strategy ddp")
             self.learner.load_shards(ckpt["dir"] / "dcp")
         else:
             if ckpt["optim"] is None:
-                raise RunConfigError(f"{ckpt['dir']} was written by a sharded run (no optim.pt): "
-                                 "resume it with parallel.strategy fsdp or hsdp")
+                raise RunConfigError(f"{ckpt['dir']} was written by a sharded run (no "
+                                     "optim.pt): resume it with parallel.strategy fsdp or hsdp")
             self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
             if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
                 self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
