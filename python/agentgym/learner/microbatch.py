@@ -13,19 +13,27 @@ code path.
 ``attention_mask``; the budget counts padded tokens ``n * L``. Sequences are taken longest
 first so that each micro-batch holds sequences of similar length, which keeps padding small.
 
-*Packed* (``packing=True``): the model input is one row ``[1, T]`` holding the samples end
-to end (``T`` = their summed lengths, no padding) with ``position_ids`` restarting at 0 at
-each sample and no attention mask; the budget counts these real tokens. A Hugging Face model
-then keeps attention inside each sample by itself: SDPA, eager and flex attention build a
-block-diagonal causal mask from the restarts of ``position_ids``
-(``transformers.masking_utils.find_packed_sequence_indices``), and flash attention runs its
-variable-length kernel over the sequences that ``position_ids`` delimits (one row only,
-hence ``[1, T]``). That detection is skipped where the model holds a KV cache, so a packed
-forward passes ``use_cache=False`` (:meth:`MicroBatch.model_inputs`).
-``MicroBatch.token_index`` maps each per-token column to the packed position of its input
-token, so the model's packed outputs become the ``[n, L - 1]`` layout
-(:meth:`MicroBatch.unpack`); the output at a sample's last token, whose next packed token
-belongs to the next sample, has no column and is never trained on.
+*Packed* (``packing=True``): the samples lie end to end without padding (``T`` = their
+summed lengths, which the budget counts) with ``position_ids`` restarting at 0 at each sample
+and no attention mask. A Hugging Face model then keeps attention inside each sample by
+itself: SDPA, eager and flex attention build a block-diagonal causal mask from the restarts
+of ``position_ids`` in each row (``transformers.masking_utils.find_packed_sequence_indices``),
+and flash attention runs its variable-length kernel over the sequences that ``position_ids``
+delimits in a single row (``_is_packed_sequence``). That detection is skipped where the model
+holds a KV cache, so a packed forward passes ``use_cache=False``.
+
+The micro-batch holds the one row ``[1, T]``; :meth:`MicroBatch.layout` lays it out for a
+model's forward (:class:`PackedRows`). Flash attention takes the one row, and so does flex
+attention, whose block mask skips the blocks between samples. A dense masked kernel (SDPA,
+eager) computes attention over the whole row, ``T**2``, however short its samples, so there
+the samples go into a few rows ``[R, W]`` (each sample whole in one row,
+each row closed by a filler segment whose positions restart at 0 and whose outputs nothing
+reads), ``W`` chosen per micro-batch to minimise the estimated cost ``R * W`` tokens of
+linear layers plus ``R * W**2`` of attention (:func:`row_width`). ``PackedRows.index`` maps
+each per-token column to the position of its input token in the rows, so the model's
+outputs become the ``[n, L - 1]`` layout (:meth:`PackedRows.take`); the output at a
+sample's last token, whose next token in the row belongs to another sample, has no column
+and is never trained on.
 """
 
 from __future__ import annotations
@@ -40,10 +48,12 @@ from agentgym.data.trajectories import BatchFormatError, PackedBatch
 
 __all__ = [
     "MicroBatch",
+    "PackedRows",
     "check_packable",
     "collate",
     "make_micro_batches",
     "plan_micro_batches",
+    "row_width",
     "scatter_to_packed",
 ]
 
@@ -55,7 +65,8 @@ class MicroBatch:
     Padded: ``input_ids``/``attention_mask`` are ``[n, L]`` (``L`` the longest sample).
     Packed (``position_ids`` set): ``input_ids``/``position_ids`` are ``[1, T]``, the
     samples end to end, ``attention_mask`` is None and ``token_index`` ``[n, L - 1]`` is the
-    packed position of sample ``i``'s token ``j`` (-1 past its end).
+    position in that row of sample ``i``'s token ``j`` (-1 past its last target);
+    :meth:`layout` gives the rows of a model's forward.
 
     Every other per-token tensor is ``[n, L - 1]`` and shifted in both layouts: column ``j``
     of row ``i`` refers to the target token ``j + 1`` of sample ``i``, predicted from the
@@ -124,24 +135,117 @@ class MicroBatch:
 
     def model_inputs(self, device: Any = None) -> dict[str, Any]:
         """The keyword arguments of the model's forward (on ``device``): ``input_ids`` and
-        ``attention_mask`` when padded; ``input_ids``, ``position_ids`` and
-        ``use_cache=False`` when packed (without an attention mask and a cache, transformers
-        derives the per-sample causal mask from ``position_ids``)."""
+        ``attention_mask`` when padded; when packed, the one row's (:meth:`rows`)."""
+        if self.packed:
+            return self.rows().inputs(device)
         ids = self.input_ids if device is None else self.input_ids.to(device)
-        if not self.packed:
-            att = self.attention_mask if device is None else self.attention_mask.to(device)
-            return {"input_ids": ids, "attention_mask": att}
-        pos = self.position_ids if device is None else self.position_ids.to(device)
+        att = self.attention_mask if device is None else self.attention_mask.to(device)
+        return {"input_ids": ids, "attention_mask": att}
+
+    def layout(self, model: Any) -> PackedRows:
+        """The rows of a packed micro-batch for one forward of ``model``: the one row for
+        flash attention, else :func:`row_width`'s rows. ValueError where ``model`` is not a
+        Hugging Face model (:func:`check_packable`)."""
+        return self.rows(row_width(self.lengths, check_packable(model)))
+
+    def rows(self, width: int | None = None) -> PackedRows:
+        """The packed samples in rows of ``width`` tokens (at least the longest sample's
+        length): whole samples, longest first, each into the first row with room for it;
+        each row's free end is a filler segment (token 0, positions restarting at 0), a
+        sample of its own to the model whose outputs nothing reads. None: the one row
+        ``[1, T]`` without filler."""
+        if width is None:
+            return PackedRows(self.input_ids, self.position_ids, self.token_index)
+        import torch
+
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        if width < lengths.max():
+            raise ValueError(f"row width {width} is under the longest sample, {lengths.max()}")
+        groups = _first_fit(np.argsort(-lengths, kind="stable"), lengths, width, None)
+        n_rows, n = len(groups), lengths.shape[0]
+        start = np.zeros(n, dtype=np.int64)  # each sample's first position in the rows
+        fill = np.zeros(n_rows, dtype=np.int64)
+        for r, g in enumerate(groups):
+            start[g] = r * width + np.cumsum(lengths[g]) - lengths[g]
+            fill[r] = lengths[g].sum()
+        seg = np.repeat(np.arange(n), lengths)
+        within = np.arange(seg.shape[0]) - (np.cumsum(lengths) - lengths)[seg]
+        new = start[seg] + within  # each packed token's position in the rows
+        pos = np.arange(n_rows * width) % width - np.repeat(fill, width)  # filler: from 0
+        pos[new] = within
+        cols = np.arange(max(int(lengths.max()) - 1, 0))
+        index = np.where(cols[None, :] < lengths[:, None] - 1, start[:, None] + cols[None, :],
+                         -1)
+        device = self.input_ids.device
+        ids = self.input_ids.new_zeros(n_rows * width)
+        ids[torch.from_numpy(new).to(device)] = self.input_ids[0]
+        return PackedRows(ids.view(n_rows, width),
+                          torch.from_numpy(pos.reshape(n_rows, width)).to(device),
+                          torch.from_numpy(index).to(device))
+
+
+@dataclass
+class PackedRows:
+    """Packed samples as the rows of one forward: ``input_ids``/``position_ids``
+    ``[R, W]`` (positions restarting at 0 at each sample and filler segment), and
+    ``index`` ``[n, L - 1]``, the flat position (``row * W + column``) of sample ``i``'s
+    token ``j`` (-1 past its last target), whose target is at the next position."""
+
+    input_ids: Any
+    position_ids: Any
+    index: Any
+
+    def inputs(self, device: Any = None) -> dict[str, Any]:
+        """The forward's keyword arguments (on ``device``): ``input_ids``, ``position_ids``
+        and ``use_cache=False`` (without an attention mask and a cache, transformers derives
+        the per-sample causal mask from ``position_ids``)."""
+        ids, pos = self.input_ids, self.position_ids
+        if device is not None:
+            ids, pos = ids.to(device), pos.to(device)
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}
 
-    def unpack(self, values: Any) -> Any:
-        """Per-position outputs of a packed forward, ``[1, P, ...]`` (``P`` >= T - 1), as
+    def take(self, values: Any) -> Any:
+        """Per-position outputs, flat over the rows (``[P, ...]``, ``P`` >= R * W - 1), in
         the shifted ``[n, L - 1, ...]`` layout: column ``j`` of row ``i`` is the output at
-        sample ``i``'s token ``j``; columns past a sample's end are 0. Differentiable."""
-        idx = self.token_index.to(values.device)
+        sample ``i``'s token ``j``; columns past a sample's last target are 0.
+        Differentiable."""
+        idx = self.index.to(values.device)
         valid = idx >= 0
-        out = values[0][idx.clamp(min=0)]
+        out = values[idx.clamp(min=0)]
         return out.masked_fill(~valid.view(valid.shape + (1,) * (out.dim() - 2)), 0)
+
+
+def row_width(lengths: np.ndarray, config: Any) -> int | None:
+    """The row width for packed samples of ``lengths`` in a forward of a model with
+    ``config`` (a transformers config): None (the one row) for flash attention, whose
+    variable-length kernel needs a single row and attends within each sample anyway, for
+    flex attention, whose block mask skips the blocks between samples, and where one row
+    is cheapest; else (SDPA, eager) the width that minimises the estimated cost
+    ``R * W * (4 d + 3 i + 2 W)`` (the linear layers' and attention's multiply-adds per
+    ``d``; ``d``, ``i``: hidden and MLP sizes) over the widths that pack the samples into
+    ``R = 1, 2, ...`` rows."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    impl = str(getattr(config, "_attn_implementation", "") or "")
+    if "flash" in impl or impl == "flex_attention" or lengths.shape[0] < 2:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    d = int(getattr(text, "hidden_size", 0) or 1024)
+    linear = 4 * d + 3 * int(getattr(text, "intermediate_size", 0) or 4 * d)
+    total, longest = int(lengths.sum()), int(lengths.max())
+    order = np.argsort(-lengths, kind="stable")
+    best, best_cost = None, total * (linear + 2 * total)
+    most = -(-total // longest)
+    widths = {longest}
+    for r in np.unique(np.geomspace(2, max(most, 2), num=24).astype(np.int64)):
+        base = max(longest, -(-total // int(r)))
+        widths |= {base, base + base // 20, base + base // 10}
+    for w in sorted(widths):
+        if w >= total:
+            continue
+        cost = len(_first_fit(order, lengths, w, None)) * w * (linear + 2 * w)
+        if cost < best_cost:
+            best, best_cost = w, cost
+    return best
 
 
 def plan_micro_batches(
@@ -211,16 +315,17 @@ def _first_fit(order: np.ndarray, lengths: np.ndarray, budget: int, max_seqs: in
     return [np.asarray(g, dtype=np.int64) for g in groups]
 
 
-def check_packable(model: Any) -> None:
-    """Raise ValueError unless ``model`` (or the module a wrapper holds: DDP's ``module``,
-    a compiled model's ``_orig_mod``, a forward unit's ``policy``, peft's ``base_model``)
-    is a Hugging Face transformers model, the one kind whose attention a packed micro-batch
-    can rely on to stay inside each sample (see the module docstring)."""
+def check_packable(model: Any) -> Any:
+    """The transformers config of ``model`` (or of the module a wrapper holds: DDP's
+    ``module``, a compiled model's ``_orig_mod``, a forward unit's ``policy``, peft's
+    ``base_model``); ValueError unless it is a Hugging Face transformers model, the one kind
+    whose attention a packed micro-batch can rely on to stay inside each sample (see the
+    module docstring)."""
     seen = model
     for _ in range(4):
         cfg = getattr(seen, "config", None)
         if cfg is not None and hasattr(cfg, "_attn_implementation"):
-            return
+            return cfg
         seen = next((getattr(seen, a) for a in ("module", "_orig_mod", "policy", "unit",
                                                   "base_model") if hasattr(seen, a)), None)
         if seen is None:

@@ -39,7 +39,6 @@ from agentgym.learner.losses import (
 )
 from agentgym.learner.microbatch import (
     MicroBatch,
-    check_packable,
     collate,
     plan_micro_batches,
     scatter_to_packed,
@@ -312,37 +311,35 @@ def compute_logprobs(
     :meth:`~agentgym.models.vision.VisionSpec.pixel_inputs`): the same inputs the backend
     was sent.
 
-    A packed micro-batch (``mb.packed``) runs one ``[1, T]`` forward
-    (:meth:`MicroBatch.model_inputs`) and returns the same ``[n, L - 1]`` layout, read at
-    ``mb.token_index``."""
+    A packed micro-batch (``mb.packed``) runs one forward over its rows for this model
+    (:meth:`MicroBatch.layout`) and returns the same ``[n, L - 1]`` layout, read at
+    ``PackedRows.index``."""
     unit = unit_of(model)
     if unit is not None:  # a forward unit (DDP's, FSDP's root): the same call inside it
         return unit(compute_logprobs, mb, temperature=temperature, with_entropy=with_entropy,
                     bf16=bf16, only_model_tokens=only_model_tokens, chunk_tokens=chunk_tokens)
     device = _model_device(model)
-    if mb.packed:
-        check_packable(model)
-    inputs = mb.model_inputs(device)
+    packed = mb.layout(model) if mb.packed else None
+    inputs = packed.inputs(device) if packed is not None else mb.model_inputs(device)
     ids = inputs["input_ids"]
     pixels = _pixel_inputs(model, mb.images, device) if mb.images else {}
     parts = _decoder_and_head(model, pixels) if only_model_tokens else None
     if parts is None:
         with _autocast(device, bf16):
             out = model(**inputs, **pixels)
-        logits = _logits(out)[:, :-1].float()
-        targets = ids[:, 1:]
-        logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy)
-        if mb.packed:
-            logp = mb.unpack(logp)
-            entropy = mb.unpack(entropy) if entropy is not None else None
-        return logp, entropy
+        if packed is None:
+            logits, targets = _logits(out)[:, :-1].float(), ids[:, 1:]
+            return _token_logprobs(logits, targets, temperature, with_entropy)
+        logits = _logits(out).flatten(0, 1)[:-1].float()  # flat over the rows
+        logp, entropy = _token_logprobs(logits, ids.flatten()[1:], temperature, with_entropy)
+        return packed.take(logp), (packed.take(entropy) if entropy is not None else None)
     decoder, head = parts
     select = mb.loss_mask.to(device) > 0
     with _autocast(device, bf16):
         hidden = decoder(**inputs, **pixels).last_hidden_state
-    if mb.packed:  # the model tokens' input positions in the packed row
-        at = mb.token_index.to(device)[select]
-        rows, targets = hidden[0, at], ids[0, at + 1]
+    if packed is not None:  # the model tokens' input positions in the rows
+        at = packed.index.to(device)[select]
+        rows, targets = hidden.flatten(0, 1)[at], ids.flatten()[at + 1]
     else:
         rows, targets = hidden[:, :-1][select], ids[:, 1:][select]
     logp, entropy = _head_logprobs(head, rows, targets, temperature, with_entropy, bf16,
@@ -377,19 +374,20 @@ def compute_values(value_model: torch.nn.Module, mb: MicroBatch, *, bf16: bool =
                    ) -> torch.Tensor:
     """Shifted values ``[n, L - 1]``: column ``j`` (critic output at position ``j``) is the
     value of the state before target token ``j + 1`` is emitted. A packed micro-batch runs
-    one ``[1, T]`` forward and is read back at ``mb.token_index`` (0 past each sample)."""
+    one forward over its rows for this model (:meth:`MicroBatch.layout`), read back at
+    ``PackedRows.index`` (0 past each sample)."""
     if unit_of(value_model) is not None:  # a forward unit (FSDP's root): the call inside it
         return value_model(compute_values, mb, bf16=bf16)
     device = _model_device(value_model)
-    if mb.packed:
-        check_packable(value_model)
+    packed = mb.layout(value_model) if mb.packed else None
     with _autocast(device, bf16):
-        out = value_model(**mb.model_inputs(device))
+        out = value_model(**(packed.inputs(device) if packed is not None
+                             else mb.model_inputs(device)))
     v = _logits(out).float()
     if v.dim() == 3:
         v = v.squeeze(-1)
     # a new tensor, not a view of the output (an FSDP root hooks its output's backward)
-    return mb.unpack(v) if mb.packed else v[:, :-1].clone()
+    return packed.take(v.flatten()) if packed is not None else v[:, :-1].clone()
 
 
 @torch.no_grad()
