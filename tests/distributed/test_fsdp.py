@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(300)
 #: first three are test_ddp's configs (several mini-batches, a rank left without rows, the KL
 #: reference sharded, two epochs, every loss aggregation); then activation checkpointing,
 #: LoRA (its reference the base with the adapter disabled), a bounded-context batch (one
-#: sample per reply) and PPO (a sharded critic beside the policy).
+#: sample per reply), PPO (a sharded critic beside the policy) and packed micro-batches.
 RUNS = [(over, {}, None, "fixed") for over in CONFIGS] + [
     (CONFIGS[0], {"activation_checkpointing": True}, None, "fixed"),
     (dict(loss_agg_mode="token-mean", use_kl_loss=True, kl_coef=0.1, num_mini_batches=2),
@@ -44,6 +44,7 @@ RUNS = [(over, {}, None, "fixed") for over in CONFIGS] + [
           max_tokens_per_microbatch=64), {}, None, "steps"),
     (dict(adv_estimator="gae", loss_agg_mode="token-mean", use_kl_loss=False,
           num_mini_batches=2, max_tokens_per_microbatch=64), {}, None, "fixed"),
+    ({**CONFIGS[1], "packing": True, "max_tokens_per_microbatch": 48}, {}, None, "fixed"),
 ]
 
 
