@@ -173,7 +173,13 @@ def _meta_rank(rank: int, world: int, port: int, folders: list[str], work: str) 
             policy = lm.model
             inv = {n: b.clone() for n, b in policy.named_buffers() if "inv_freq" in n}
             tied = policy.get_output_embeddings().weight is policy.get_input_embeddings().weight
-            out.append((logits, inv, tied))
+            # a backward that accumulates (not a mini-batch's last) leaves sharded gradients:
+            # each parameter's gradient is its own shard, never the unsharded tensor
+            with lm.dp.accumulating(True):
+                lm.dp.join_backward()
+            sharded = all(p.grad is not None and p.grad._local_tensor.shape ==
+                          p._local_tensor.shape for p in policy.parameters())
+            out.append((logits, inv, tied, sharded))
         torch.save(out, f"{work}/meta{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -184,7 +190,8 @@ def test_a_meta_device_build_equals_a_normal_build(tmp_path, tiny_model_dir):
     """Built on the meta device on every rank and filled from rank 0's load, the sharded
     policy gives a normal build's logits on both ranks: its rotary ``inv_freq`` (not in
     the state dict, so an empty buffer would stay garbage) is the loaded one, and tied
-    embeddings stay tied (a tied Llama as well as the untied tiny Qwen2)."""
+    embeddings stay tied (a tied Llama as well as the untied tiny Qwen2). A backward of a
+    micro-batch that is not its mini-batch's last leaves the gradients sharded."""
     import torch.multiprocessing as mp
 
     tied_dir = tmp_path / "tied"
@@ -203,7 +210,8 @@ def test_a_meta_device_build_equals_a_normal_build(tmp_path, tiny_model_dir):
         want_inv = {n: b for n, b in normal.named_buffers() if "inv_freq" in n}
         assert want_inv and all(float(b.abs().sum()) > 0 for b in want_inv.values())
         for rank in range(2):
-            logits, inv, tied = torch.load(tmp_path / f"meta{rank}.pt")[k]
+            logits, inv, tied, sharded_grads = torch.load(tmp_path / f"meta{rank}.pt")[k]
+            assert sharded_grads
             torch.testing.assert_close(logits, want, rtol=0, atol=1e-6)
             assert inv.keys() == want_inv.keys()
             for name, b in want_inv.items():

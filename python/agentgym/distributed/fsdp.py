@@ -10,7 +10,8 @@ batch loss normalisers, the loss scaled by the world size against FSDP's averagi
 reduce-scatter), so the update equals the one-process update.
 
 What FSDP adds to the data-parallel contract: every rank must run the same sequence of
-forwards and backwards (each one all-gathers), so a rank with fewer micro-batches than
+forwards and backwards (each one all-gathers, each backward reduce-scatters its gradients,
+which accumulate sharded), so a rank with fewer micro-batches than
 another runs idle ones (:meth:`ShardedDataParallel.micro_steps`, :meth:`~ShardedDataParallel.
 forward_steps`), and the full weights (weight sync, a Hugging Face export) are gathered
 tensor by tensor, every rank taking part and rank 0 alone keeping a CPU copy.
@@ -187,11 +188,11 @@ class ShardedDataParallel(DataParallel):
         return shard_rows(rows, lengths, self.world_size, self.rank)
 
     def accumulating(self, accumulate: bool):
-        """Gradients accumulate without a reduce-scatter while ``accumulate``; the last
-        micro-batch's backward of a mini-batch reduces them."""
-        mods = [m for m in (self.model, self.value_model) if m is not None]
-        for m in mods:
-            m.set_requires_gradient_sync(not accumulate)
+        """Nothing: every micro-batch's backward reduce-scatters its gradients, which then
+        accumulate sharded. Skipping the reduce-scatter until the last micro-batch (FSDP2's
+        ``set_requires_gradient_sync(False)``) would keep every layer's unsharded gradient
+        on every rank until then: the whole model's gradients in float32 (28 GiB a GPU for
+        Qwen2.5-7B), what sharding exists to avoid."""
         return contextlib.nullcontext()
 
     def micro_steps(self, n_local: int) -> int:
