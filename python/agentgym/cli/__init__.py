@@ -12,6 +12,8 @@ subcommand          module                                 does
 ``serve-env``       :mod:`agentgym.cli.serve_env`          serve an env over HTTP
 ``list``            :mod:`agentgym.cli.list_envs`          the registered env ids
 ``make-tiny-model`` :mod:`agentgym.cli.make_tiny_model`    build the local tiny model
+``plan``            :mod:`agentgym.cli.plan`               per-GPU memory of a config:
+                                                           fits or not, what to change
 ==================  =====================================  ==============================
 
 Each module has ``HELP`` (its one-line help), ``add_args(parser)`` and ``run(args) -> int``.
@@ -32,6 +34,7 @@ from agentgym.cli import (
     export,
     list_envs,
     make_tiny_model,
+    plan,
     play,
     serve_env,
     train,
@@ -48,6 +51,7 @@ SUBCOMMANDS = {
     "serve-env": serve_env,
     "list": list_envs,
     "make-tiny-model": make_tiny_model,
+    "plan": plan,
 }
 
 
