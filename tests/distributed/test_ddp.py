@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import pickle
 import socket
@@ -92,17 +93,27 @@ def _update(model_dir: str, pb, over: dict, data_parallel_model=None):
     return model, metrics
 
 
-def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
+@contextlib.contextmanager
+def gloo_group(rank: int, world: int, port: int):
+    """Rank ``rank`` of a ``world``-rank gloo group on 127.0.0.1:``port`` (one torch thread),
+    destroyed on exit."""
     import os
 
     import torch.distributed as dist
-
-    from agentgym.distributed.ddp import DataParallel
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
+    from agentgym.distributed.ddp import DataParallel
+
+    with gloo_group(rank, world, port):
         with open(f"{work}/batch.pkl", "rb") as f:
             pb = pickle.load(f)
         results = []
@@ -111,8 +122,6 @@ def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
             results.append(({k: v.detach().clone() for k, v in model.state_dict().items()},
                             metrics))
         torch.save(results, f"{work}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def _free_port() -> int:

@@ -27,6 +27,7 @@ from tests.distributed.test_ddp import (  # noqa: E402
     _initial,
     _learner_config,
     _update,
+    gloo_group,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,12 +68,7 @@ def _run(model_dir: str, pb, over: dict, parallel: dict, lora: dict | None,
 
 
 def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         with open(f"{work}/batches.pkl", "rb") as f:
             batches = pickle.load(f)
         results = []
@@ -81,8 +77,6 @@ def _rank(rank: int, world: int, port: int, model_dir: str, work: str) -> None:
                                 {"strategy": "fsdp", **parallel}, lora, True))
         if rank == 0:
             torch.save(results, f"{work}/fsdp.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -155,12 +149,7 @@ def test_two_fsdp_ranks_take_the_one_process_update(tmp_path, tiny_model_dir, ba
 
 
 def _meta_rank(rank: int, world: int, port: int, folders: list[str], work: str) -> None:
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         out = []
         for folder in folders:
             from agentgym.learner.update import LearnerConfig
@@ -181,8 +170,6 @@ def _meta_rank(rank: int, world: int, port: int, folders: list[str], work: str) 
                           p._local_tensor.shape for p in policy.parameters())
             out.append((logits, inv, tied, sharded))
         torch.save(out, f"{work}/meta{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
