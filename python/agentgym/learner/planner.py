@@ -23,8 +23,10 @@ compute dtype's bytes, ``s`` the residual stream's bytes, ``r`` the reduce dtype
 
 * parameters ``4 (P + P_lora) / S``: float32, sharded under fsdp/hsdp (LoRA: the frozen
   base stays float32 too);
-* gradients ``4 P_t / S``; under ``ddp`` with more than one rank also DDP's reducer buckets,
-  another ``4 P_t`` (``gradient_as_bucket_view`` is off);
+* gradients ``4 P_t / S``: float32; under fsdp/hsdp every micro-batch's backward
+  reduce-scatters its gradients and they accumulate sharded, so a rank holds its shard
+  whatever the number of micro-batches; under ``ddp`` with more than one rank also DDP's
+  reducer buckets, another ``4 P_t`` (``gradient_as_bucket_view`` is off);
 * optimizer ``8 P_t / S``: AdamW's two moments in float32;
 * reference model ``4 P / S`` when a KL to a frozen reference is used (``use_ref_model``
   and ``use_kl_loss`` with ``kl_coef > 0``, or ``use_kl_in_reward``): the float32 copy
@@ -35,17 +37,12 @@ compute dtype's bytes, ``s`` the residual stream's bytes, ``r`` the reduce dtype
   (the running one and the prefetched next one); under ddp with bf16 autocast
   ``2 P_linear``, the bfloat16 copies of the Linear weights autocast keeps for the
   backward;
-* gradients in flight: under fsdp/hsdp ``c V h + (c + r) P_layer`` (the LM head's
-  unsharded gradient, held until the root reduces, and one layer's unsharded gradient
-  with its reduce-dtype copy; with LoRA only the adapter's); unsharded ``8 P_max``
-  (the fresh gradients of the largest parameters, the LM head's and the embeddings',
-  before they are added to the accumulated ones);
-* accumulated gradients (fsdp/hsdp): ``r P_t`` unsharded (less the sharded gradients,
-  which the last reduce-scatter makes from them) when a rank may run more than one
-  micro-batch in a mini-batch (more trajectories in a mini-batch, ``tasks_per_step *
-  n_samples / learner.num_mini_batches``, than ranks): the sharded learner accumulates
-  them without a reduce-scatter, so each unit keeps its whole gradient in the reduce
-  dtype until the mini-batch's last backward;
+* gradients in flight, during a micro-batch's backward: under fsdp/hsdp ``c V h + (c + r)
+  P_layer`` (the LM head's unsharded gradient, held until the root reduce-scatters at the
+  end of the backward, and one decoder layer's unsharded gradient with its reduce-dtype
+  copy, until its reduce-scatter adds it to the sharded gradients; with LoRA only the
+  adapter's); under ddp ``8 P_max`` (the fresh gradients of the largest parameters, the LM
+  head's and the embeddings', before they are added to the accumulated ones);
 * activations of one micro-batch of ``T`` tokens, ``T = max(
   learner.max_tokens_per_microbatch, max_total_tokens)`` (a trajectory longer than the
   budget gets a micro-batch of its own), ``m`` of them model tokens (the plan takes
@@ -126,10 +123,6 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 VLLM_DEFAULT_UTILIZATION = 0.9
 #: TransformersBackend's default ``max_batch_size``.
 _TRANSFORMERS_MAX_BATCH = 64
-#: Whether the sharded learner accumulates a mini-batch's micro-batches without a
-#: reduce-scatter (``ShardedDataParallel.accumulating``: ``set_requires_gradient_sync(False)``),
-#: which keeps every FSDP unit's unsharded gradient, in the reduce dtype, until the last one.
-FSDP_ACCUMULATES_UNSHARDED = True
 
 
 class PlanError(RunConfigError):
@@ -525,8 +518,9 @@ def plan_memory(cfg: Any, world_size: int = 1, gpu_memory_gib: float = 80.0, *,
     k = 2 if critic else 1  # a critic's backbone runs the same micro-batch
     acts, working, logits = k * act.saved, k * act.working, act.logits
 
-    # gradients held during the backward beyond the accumulated ones, and what comes after
-    # it (when the activations are gone): the root's reduce-scatter, AdamW's temporaries
+    # gradients held during the backward beyond the sharded (ddp: accumulated) ones, and
+    # what comes after it (when the activations are gone): the root's reduce-scatter,
+    # AdamW's temporaries
     largest_t = (max(lora.r * max(i, o) for i, o in shape.lora_linears(lora.target_modules))
                  if lora is not None else shape.largest_param)
     if sharded:
@@ -543,19 +537,6 @@ def plan_memory(cfg: Any, world_size: int = 1, gpu_memory_gib: float = 80.0, *,
     # one parameter at a time elsewhere (two temporaries of the largest one)
     opt_temp = 4 * shard(trainable) if device == "cuda" else 8 * largest_t
     lines.append(MemoryLine("gradients in flight", during, fnote))
-    if sharded:
-        per_mini = math.ceil(cfg.tasks_per_step * cfg.n_samples / lc.num_mini_batches)
-        accumulates = FSDP_ACCUMULATES_UNSHARDED and (
-            per_mini > world_size or bool(cfg.rollout.get("context_window")))
-        # the sharded gradients are made from these by the last reduce-scatter: the two
-        # hold at most the unsharded size together
-        acc = max(0, r * trainable - 4 * shard(trainable)) if accumulates else 0
-        lines.append(MemoryLine(
-            "accumulated gradients", acc,
-            (f"unsharded, {par.reduce_dtype}, {r * trainable / GIB:.2f} GiB with the sharded "
-             f"ones: {per_mini} trajectories a mini-batch on {world_size} ranks accumulate "
-             "without a reduce-scatter") if accumulates else
-            f"none: {per_mini} trajectories a mini-batch, at most one a rank"))
     on_off = "on" if ckpt else "off"
     other = act_full if ckpt else act_ck
     lines.append(MemoryLine(
@@ -617,16 +598,6 @@ def _suggestions(cfg, plan: MemoryPlan, world_size: int, gpu_memory_gib: float, 
     if not plan.activation_checkpointing:
         singles.append(("parallel.activation_checkpointing: true",
                         ("parallel", {"activation_checkpointing": True})))
-    accumulated = next((ln.bytes for ln in plan.lines if ln.name == "accumulated gradients"),
-                       0)
-    if accumulated:
-        per_rank = math.ceil(cfg.tasks_per_step * cfg.n_samples / world_size)
-        singles.append((f"learner.num_mini_batches: {per_rank} (one trajectory a rank a "
-                        "mini-batch: no accumulation)",
-                        ("learner", {"num_mini_batches": per_rank})))
-        if _reduce_dtype(cfg) == "float32":
-            singles.append(("parallel.reduce_dtype: bfloat16",
-                            ("parallel", {"reduce_dtype": "bfloat16"})))
     found: list[str] = []
     for label, delta in singles:
         p = fits(overrides([delta]))
@@ -666,11 +637,6 @@ def _suggestions(cfg, plan: MemoryPlan, world_size: int, gpu_memory_gib: float, 
                 return [f"{extra}{per_node * n} GPUs (--nodes {n}: "
                         f"{p.total / GIB:.2f} GiB)"]
     return []
-
-
-def _reduce_dtype(cfg) -> str:
-    """The reduce dtype of ``cfg``'s parallel section."""
-    return cfg.parallel_config.reduce_dtype
 
 
 def _with_total(label: str, p: MemoryPlan) -> str:
