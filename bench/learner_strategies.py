@@ -179,13 +179,15 @@ def main() -> None:
         shape = build_batch(folder, batch, tasks=args.tasks, samples=args.samples,
                             max_turns=args.max_turns)
         runs: dict[str, list[dict]] = {a: [] for a in args.arms}
+        load_before = os.getloadavg()
         for rep in range(args.repeats):
             for arm in args.arms:
                 runs[arm].append(run_arm(arm, folder, batch, args, tmp, rep))
     report = {"bench": "learner_strategies", "model": args.model, "batch": shape,
               "steps_timed": args.steps, "repeats": args.repeats,
               "microbatch_tokens": args.microbatch_tokens, "threads": args.threads,
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
               "arms": {a: summarize(r) for a, r in runs.items()}}
     arms = report["arms"]
     if "ddp" in arms and "fsdp" in arms:
