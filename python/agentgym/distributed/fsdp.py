@@ -145,13 +145,14 @@ def gather_state_dict(module: torch.nn.Module, *, keep: bool) -> Iterator[tuple[
     """``module``'s state dict with every sharded tensor gathered, one tensor at a time
     (every rank must iterate it, in the same order). With ``keep`` (rank 0) each full
     tensor is yielded as a CPU copy; the other ranks take part in the gathers and yield
-    nothing. A tensor shared by two names (tied embeddings) is gathered once."""
+    nothing. A tensor shared by two names (tied embeddings) is gathered once, and the second
+    name gets its own copy (safetensors, which backends write, refuses shared storage)."""
     seen: dict[int, torch.Tensor] = {}
     for name, value in module.state_dict().items():
         key = id(value)
         if key in seen:
             if keep:
-                yield name, seen[key]
+                yield name, seen[key].clone()
             continue
         full = value.full_tensor() if isinstance(value, DTensor) else value
         if keep:

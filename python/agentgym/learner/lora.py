@@ -48,6 +48,7 @@ __all__ = [
     "save_merged",
     "sync_merged",
     "trainable_parameters",
+    "unshared",
 ]
 
 #: The file peft's ``save_pretrained`` writes the adapter weights to (safetensors).
@@ -231,6 +232,9 @@ class _ReferenceView(torch.nn.Module):
         self._peft.train(mode)
         return super().train(mode)
 
+    def requires_grad_(self, requires_grad: bool = True):  # must not freeze the adapter
+        return self
+
     def forward(self, *args, **kwargs):
         with adapter_disabled(self._peft):
             return self._peft(*args, **kwargs)
@@ -248,7 +252,9 @@ def reference_model(peft_model: Any) -> torch.nn.Module:
     ``policy_update(ref_model=...)`` without a second copy of the model. It has no
     parameters of its own (``parameters()`` are the peft model's, for the device);
     ``eval()``/``train()`` reach the peft model, as ``policy_update`` already sets the
-    policy back to training mode before its optimizer steps. ``get_decoder()`` is wrapped
+    policy back to training mode before its optimizer steps; ``requires_grad_`` is a no-op
+    (a frozen copy's habitual ``.requires_grad_(False)`` would freeze the adapter, and the
+    reference pass runs without gradients anyway). ``get_decoder()`` is wrapped
     too, so :func:`~agentgym.learner.update.compute_logprobs`'s LM-head-on-model-tokens
     path runs the base decoder."""
     if not is_peft_model(peft_model):
@@ -298,9 +304,11 @@ def merged_state_dict(state: Mapping[str, torch.Tensor], config: Any,
     ``r`` read from ``A``'s shape), computed in float32 and returned in ``W``'s dtype and
     device. ``config`` gives ``alpha``: :class:`LoraSettings`, a ``peft.LoraConfig`` or
     its dict. Pure: nothing in ``state`` is modified, and the tensors that no adapter
-    touches are the input's own (detached, not copied). ValueError for another adapter's
-    keys, an ``A`` without its ``B`` (or the reverse), shapes that do not fit, or adapter
-    kinds the merge does not cover (embedding LoRA, DoRA, patterns, modules_to_save)."""
+    touches are the input's own (detached views, not copies; tied weights therefore still share
+    memory, as in the model's own state dict: see :func:`unshared`). ValueError for
+    another adapter's keys, an ``A`` without its ``B`` (or the reverse), shapes that do not
+    fit, or adapter kinds the merge does not cover (embedding LoRA, DoRA, patterns,
+    modules_to_save)."""
     alpha, rslora, fan_in_fan_out = _lora_params(config)
     out: dict[str, torch.Tensor] = {}
     lora: dict[str, dict[str, torch.Tensor]] = {}
@@ -326,14 +334,15 @@ def merged_state_dict(state: Mapping[str, torch.Tensor], config: Any,
         if b.dim() != 2 or a.dim() != 2 or b.shape[1] != r:
             raise ValueError(f"merged_state_dict: {module}: lora_B {tuple(b.shape)} and "
                              f"lora_A {tuple(a.shape)} do not compose")
-        delta = (b.to(w.device, torch.float32) @ a.to(w.device, torch.float32))
-        delta = delta * (alpha / math.sqrt(r) if rslora else alpha / r)
-        if fan_in_fan_out:
-            delta = delta.T
-        if delta.shape != w.shape:
-            raise ValueError(f"merged_state_dict: {module}: B @ A is {tuple(delta.shape)}, the "
-                             f"weight {tuple(w.shape)}")
-        out[w_key] = (w.to(torch.float32) + delta).to(w.dtype)
+        b, a = b.to(w.device, torch.float32), a.to(w.device, torch.float32)
+        if fan_in_fan_out:  # the weight is stored as (in, out): add (B @ A)^T = A^T @ B^T
+            b, a = a.T, b.T
+        if (b.shape[0], a.shape[1]) != tuple(w.shape):
+            raise ValueError(f"merged_state_dict: {module}: B @ A is "
+                             f"{(b.shape[0], a.shape[1])}, the weight {tuple(w.shape)}")
+        scale = alpha / math.sqrt(r) if rslora else alpha / r
+        # one fused W + scale * (B @ A) in float32 (a new tensor: W is not touched)
+        out[w_key] = torch.addmm(w.to(torch.float32), b, a, alpha=scale).to(w.dtype)
     return out
 
 
@@ -364,7 +373,25 @@ async def sync_merged(backend: Any, source: Any, config: Any = None) -> None:
         sd = merged_state_dict(source, config)
     else:
         sd = merged_weights(source)
-    await backend.update_weights(sd)
+    await backend.update_weights(unshared(sd))
+
+
+def unshared(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every tensor that shares memory with an earlier one (tied weights:
+    SmolLM2's ``lm_head.weight`` is ``model.embed_tokens.weight``) replaced by a copy, so
+    ``safetensors`` can write it (it refuses shared tensors: the vLLM backend's
+    ``update_weights`` writes the dict to a safetensors file); the rest as they are."""
+    seen: set[tuple] = set()
+    out = {}
+    for k, v in state.items():
+        try:
+            key = (v.device, v.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):  # no storage (meta, some subclasses)
+            out[k] = v
+            continue
+        out[k] = v.clone() if key in seen else v
+        seen.add(key)
+    return out
 
 
 # --------------------------------------------------------------------------- files
