@@ -61,20 +61,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/lora.py`: the bench package
+    sys.path.insert(0, str(ROOT))
+
+from bench.peer_trl_learner import _rss_mib  # noqa: E402
+
 MODEL = "smollm2-135m"
 PROMPT, REPLY, OBS, TURNS = 96, 32, 32, 3
-
-
-def _rss_mib() -> tuple[float, float]:
-    """(resident size, resident high-water mark) of this process in MiB (``/proc``)."""
-    cur = hwm = 0.0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                cur = int(line.split()[1]) / 1024
-            elif line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) / 1024
-    return cur, hwm
 
 
 def _spread(xs: list[float]) -> dict:
@@ -113,7 +106,7 @@ def _batch(model, groups: int, samples: int, vocab: int, seed: int = 0):
 
     from agentgym.data import pack
     from agentgym.data.trajectories import Trajectory
-    from agentgym.learner.microbatch import make_micro_batches
+    from agentgym.learner.microbatch import make_micro_batches, scatter_to_packed
     from agentgym.learner.update import compute_logprobs
 
     rng = np.random.default_rng(seed)
@@ -138,10 +131,7 @@ def _batch(model, groups: int, samples: int, vocab: int, seed: int = 0):
     lp = np.zeros(pb.num_tokens, np.float32)
     with torch.no_grad():
         for mb in make_micro_batches(pb, max_tokens_per_microbatch=4096):
-            logp, _ = compute_logprobs(model, mb, with_entropy=False)
-            for row, b in enumerate(mb.indices):
-                s, n = pb.offsets[b], mb.lengths[row]
-                lp[s + 1: s + n] = logp[row, : n - 1].numpy()
+            scatter_to_packed(pb, mb, compute_logprobs(model, mb, with_entropy=False)[0], lp)
     pb.logprobs = (lp * pb.loss_mask).astype(np.float32)
     return pb
 
