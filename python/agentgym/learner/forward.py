@@ -22,12 +22,14 @@ import torch
 __all__ = ["AdapterOff", "ForwardUnit", "adapter_disabled", "policy_of", "unit_of"]
 
 
-def adapter_disabled(model: torch.nn.Module):
-    """peft's ``disable_adapter()`` for a model with adapters, else a no-op context."""
-    off = getattr(model, "disable_adapter", None)
-    if off is None or not hasattr(model, "peft_config"):
+def adapter_disabled(model: Any):
+    """Run ``model`` as its base model inside the block (peft's ``disable_adapter``: every
+    LoRA layer returns its base layer's output); a model without peft adapters (or a
+    wrapper of one, such as DDP) is left as it is, so callers need not check."""
+    inner = getattr(model, "module", model)
+    if not hasattr(inner, "peft_config") or not hasattr(inner, "disable_adapter"):
         return contextlib.nullcontext()
-    return off()
+    return inner.disable_adapter()
 
 
 class ForwardUnit(torch.nn.Module):
@@ -64,6 +66,12 @@ class AdapterOff:
 
     def parameters(self):
         return self.unit.parameters()
+
+    def requires_grad_(self, requires_grad: bool = True) -> AdapterOff:
+        """Nothing: the weights are the policy's, whose adapter must stay trainable (a
+        frozen copy's habitual ``.requires_grad_(False)`` would freeze it); the reference
+        pass runs without gradients anyway."""
+        return self
 
 
 def unit_of(model: Any) -> Any:

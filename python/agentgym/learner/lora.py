@@ -24,15 +24,16 @@ frozen and doubles as the KL reference, and the backends get merged Hugging Face
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from agentgym.learner.forward import AdapterOff, ForwardUnit, adapter_disabled
 
 __all__ = [
     "ADAPTER_FILE",
@@ -183,83 +184,14 @@ def trainable_parameters(model: torch.nn.Module) -> tuple[int, int]:
     return trainable, total
 
 
-@contextlib.contextmanager
-def adapter_disabled(model: Any) -> Iterator[None]:
-    """Run ``model`` as its base model inside the block (peft's ``disable_adapter``: every
-    LoRA layer returns its base layer's output). A model without peft adapters is left as
-    it is (a no-op), so callers need not check."""
-    inner = _unwrap(model)
-    if not is_peft_model(inner):
-        yield
-        return
-    with inner.disable_adapter():
-        yield
-
-
-class _AdapterDisabledCall(torch.nn.Module):
-    """``module(...)`` run with ``owner``'s adapter disabled (neither is registered as a
-    submodule, so this wrapper has no parameters or state of its own)."""
-
-    def __init__(self, owner: Any, module: torch.nn.Module):
-        super().__init__()
-        object.__setattr__(self, "_owner", owner)
-        object.__setattr__(self, "_module", module)
-
-    def forward(self, *args, **kwargs):
-        with adapter_disabled(self._owner):
-            return self._module(*args, **kwargs)
-
-
-class _ReferenceView(torch.nn.Module):
-    """The base model of a peft model as a module of its own (see :func:`reference_model`)."""
-
-    def __init__(self, peft_model: Any):
-        super().__init__()
-        object.__setattr__(self, "_peft", peft_model)
-
-    @property
-    def config(self):
-        return self._peft.config
-
-    @property
-    def name_or_path(self):
-        return getattr(self._peft, "name_or_path", None)
-
-    def parameters(self, recurse: bool = True):  # the device comes from these
-        return self._peft.parameters(recurse)
-
-    def train(self, mode: bool = True):
-        self._peft.train(mode)
-        return super().train(mode)
-
-    def requires_grad_(self, requires_grad: bool = True):  # must not freeze the adapter
-        return self
-
-    def forward(self, *args, **kwargs):
-        with adapter_disabled(self._peft):
-            return self._peft(*args, **kwargs)
-
-    def get_decoder(self):
-        return _AdapterDisabledCall(self._peft, self._peft.get_decoder())
-
-    def get_output_embeddings(self):
-        return self._peft.get_output_embeddings()
-
-
-def reference_model(peft_model: Any) -> torch.nn.Module:
-    """A module whose outputs are ``peft_model``'s base model's (the adapter disabled during
-    each call, on the same weights): the frozen KL reference for
-    ``policy_update(ref_model=...)`` without a second copy of the model. It has no
-    parameters of its own (``parameters()`` are the peft model's, for the device);
-    ``eval()``/``train()`` reach the peft model, as ``policy_update`` already sets the
-    policy back to training mode before its optimizer steps; ``requires_grad_`` is a no-op
-    (a frozen copy's habitual ``.requires_grad_(False)`` would freeze the adapter, and the
-    reference pass runs without gradients anyway). ``get_decoder()`` is wrapped
-    too, so :func:`~agentgym.learner.update.compute_logprobs`'s LM-head-on-model-tokens
-    path runs the base decoder."""
+def reference_model(peft_model: Any) -> AdapterOff:
+    """The frozen KL reference of ``peft_model`` for ``policy_update(ref_model=...)``
+    without a second copy of the model: its base (the adapter disabled during each call,
+    on the same weights), :class:`~agentgym.learner.forward.AdapterOff` over its forward
+    unit, the reference the trainer uses."""
     if not is_peft_model(peft_model):
         raise ValueError("reference_model needs a peft model (apply_lora)")
-    return _ReferenceView(_unwrap(peft_model))
+    return AdapterOff(ForwardUnit(_unwrap(peft_model)))
 
 
 # --------------------------------------------------------------------------- merging
