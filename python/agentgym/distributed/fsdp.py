@@ -28,14 +28,13 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agentgym.distributed.ddp import DataParallel, shard_rows, zero_forward
+from agentgym.distributed.ddp import DataParallel, zero_forward
 from agentgym.distributed.parallel import ParallelConfig
 
 __all__ = ["ShardedDataParallel", "build_sharded", "decoder_layers", "gather_state_dict",
@@ -180,13 +179,6 @@ class ShardedDataParallel(DataParallel):
         self.module = unit.policy
         self.model = unit
         self.value_model = value_model
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def shard(self, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        return shard_rows(rows, lengths, self.world_size, self.rank)
 
     def accumulating(self, accumulate: bool):
         """Nothing: every micro-batch's backward reduce-scatters its gradients, which then

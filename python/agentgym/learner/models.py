@@ -66,12 +66,7 @@ class LearnerModels:
         into the base weights; ``merge=False``: peft's own names, adapter included), CPU
         copies, on rank 0; None on the other ranks. Under a sharded strategy every rank must
         call it (each tensor is all-gathered in turn)."""
-        if self.sharded:
-            items = self.dp.state_dict()
-        else:
-            items = ((k, v.detach().to("cpu", copy=True))
-                     for k, v in self.model.state_dict().items())
-        sd = dict(items)
+        sd = dict(self.dp.state_dict() if self.sharded else _cpu_copy(self.model))
         if not self.is_main:
             return None
         return self.merge(sd) if merge else sd
@@ -95,9 +90,7 @@ class LearnerModels:
         """The critic's state dict (gathered under FSDP; every rank calls it), on rank 0."""
         if self.critic is None:
             return None
-        items = self.dp.state_dict(critic=True) if self.sharded else (
-            (k, v.detach().to("cpu", copy=True)) for k, v in self.critic.state_dict().items())
-        sd = dict(items)
+        sd = dict(self.dp.state_dict(critic=True) if self.sharded else _cpu_copy(self.critic))
         return sd if self.is_main else None
 
     # -- sharded checkpoints ---------------------------------------------------------------
@@ -256,6 +249,11 @@ def _build_sharded(model_dir, cls, load_policy, load_ref, prepare, learner_confi
                          critic=value.policy if value is not None else None,
                          critic_optimizer=value_opt, dp=dp, lora=settings,
                          critic_unit=value)
+
+
+def _cpu_copy(module: torch.nn.Module):
+    """``module``'s state dict as CPU copies, name by name."""
+    return ((k, v.detach().to("cpu", copy=True)) for k, v in module.state_dict().items())
 
 
 def _checkpointing(model: torch.nn.Module) -> None:
