@@ -77,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # a log file, not a terminal: no redrawn library bars (ours write plain lines)
     quiet_library_bars()
-    return int(args.func(args) or 0)
+    from agentgym.errors import UnknownEnvError
+
+    try:
+        return int(args.func(args) or 0)
+    except UnknownEnvError as e:  # an env id no subcommand knows: one line naming it
+        print(f"agentgym-rl {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
