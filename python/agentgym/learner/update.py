@@ -586,11 +586,15 @@ def _pass_plan(pb: PackedBatch, config: LearnerConfig, stale_w: np.ndarray, dp
     maybe_valid = validity(pb.stop_reason, "keep" if config.truncated == "bootstrap"
                            else config.truncated, config.overlong)[0]
     maybe_valid &= (stale_w > 0) & (model_tokens > 0)
-    plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
+    return maybe_valid, _plan(pb, np.flatnonzero(maybe_valid), config, dp)
+
+
+def _plan(pb: PackedBatch, rows: np.ndarray, config: LearnerConfig, dp) -> list[np.ndarray]:
+    """The micro-batches of this rank's share of ``rows`` under the config's token budget
+    (padded or packed)."""
+    return plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
                               max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                              indices=_own(dp, np.flatnonzero(maybe_valid), pb),
-                              packing=config.packing)
-    return maybe_valid, plan
+                              indices=_own(dp, rows, pb), packing=config.packing)
 
 
 def _logprob_pass(model, plan, pb: PackedBatch, config: LearnerConfig, dp) -> np.ndarray:
@@ -645,11 +649,8 @@ def _mini_batch_step(fwd, vfwd, pb: PackedBatch, mini: np.ndarray,
     """The gradients of one mini-batch, accumulated over its token-budgeted micro-batches
     with the whole mini-batch's loss normalisers (all ranks' under ``dp``); returns its
     summed losses (read back once) and its number of micro-batches here."""
-    plan = plan_micro_batches(pb.lengths, config.max_tokens_per_microbatch,
-                              max_seqs_per_microbatch=config.max_seqs_per_microbatch,
-                              indices=_own(dp, mini, pb), packing=config.packing)
     mbs = [collate(pb, r, token_arrays, pad_token_id=config.pad_token_id,
-                   packing=config.packing) for r in plan]
+                   packing=config.packing) for r in _plan(pb, mini, config, dp)]
     n_tok = float(sum(mb.num_model_tokens for mb in mbs))
     n_seq = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
     norm_c = config.loss_norm_constant or float(
