@@ -12,8 +12,9 @@ frozen and doubles as the KL reference, and the backends get merged Hugging Face
   gathered first and this runs on the full tensors; :func:`merged_weights` is the
   one-process shortcut.
 * :func:`adapter_disabled` runs the base model (peft's ``disable_adapter``);
-  :func:`reference_model` is a module view of it for ``policy_update(ref_model=...)``, so
-  the KL reference costs no second copy of the weights.
+  :func:`reference_model` is the policy's forward unit with the adapter off
+  (:class:`~agentgym.learner.forward.AdapterOff`, the trainer's reference too) for
+  ``policy_update(ref_model=...)``, so the KL reference costs no second copy of the weights.
 * :func:`save_adapter` / :func:`load_adapter_into` checkpoint the adapter (safetensors) and
   restore it in place (the optimizer's parameters stay the same tensors);
   :func:`save_merged` writes the merged model as a plain Hugging Face folder that
