@@ -14,7 +14,7 @@ import random
 import zlib
 
 from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
-from agentgym.engine.chat import after_reply_prefix
+from agentgym.parse import after_reply_prefix
 
 
 class ScriptedBackend:

@@ -18,12 +18,6 @@ _OBS = "\x00OBSERVATION\x00"
 _PROBE = "\x00MODEL\x00"
 
 
-def after_reply_prefix(text: str, reply_prefix: str) -> str:
-    """The reply that writes ``text`` after a turn opened by ``reply_prefix``
-    (``RolloutConfig.reply_prefix``): ``text`` less the prefix it starts with, else whole."""
-    return text[len(reply_prefix):] if reply_prefix and text.startswith(reply_prefix) else text
-
-
 class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be used for append-only multi-turn rollouts."""
 

@@ -39,7 +39,7 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     ``reflection`` (0, off, by default) allows that many extra attempts: an attempt the env
     ended unsolved, or the horizon ended, puts the env back at the episode's start, appends
     the note ``reflection_prompt`` (a user turn; default
-    :data:`~agentgym.engine.reflection.REFLECTION_PROMPT`) and the model's next reply is
+    :data:`~agentgym.engine.mechanisms.reflection.REFLECTION_PROMPT`) and the model's next reply is
     its reflection and the new attempt's first action. The episode's reward is the last
     attempt's return times ``reflection_discount ** (attempts - 1)``; the horizon counts the
     turns of each attempt (docs/mechanisms.md). ``reflection_credit="reflection"`` (R³'s
@@ -61,7 +61,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
 
     ``plan`` (off by default) adds plan turns: before the first action, and after every
     ``replan_every`` env turns when that is > 0, the assistant turn opens with
-    ``plan_prefix`` (default :data:`~agentgym.engine.planning.PLAN_PREFIX`, prompt tokens),
+    ``plan_prefix`` (default :data:`~agentgym.engine.mechanisms.planning.PLAN_PREFIX`,
+    prompt tokens),
     the model writes a plan (policy tokens, at most ``plan_max_tokens``, reward 0, or
     ``plan_bonus`` once the episode is solved) that the env never sees, and a user turn asks
     for the next action. Horizons count env turns, not
@@ -121,7 +122,8 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: ``** (k - 1)``.
     reflection_discount: float = 0.9
     #: The note before a retry (``str.format`` fields ``attempt``, ``attempts_left``,
-    #: ``outcome``, ``observation``); None: ``agentgym.engine.reflection.REFLECTION_PROMPT``.
+    #: ``outcome``, ``observation``); None:
+    #: ``agentgym.engine.mechanisms.reflection.REFLECTION_PROMPT``.
     reflection_prompt: str | None = None
     #: Which replies an episode solved on a retry trains on: ``"all"``, or ``"reflection"``
     #: (the first reply of each retry, as R³ does).
@@ -140,7 +142,7 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     plan: bool = False
     #: Another plan turn after every this many env turns (0: only the first).
     replan_every: int = 0
-    #: Opens a plan turn's reply; None: ``agentgym.engine.planning.PLAN_PREFIX``.
+    #: Opens a plan turn's reply; None: ``agentgym.engine.mechanisms.planning.PLAN_PREFIX``.
     plan_prefix: str | None = None
     #: Tokens a plan may take (None: ``max_new_tokens``).
     plan_max_tokens: int | None = None
@@ -200,6 +202,6 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
             raise ValueError(f"max_record_tokens ({self.max_record_tokens}) must be at least "
                              f"max_total_tokens ({self.max_total_tokens})")
         if self.reflection_prompt is not None:
-            from agentgym.engine.reflection import check_prompt
+            from agentgym.engine.mechanisms.reflection import check_prompt
 
             check_prompt(self.reflection_prompt)

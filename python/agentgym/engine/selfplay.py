@@ -39,6 +39,7 @@ import itertools
 import json
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -46,6 +47,10 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
+from agentgym.backends.scripted import ScriptedBackend
+from agentgym.engine.batching import TickBatcher
+from agentgym.engine.episode import Episode
+from agentgym.engine.play import SingleUnits
 
 __all__ = ["GameDriver", "OPPONENTS", "game_roles", "is_game", "seat_players"]
 
@@ -139,14 +144,15 @@ class _Reply:
 
 
 class GamePlay:
-    """The self-play part of one engine run (``_Run``): plays game episodes, one coroutine
-    each, on the run's store, formatter, codec and close batcher."""
+    """The play strategy of a game's run (:class:`~agentgym.engine.turn_loop.TurnLoop`):
+    plays game episodes, one coroutine each (a unit: one request, one slot, a trajectory per
+    seat), through the loop's store, formatter, codec, ``generate`` and close batcher."""
+
+    width = 1
 
     def __init__(self, run, driver: GameDriver):
-        from agentgym.backends.scripted import ScriptedBackend
-        from agentgym.engine.batching import TickBatcher
-
         self.run, self.driver = run, driver
+        self.per_request = driver.seats
         cfg = run.cfg
         self.seats, self.roles = driver.seats, driver.roles
         systems = [cfg.system_prompt if cfg.system_prompt is not None else s
@@ -178,21 +184,29 @@ class GamePlay:
                              f"of RolloutEngine.opponents ({sorted(engine.opponents)})")
         self.opponent = opponent
 
+    # -- the strategy's side --------------------------------------------------------------
+    def units(self, eps: list[Episode]) -> list[Episode]:
+        return eps
+
+    def builder(self) -> SingleUnits:
+        return SingleUnits()
+
+    async def play(self, ep: Episode, slots: Sequence[int]) -> list:
+        ep.slot = slots[0]
+        return await self.run_game(ep, time.perf_counter())
+
     # -- one episode ----------------------------------------------------------------------
     def seat_episodes(self, ep) -> list:
         """``ep`` (the request's episode) and one episode per further seat, each with its
         own store key (``ep.key * seats + seat``), begun in the store."""
-        from agentgym.engine.orchestrator import _Episode
-
         players = seat_players(self.opponent, ep.group_id, ep.seed, self.seats,
                                list(self.run.engine.opponents))
         out, base = [], ep.key
         for seat in range(self.seats):
-            sp = ep if seat == 0 else _Episode(0, ep.slot, ep.task, ep.seed, ep.group_id,
-                                               ep.sample_index)
+            sp = ep if seat == 0 else Episode(0, ep.slot, ep.task, ep.seed, ep.group_id,
+                                              ep.sample_index)
             sp.key = base * self.seats + seat
-            sp.seat, sp.role, sp.player, sp.episode_id = seat, self.roles[seat], \
-                players[seat], base
+            sp.seat, sp.seat_info = seat, (base, self.roles[seat], players[seat])
             sp.policy_version = self.backends[players[seat]].policy_version
             self.run.store.begin(sp.key, sp.group_id, sp.sample_index, sp.policy_version,
                                  sp.key)
@@ -218,7 +232,7 @@ class GamePlay:
         except asyncio.CancelledError:
             _end(seats, "aborted", None)
             for sp in seats:
-                run._close_now(sp)
+                run.close_now(sp)
             raise
         except Exception as e:  # a backend or game failure ends the episode for every seat
             reason = "backend_error" if isinstance(e, BackendError) else "env_error"
@@ -380,11 +394,11 @@ class GamePlay:
                              if backend.needs_context else
                              backend.generate(sp.ids, sampling, request_id=rid))
             except BackendError as e:
-                res = await run._generate(sp, sampling, start=1, last=e, prompt=sp.ids,
-                                          backend=backend, context=context)
+                res = await run.generate(sp, sampling, start=1, last=e, prompt=sp.ids,
+                                         backend=backend, context=context)
         else:
-            res = await run._generate(sp, sampling, prompt=sp.ids, backend=backend,
-                                      context=context)
+            res = await run.generate(sp, sampling, prompt=sp.ids, backend=backend,
+                                     context=context)
         sp.gen_s += time.perf_counter() - t0
         toks = res.token_ids
         ended = bool(toks) and toks[-1] == run.fmt.end_of_turn_id

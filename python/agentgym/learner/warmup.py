@@ -91,7 +91,8 @@ def random_policy_transcripts(
     observation, and each reply is the action text after it (an action text that does not
     start with it is kept whole)."""
     from agentgym import _core
-    from agentgym.engine.chat import ChatFormatter, after_reply_prefix
+    from agentgym.engine.chat import ChatFormatter
+    from agentgym.parse import after_reply_prefix
     from agentgym.engine.drivers import is_native
     from agentgym.pool import EnvPool
 

@@ -97,7 +97,7 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
     undo = spec.get("undo")
     histories: dict[int, Any] = {}  # local -> UndoHistory of its episode (undo rules only)
     if undo is not None:
-        from agentgym.engine.undo import UndoHistory, UndoRules
+        from agentgym.engine.drivers.undo import UndoHistory, UndoRules
 
         undo = UndoRules(*undo)
     inbox: queue.SimpleQueue = queue.SimpleQueue()

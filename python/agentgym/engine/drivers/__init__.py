@@ -18,7 +18,7 @@ from agentgym.engine.drivers.base import NOT_RUNNING, EnvDriver, ResetItem, Step
 from agentgym.engine.drivers.native import NativeDriver, is_native
 from agentgym.engine.drivers.process import ProcessDriver
 from agentgym.engine.drivers.python import PythonDriver
-from agentgym.engine.undo import UndoRules
+from agentgym.engine.drivers.undo import UndoRules
 
 __all__ = [
     "NOT_RUNNING",

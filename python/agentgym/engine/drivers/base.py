@@ -22,19 +22,24 @@ action the env refused (``EnvPool.invalid_turns``) and the accepted undos
 (``EnvPool.undo_turns``); None for every other driver, whose ``StepOutcome.invalid`` and
 ``StepOutcome.undo`` say it per step.
 
-Every driver takes ``undo`` (:class:`~agentgym.engine.undo.UndoRules`, or None: off),
-``restarts`` (reflection retries: ``save_starts``, ``restart``, ``drop_saved``) and
-``forks`` (branched groups: ``async fork(src, targets)`` copies a running slot into free
-ones) and, with any of them, raises :class:`~agentgym.errors.SnapshotUnsupportedError` when
-it is built for an env that cannot snapshot.
+Snapshots are one capability (:class:`Snapshots`): keep a slot's start and go back to it
+(``save_starts``, ``restart``, ``drop_saved``; reflection retries), keep a slot's state
+before its step and go back to it (``save_lasts``, ``has_last``, ``restore_last``; retries
+back to the failing turn), and copy a running slot into free ones (``fork``; branched
+groups). Every driver implements all of it; what it cannot serve it refuses when it is
+built. Every driver takes ``undo`` (:class:`~agentgym.engine.drivers.undo.UndoRules`, or
+None: off), ``restarts``, ``lasts`` and ``forks`` (the uses of snapshots a run needs) and,
+with any of them, raises :class:`~agentgym.errors.SnapshotUnsupportedError` when it is built
+for an env that cannot snapshot.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agentgym import _core
+from agentgym.errors import SnapshotUnsupportedError
 
 #: ``(slot, task, seed, max_turns)`` of one reset.
 ResetItem = tuple[int, "int | str | None", int, "int | None"]
@@ -77,7 +82,36 @@ def shows_frames(env_kwargs: dict) -> bool:
 NOT_RUNNING = StepOutcome("", 0.0, False, True, "aborted", "episode no longer running")
 
 
-class EnvDriver(Protocol):
+@runtime_checkable
+class Snapshots(Protocol):
+    """Going back and copying (see the module docs): what reflection retries and branched
+    groups ask of a driver."""
+
+    async def save_starts(self, slots: list[int]) -> list[Exception | None]:
+        """Keep each slot's state as its episode's start (per slot None, or the exception
+        that kept it from being copied)."""
+
+    async def restart(self, slot: int) -> None:
+        """Put ``slot``'s env back to its episode's start."""
+
+    def drop_saved(self, slots: list[int]) -> None:
+        """Forget what was kept for ``slots`` (their starts and last states)."""
+
+    def save_lasts(self, slots: list[int]) -> None:
+        """Keep each slot's state before the step it is about to take."""
+
+    def has_last(self, slot: int) -> bool:
+        """Whether a state before ``slot``'s last step is kept."""
+
+    async def restore_last(self, slot: int) -> None:
+        """Put ``slot``'s env back to before its last step."""
+
+    async def fork(self, src: int, targets: list[int]) -> None:
+        """Copy running slot ``src``'s env into each of ``targets``."""
+
+
+@runtime_checkable
+class EnvDriver(Snapshots, Protocol):
     """What the rollout engine needs from the envs of one env id (see the module docs)."""
 
     env_id: str
@@ -100,3 +134,34 @@ class EnvDriver(Protocol):
     async def frames(self, slots: list[int]) -> list: ...
 
     def close(self) -> None: ...
+
+
+def supports_snapshots(env: Any) -> bool:
+    """Whether a Gymnasium env (or what it wraps) says it can snapshot its state."""
+    for obj in (env, getattr(env, "unwrapped", None)):
+        flag = getattr(obj, "supports_snapshots", None)
+        if flag is not None:
+            return bool(flag() if callable(flag) else flag)
+    return False
+
+
+#: What the mechanisms that need env snapshots are called in a
+#: ``SnapshotUnsupportedError``.
+UNDO_NEEDS = "the undo action (RolloutConfig.undo)"
+RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
+FORKS_NEED = "branched groups (RolloutConfig.branch_at)"
+LASTS_NEED = "reflection retries back to the failing turn (RolloutConfig.reflection_restore)"
+
+
+def require_snapshots(supported: bool, env_id: str, undo: object | None,
+                      restarts: bool, forks: bool = False) -> None:
+    """Raise :class:`SnapshotUnsupportedError` when the env cannot snapshot (``supported``
+    False) and undo rules, reflection retries or branched groups are on: checked when a
+    driver is built, before any episode starts; the message names each mechanism that needs
+    it."""
+    needs = [what for what, on in ((UNDO_NEEDS, undo is not None), (RESTARTS_NEED, restarts),
+                                   (FORKS_NEED, forks)) if on]
+    if needs and not supported:
+        raise SnapshotUnsupportedError(
+            f"{env_id}: {' and '.join(needs)} need{'s' if len(needs) == 1 else ''} env "
+            "snapshots, and this env cannot snapshot its state")

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 from agentgym import _core
 from agentgym.data.frames import Frame
-from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome
-from agentgym.engine.undo import UndoRules, require_snapshots
+from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome, require_snapshots
+from agentgym.engine.drivers.undo import UndoRules
 from agentgym.pool import EnvPool
 
 

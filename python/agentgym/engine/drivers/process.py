@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 
-from agentgym.engine.drivers.base import ResetItem, StepOutcome, shows_frames
-from agentgym.engine.undo import (
+from agentgym.engine.drivers.base import (
     FORKS_NEED,
     LASTS_NEED,
-    UndoRules,
+    ResetItem,
+    StepOutcome,
     require_snapshots,
+    shows_frames,
     supports_snapshots,
 )
+from agentgym.engine.drivers.undo import UndoRules
 from agentgym.errors import SnapshotUnsupportedError
 
 
@@ -84,6 +86,23 @@ class ProcessDriver:
         """Forget the starts of ``slots``."""
         for slot in slots:
             self._starts.pop(slot, None)
+
+    # A worker holds no copy of an env's state: going back to before a step and forking are
+    # refused when the driver is built (``lasts``, ``forks``), and here had they been asked.
+    def save_lasts(self, slots: list[int]) -> None:
+        raise SnapshotUnsupportedError(f"{self.env_id}: {LASTS_NEED} need env snapshots, "
+                                       "which envs in worker processes give none of")
+
+    def has_last(self, slot: int) -> bool:
+        return False
+
+    async def restore_last(self, slot: int) -> None:
+        raise SnapshotUnsupportedError(f"{self.env_id}: {LASTS_NEED} need env snapshots, "
+                                       "which envs in worker processes give none of")
+
+    async def fork(self, src: int, targets: list[int]) -> None:
+        raise SnapshotUnsupportedError(f"{self.env_id}: {FORKS_NEED} need env snapshots, "
+                                       "which envs in worker processes give none of")
 
     async def step_many(self, items: list[tuple[int, str]]) -> list[StepOutcome]:
         """Step each row in its worker (concurrently)."""

@@ -6,8 +6,15 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentgym.engine.drivers.base import NOT_RUNNING, ResetItem, StepOutcome, shows_frames
-from agentgym.engine.undo import UndoHistory, UndoRules, require_snapshots, supports_snapshots
+from agentgym.engine.drivers.base import (
+    NOT_RUNNING,
+    ResetItem,
+    StepOutcome,
+    require_snapshots,
+    shows_frames,
+    supports_snapshots,
+)
+from agentgym.engine.drivers.undo import UndoHistory, UndoRules
 from agentgym.envs.base import env_method
 from agentgym.errors import InvalidTaskError
 

@@ -193,7 +193,7 @@ def test_a_fork_the_env_refuses_ends_only_the_siblings(tokenizer):
 @pytest.mark.parametrize("env_id, kwargs", [("test/no_snapshots", {}),
                                             ("test/branch_line", {"env_workers": 1})])
 def test_branching_where_envs_cannot_fork_fails_before_any_episode(tokenizer, env_id, kwargs):
-    from tests.engine.test_undo import NoSnapshots  # noqa: F401  (registers test/no_snapshots)
+    from tests.engine.mechanisms.test_undo import NoSnapshots  # noqa: F401  (registers test/no_snapshots)
 
     backend = ScriptedBackend(tokenizer)
     eng = RolloutEngine(backend, tokenizer, branch_at=1, n_samples=2)

@@ -1,11 +1,11 @@
-"""Self-correction: the ``undo`` action (``undo`` or ``undo N``) for the envs the engine's
-Python drivers step (``RolloutConfig.undo``).
+"""The ``undo`` action on a Gymnasium env the engine's Python drivers step
+(``RolloutConfig.undo``; the engine's side is :mod:`agentgym.engine.mechanisms.undo`).
 
-A native env answers undos inside its Rust pool (``rust/core/src/pool/undo.rs``); this
-module applies the same rules to a Gymnasium env with ``snapshot()``/``restore()`` (a
-:class:`~agentgym.envs.base.BaseEnv` that declares ``snapshot_safe``, or one that overrides
-them), with the grammar and the texts read from ``agentgym._core`` (``parse_undo``,
-``undo_reply``, ``undo_refusal``), so both answer alike:
+A native env answers undos inside its Rust pool (``rust/core/src/pool/undo.rs``);
+:class:`UndoHistory` applies the same rules to a Gymnasium env with
+``snapshot()``/``restore()`` (a :class:`~agentgym.envs.base.BaseEnv` that declares
+``snapshot_safe``, or one that overrides them), with the grammar and the texts read from
+``agentgym._core`` (``parse_undo``, ``undo_reply``, ``undo_refusal``), so both answer alike:
 
 - before each turn whose action is not an undo, the env's state is saved, then that turn's
   reward and the observation the model saw before it (the last ``depth`` turns are kept);
@@ -35,42 +35,6 @@ class UndoRules:
 
     max_undos: int
     depth: int
-
-
-def undo_rules(cfg) -> UndoRules | None:
-    """The rules of a :class:`~agentgym.engine.config.RolloutConfig` (None: undo off)."""
-    return UndoRules(cfg.max_undos, cfg.undo_depth) if cfg.undo else None
-
-
-def supports_snapshots(env: Any) -> bool:
-    """Whether a Gymnasium env (or what it wraps) says it can snapshot its state."""
-    for obj in (env, getattr(env, "unwrapped", None)):
-        flag = getattr(obj, "supports_snapshots", None)
-        if flag is not None:
-            return bool(flag() if callable(flag) else flag)
-    return False
-
-
-#: What the mechanisms that need env snapshots are called in a
-#: ``SnapshotUnsupportedError``.
-UNDO_NEEDS = "the undo action (RolloutConfig.undo)"
-RESTARTS_NEED = "the reflection retry (RolloutConfig.reflection)"
-FORKS_NEED = "branched groups (RolloutConfig.branch_at)"
-LASTS_NEED = "reflection retries back to the failing turn (RolloutConfig.reflection_restore)"
-
-
-def require_snapshots(supported: bool, env_id: str, undo: UndoRules | None,
-                      restarts: bool, forks: bool = False) -> None:
-    """Raise :class:`SnapshotUnsupportedError` when the env cannot snapshot (``supported``
-    False) and undo rules, reflection retries or branched groups are on: checked when a
-    driver is built, before any episode starts; the message names each mechanism that needs
-    it."""
-    needs = [what for what, on in ((UNDO_NEEDS, undo is not None), (RESTARTS_NEED, restarts),
-                                   (FORKS_NEED, forks)) if on]
-    if needs and not supported:
-        raise SnapshotUnsupportedError(
-            f"{env_id}: {' and '.join(needs)} need{'s' if len(needs) == 1 else ''} env "
-            "snapshots, and this env cannot snapshot its state")
 
 
 class UndoHistory:

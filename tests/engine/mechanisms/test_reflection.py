@@ -8,7 +8,7 @@ from agentgym.backends.base import GenerateResult
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutConfig, RolloutEngine
 from agentgym.engine.drivers import NativeDriver, make_driver
-from agentgym.engine.reflection import REFLECTION_PROMPT, final_reward, note, retries
+from agentgym.engine.mechanisms.reflection import REFLECTION_PROMPT, final_reward, note, retries
 from agentgym.envs import BaseEnv
 from agentgym.errors import SnapshotUnsupportedError
 from tests.helpers import TaskEnv, mask_runs

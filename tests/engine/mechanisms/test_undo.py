@@ -10,7 +10,7 @@ from agentgym.backends.base import GenerateResult
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.drivers import NativeDriver, ProcessDriver, PythonDriver, make_driver
-from agentgym.engine.undo import UndoHistory, UndoRules
+from agentgym.engine.drivers.undo import UndoHistory, UndoRules
 from agentgym.errors import SnapshotUnsupportedError
 from tests.helpers import LineEnv, TaskEnv
 

@@ -7,7 +7,7 @@ from agentgym.backends.base import GenerateResult
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.engine.config import RolloutConfig
-from agentgym.engine.planning import ACT_PROMPT, PLAN_PREFIX, plan_due
+from agentgym.engine.mechanisms.planning import ACT_PROMPT, PLAN_PREFIX, plan_due
 from tests.helpers import mask_runs
 
 
