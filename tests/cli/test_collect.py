@@ -4,6 +4,7 @@ key ends up on disk exactly once; ``agentgym-rl export`` of the folder."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -101,7 +102,8 @@ def test_collect_then_export_from_the_command_line(tiny_model_dir, tmp_path, cap
     assert main([*argv[:2], "maze", *argv[3:]]) == 2
     assert "RunMismatchError" in capsys.readouterr().err
     trajs = sorted(rows_to_trajectories(table), key=lambda t: (t.group_id, t.sample_index))
-    for to, convert in [("verl", lambda ts: [to_verl(t) for t in ts]),
+    for to, convert in [("verl", lambda ts: [{**to_verl(t), "task_index": t.group_id}
+                                             for t in ts]),
                         ("skyrl", lambda ts: [dict(zip(to_skyrl(ts), v))
                                               for v in zip(*to_skyrl(ts).values())]),
                         ("trl", lambda ts: [to_trl(t) for t in ts])]:
@@ -137,3 +139,62 @@ def test_a_bounded_context_run_exports_one_row_per_reply(tiny_model_dir, tmp_pat
     assert {(tuple(x["prompt_ids"]), tuple(x["response_ids"])) for x in rows} == want
     longest = max(len(t.token_ids) for t in trajs)
     assert max(len(x["prompt_ids"]) for x in rows) < longest
+
+
+def test_ctrl_c_keeps_the_finished_rows_and_the_same_command_resumes(tmp_path):
+    """SIGINT (Ctrl-C) with shards far larger than what finished: the finished rows are
+    written, one line says how many and how to resume, exit 130; SIGTERM the same (143);
+    the same command then completes the run, every key once."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "agentgym.cli", "collect", "--env", "maze", "--tasks", "0:300",
+           "--out", str(out), "--max-concurrency", "4", "--max-turns", "20"]
+    slow = ["--backend-kwarg", "latency_s=0.05"]  # not part of the run's identity
+    env = {**os.environ, "AGENTGYM_PROGRESS_INTERVAL": "0.1"}
+    kept = 0
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        p = subprocess.Popen(cmd + slow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        lines = []
+        for line in p.stderr:  # the progress lines: wait until episodes have finished
+            lines.append(line)
+            done = re.match(r"collect: (\d+)/300", line)
+            if done and int(done.group(1)) > kept:
+                break
+        time.sleep(0.3)
+        p.send_signal(sig)
+        lines += p.stderr.read().splitlines()
+        p.stderr.close()
+        assert p.wait(timeout=120) == code, lines
+        assert "Traceback" not in "".join(lines)
+        last = lines[-1]
+        rows = int(re.search(r"(\d+) of 300 rows are on disk", last).group(1))
+        assert rows == ds.dataset(str(out), format="parquet").count_rows() > kept, last
+        assert "run the same command again to resume" in last
+        assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+        kept = rows
+    done = subprocess.run(cmd + ["--no-progress", "--json"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["run"]["complete"] and summary["session"]["episodes"] == 300 - kept
+    t = ds.dataset(str(out), format="parquet").to_table(columns=["task_index", "sample_index"])
+    keys = list(zip(t.column("task_index").to_pylist(), t.column("sample_index").to_pylist()))
+    assert sorted(keys) == [(i, 0) for i in range(300)]
+
+
+def test_a_bad_env_kwarg_leaves_nothing_and_the_corrected_command_runs(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["collect", "--env", "maze", "--tasks", "0:3", "--out", str(out), "--no-progress",
+            "--json"]
+    assert main([*argv, "--env-kwarg", "sizee=4"]) == 2
+    assert "sizee" in capsys.readouterr().err and not out.exists()
+    assert main([*argv, "--env-kwarg", "size=4"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run"]["complete"]
+
+
+def test_a_context_cap_above_the_record_caps_default_is_taken(tmp_path, capsys):
+    """``--max-total-tokens 2000000``: the record cap's default follows the cap the user
+    set (no 'max_record_tokens must be at least max_total_tokens')."""
+    assert main(["collect", "--env", "maze", "--tasks", "0:2", "--max-total-tokens",
+                 "2000000", "--out", str(tmp_path / "r"), "--no-progress", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run"]["complete"]

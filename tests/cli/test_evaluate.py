@@ -84,9 +84,10 @@ def test_eval_of_a_run_folder_plays_its_checkpoint_with_the_runs_settings(
     assert main(["eval", "--model", str(run), "--tasks", "2", "-o", str(out)]) == 0
     ((model, config),) = made
     assert model.endswith("step_1/model")
-    assert config["rollout"] == {"reply_prefix": "Action:"}
-    assert (config["max_new_tokens"], config["max_total_tokens"]) == (6, 900)
-    assert config["system_prompt"] == "Maze."
+    rollout = config["rollout"]
+    assert rollout["reply_prefix"] == "Action:"
+    assert (rollout["max_new_tokens"], rollout["max_total_tokens"]) == (6, 900)
+    assert rollout["system_prompt"] == "Maze."
     (row,) = json.loads((out / "eval.json").read_text())["results"]
     assert row["episodes"] == 2 and row["max_turns"] == 2
 
@@ -96,8 +97,6 @@ def test_eval_with_the_scripted_oracle_needs_no_model(tmp_path, capsys):
     several envs in one call, and eval.json carries the stop reasons."""
     import json
 
-    import pytest
-
     out = tmp_path / "eval"
     assert main(["eval", "--backend", "scripted", "--env", "maze,ecommerce_service",
                  "--tasks", "3", "--max-turns", "40", "-o", str(out)]) == 0
@@ -106,5 +105,25 @@ def test_eval_with_the_scripted_oracle_needs_no_model(tmp_path, capsys):
     for row in report["results"]:
         assert row["episodes"] == 3 and row["success_rate"] == 1.0, row
         assert row["metrics"]["stop_reason/done"] == 1.0
-    with pytest.raises(SystemExit, match="--model is required"):
-        main(["eval", "--env", "maze", "--tasks", "1", "-o", str(out)])
+    capsys.readouterr()
+    assert main(["eval", "--env", "maze", "--tasks", "1", "-o", str(out)]) == 2
+    assert "--model is required" in capsys.readouterr().err
+
+
+def test_eval_plays_each_env_at_its_own_horizon(tmp_path, capsys):
+    """Without ``--max-turns`` (and no training run) each env is played at its own horizon
+    (``default_horizon``): the oracle solves maze and textcraft, which take more than 8
+    turns; the table prints the horizon used per env."""
+    import json
+
+    from agentgym.cli.evaluate import default_horizon
+
+    out = tmp_path / "eval"
+    assert main(["eval", "--backend", "scripted", "--env", "maze,textcraft,wordle",
+                 "--tasks", "3", "-o", str(out)]) == 0
+    table = capsys.readouterr().out
+    for row in json.loads((out / "eval.json").read_text())["results"]:
+        assert row["max_turns"] == default_horizon(row["env"]) > 8, row
+        assert row["success_rate"] == 1.0, row
+        assert f"| {row['env']} | 3 | 1.000 |" in table and \
+            f"| {row['max_turns']} |" in table

@@ -58,8 +58,8 @@ def collect(tokenizer, out, tasks=range(30), env="maze", n_samples=2, stop_after
 def test_resumed_run_rows_equal_an_uninterrupted_run(tokenizer, tmp_path):
     full = collect(tokenizer, tmp_path / "full")
     assert full["run"]["complete"] and full["run"]["rows"] == 60
-    # Interrupted twice (rows still buffered are lost, as in a crash), then resumed: the
-    # resume plays only the missing keys, each with the seed of its task.
+    # Stopped twice (the rows handed out so far are kept, the episodes in flight are not),
+    # then resumed: the resume plays only the missing keys, each with the seed of its task.
     assert collect(tokenizer, tmp_path / "part", stop_after=20) is None
     assert collect(tokenizer, tmp_path / "part", stop_after=25) is None
     partial = folder_table(tmp_path / "part")
@@ -316,3 +316,80 @@ def test_bounded_context_rows_carry_their_steps(tokenizer, tmp_path):
     assert got.offsets.tolist() == want.offsets.tolist()
     assert got.loss_mask.tolist() == want.loss_mask.tolist()
     eng.close()
+
+
+def test_finished_rows_reach_the_disk_within_flush_every(tokenizer, tmp_path):
+    """``flush_every``: with shards far larger than the run, the finished rows are still
+    written as they finish, in shards cut by time; every key once."""
+    eng = RolloutEngine(ScriptedBackend(tokenizer, latency_s=0.02), tokenizer,
+                        progress=False, max_turns=12, max_total_tokens=4096,
+                        max_concurrency=2)
+    out = tmp_path / "r"
+    seen = []
+
+    async def main():
+        c = Collector(eng, "maze", range(16), out, shard_size=1000, flush_every=0.1,
+                      progress=False)
+        async for _ in c.stream():
+            seen.append(len(store.shard_files(out)))
+        return c.summary
+
+    try:
+        s = run(main())
+    finally:
+        eng.close()
+    assert s["run"]["complete"] and s["shards"] > 1
+    assert seen[-1] >= 1  # rows were on disk before the last episode finished
+    assert keys(folder_table(out)) == [(t, 0) for t in range(16)]
+
+
+def test_a_new_run_that_fails_before_its_first_row_leaves_no_folder(tokenizer, tmp_path):
+    """Env kwargs the env refuses and task indices past its end are refused before the
+    folder is touched; a run that fails before its first row removes the folder it made,
+    so the corrected call is not refused as a different run."""
+    from agentgym.errors import ConfigError
+
+    out = tmp_path / "r"
+    eng = engine(tokenizer)
+    try:
+        with pytest.raises(ConfigError, match="sizee"):
+            Collector(eng, "maze", range(4), out, env_kwargs={"sizee": 4})
+        with pytest.raises(ConfigError, match="544 tasks"):
+            Collector(eng, "textcraft", range(540, 560), out)
+        with pytest.raises(ConfigError, match="negative"):
+            Collector(eng, "maze", [3, -1], out)
+        assert not out.exists()
+
+        class Broken:
+            config = eng.config
+
+            def stream_requests(self, requests, env_id, **kw):
+                raise RuntimeError("the backend died")
+
+        with pytest.raises(RuntimeError, match="died"):
+            run(Collector(Broken(), "maze", range(4), out, progress=False).run())
+        assert not out.exists()
+        assert collect(tokenizer, out, tasks=range(4), stop_after=3) is None  # afresh
+        kept = folder_table(out).num_rows
+        assert 0 < kept < 8
+        with pytest.raises(RuntimeError, match="died"):  # a run with rows is left alone
+            run(Collector(Broken(), "maze", range(4), out, n_samples=2, shard_size=7,
+                          progress=False).run())
+        assert folder_table(out).num_rows == kept
+    finally:
+        eng.close()
+
+
+def test_collect_takes_the_command_lines_policy_spelling(tmp_path):
+    """``agentgym.collect(..., policy="random")`` as ``collect --policy random``: the
+    scripted backend's policy, recorded in the run's identity."""
+    import json
+
+    from agentgym.errors import ConfigError
+
+    s = agentgym.collect("maze", range(3), tmp_path / "r", policy="random", max_turns=4)
+    assert s["run"]["rows"] == 3
+    meta = json.loads((tmp_path / "r" / ".agentgym" / "metadata.json").read_text())
+    assert meta["identity"]["policy"] == "random"
+    with pytest.raises(ConfigError, match="scripted"):
+        agentgym.collect("maze", range(3), tmp_path / "x", backend="vllm", policy="random")

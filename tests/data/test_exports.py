@@ -33,6 +33,8 @@ def test_exports_match_a_hand_built_trajectory():
         "num_turns": 2,
         "reward_score": 1.0,
         "metrics": {"total_s": 0.5, "gen_s": 0.25},
+        "group_id": 7,  # extra fields verl ignores: the row's group and sample
+        "sample_index": 1,
     }
     assert verl["metrics"] is not a.timings
     assert to_skyrl([a, b]) == {
@@ -155,3 +157,66 @@ def test_export_run_writes_verl_images_that_datasets_decodes(tmp_path):
     # skyrl and trl rows carry no pictures
     export_run(run, "trl", tmp_path / "trl")
     assert "images" not in pq.read_schema(tmp_path / "trl" / "part-000000.parquet").names
+
+
+def _run_folder(path, keys):
+    """A run folder of one shard with a row per (task_index, sample_index) of ``keys``."""
+    import pyarrow.parquet as pq
+
+    from agentgym.collection.schema import trajectories_table
+
+    trajs = [Trajectory(task_id=t, env_id="maze", group_id=t, sample_index=s,
+                        token_ids=[101, 102, 11], loss_mask=[0, 0, 1], logprobs=[0, 0, -0.5],
+                        prompt_len=2, turn_rewards=[1.0], reward=1.0, num_turns=1,
+                        stop_reason="done", policy_version=0) for t, s in keys]
+    path.mkdir()
+    pq.write_table(trajectories_table(trajs, run_id="r", max_turns=None, env_kwargs={}),
+                   path / "part-000000.parquet")
+    return path
+
+
+def test_an_export_never_mixes_with_another_in_its_folder(tmp_path):
+    """Two runs exported to one folder: the second is refused before anything is written
+    (the folder still reads back the first run's rows); ``overwrite`` replaces the first
+    export; a folder holding other files, and the run folder itself, are never cleared."""
+    import pyarrow.dataset as pads
+    import pytest
+
+    from agentgym.collection.export import export_run
+    from agentgym.errors import OutputPathError
+
+    a = _run_folder(tmp_path / "a", [(t, s) for t in range(3) for s in range(2)])
+    b = _run_folder(tmp_path / "b", [(0, 0), (1, 0)])
+    out = tmp_path / "v"
+
+    def rows():
+        return pads.dataset(str(out), format="parquet").count_rows()
+
+    assert export_run(a, "verl", out)["rows"] == 6
+    with pytest.raises(OutputPathError, match="not empty.*--overwrite"):
+        export_run(b, "verl", out)
+    assert rows() == 6
+    (out / "part-000007.parquet").write_bytes((out / "part-000000.parquet").read_bytes())
+    assert export_run(b, "verl", out, overwrite=True)["rows"] == 2
+    assert rows() == 2  # the earlier export's shards are gone, part-000007 included
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputPathError, match="notes.txt"):
+        export_run(a, "verl", out, overwrite=True)
+    assert sorted(f.name for f in out.iterdir()) == ["notes.txt", "part-000000.parquet"]
+    for bad in (a, a / "sub"):
+        with pytest.raises(OutputPathError, match="run folder"):
+            export_run(a, "verl", bad, overwrite=True)
+    assert (a / "part-000000.parquet").exists()
+
+
+def test_a_verl_export_keeps_each_rows_key_and_group(tmp_path):
+    import pyarrow.dataset as pads
+
+    from agentgym.collection.export import export_run
+
+    keys = [(t, s) for t in (4, 9) for s in range(3)]
+    export_run(_run_folder(tmp_path / "run", keys), "verl", tmp_path / "v")
+    got = pads.dataset(str(tmp_path / "v"), format="parquet").to_table()
+    assert sorted(zip(got.column("task_index").to_pylist(),
+                      got.column("sample_index").to_pylist())) == keys
+    assert got.column("group_id").to_pylist() == got.column("task_index").to_pylist()

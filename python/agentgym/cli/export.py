@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from agentgym.cli.args import folder
+
 __all__ = ["HELP", "add_args", "run"]
 
 HELP = "convert a collected run folder for verl, SkyRL or TRL"
@@ -19,16 +21,21 @@ examples:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
     p.add_argument("run_dir", help="a folder written by agentgym-rl collect")
-    p.add_argument("--to", required=True, choices=["verl", "skyrl", "trl"])
-    p.add_argument("--out", "-o", required=True, help="output folder (Parquet shards)")
+    p.add_argument("--to", required=True, choices=["verl", "skyrl", "trl"],
+                   help="the trainer's shape")
+    p.add_argument("--out", "-o", required=True, type=folder,
+                   help="output folder (Parquet shards): new or empty")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier export in --out (a folder of part-NNNNNN.parquet "
+                        "files only)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentgym-rl export``; prints what it wrote as JSON."""
+    """Run ``agentgym-rl export``; prints what it wrote as JSON. A non-empty ``--out`` is
+    refused (one line, exit 2) unless ``--overwrite``."""
     from agentgym.collection.export import export_run
 
-    print(json.dumps(export_run(args.run_dir, args.to, args.out)))
+    print(json.dumps(export_run(args.run_dir, args.to, args.out, overwrite=args.overwrite)))
     return 0

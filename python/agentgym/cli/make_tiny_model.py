@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from agentgym.cli.args import folder, nonneg_int
+
 HELP = "build the local tiny model into DIR"
 
 #: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
@@ -16,10 +18,9 @@ examples:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
-    p.add_argument("dir")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("dir", type=folder, help="folder to write the model into")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="weights seed")
 
 
 def run(args: argparse.Namespace) -> int:

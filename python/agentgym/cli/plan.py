@@ -28,7 +28,6 @@ examples:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
     p.add_argument("--config", required=True,
                    help="YAML or TOML file of TrainerConfig fields, or the name of one under "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from agentgym.cli.args import check_tasks, nonneg_int, positive_int
+
 HELP = "play an environment in the terminal"
 
 #: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
@@ -57,18 +59,26 @@ def play(env_id: str, *, task=None, seed: int = 0, max_turns: int | None = None,
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
-    p.add_argument("env")
-    p.add_argument("--task", default=None, help="task index or task text")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("env", help="environment id")
+    p.add_argument("--task", default=None, help="task index or task text (default: drawn "
+                                                "from --seed)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="episode seed")
+    p.add_argument("--max-turns", type=positive_int, default=None,
+                   help="the horizon (default: the env's own limit)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentgym-rl play``."""
+    """Run ``agentgym-rl play``; a task the env does not have is one line naming
+    ``--task``."""
+    from agentgym.errors import ConfigError, InvalidTaskError
+
     task = args.task
     if task is not None and task.isdigit():
         task = int(task)
-    play(args.env, task=task, seed=args.seed, max_turns=args.max_turns)
+        check_tasks(args.env, {}, [task], flag=f"--task {task}")  # an env would wrap it
+    try:
+        play(args.env, task=task, seed=args.seed, max_turns=args.max_turns)
+    except InvalidTaskError as e:
+        raise ConfigError(f"--task {args.task}: {' '.join(str(e).split())}") from e
     return 0

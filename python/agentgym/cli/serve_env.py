@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+
+from agentgym.cli.args import port, positive_float, positive_int
 
 HELP = "serve an env over AgentGym's HTTP protocol"
 
@@ -17,14 +20,16 @@ examples:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
-    p.add_argument("env")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-envs", type=int, default=4096)
-    p.add_argument("--idle-timeout", type=float, default=None, help="seconds; None = never")
-    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("env", help="environment id")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=port, default=8000, help="port (0: any free one)")
+    p.add_argument("--max-envs", type=positive_int, default=4096,
+                   help="envs alive at once")
+    p.add_argument("--idle-timeout", type=positive_float, default=None,
+                   help="seconds before an idle env is closed (default: never)")
+    p.add_argument("--max-turns", type=positive_int, default=None,
+                   help="the horizon (default: the env's own limit)")
     p.add_argument("--protocol", default="agentgym",
                    help="'agentgym' (default): the dialect of the env's AgentGym family "
                         "(textcraft, babyai, sciworld, webshop, searchqa for search) at the "
@@ -59,4 +64,11 @@ def run(args: argparse.Namespace) -> int:
     except (InsecureServerError, ValueError) as e:
         print(f"agentgym-rl serve-env: {e}", flush=True)
         return 2
+    except OSError as e:  # the address cannot be listened on: one line naming it
+        if e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        from agentgym.errors import ConfigError
+
+        raise ConfigError(f"--host {args.host} --port {args.port}: cannot listen there "
+                          f"({e.strerror})") from e
     return 0

@@ -62,6 +62,7 @@ from agentgym.collection.schema import (
     to_jsonl,
 )
 from agentgym.data.trajectories import FAILED_STOP_REASONS
+from agentgym.errors import UsageError
 from agentgym.runtime.files import fsync_dir
 
 __all__ = [
@@ -92,8 +93,9 @@ _DICTIONARY_COLUMNS = [n for n, _, _ in FIELDS if n not in ("token_ids", "loss_m
 MIN_FREE_BYTES = 16 << 20
 
 
-class CollectionError(Exception):
-    """A collection run cannot go on (the message says why and what to do)."""
+class CollectionError(UsageError):
+    """A collection run cannot go on (the message says why and what to do, in one line: the
+    command line prints it as is and exits 2)."""
 
 
 class RunMismatchError(CollectionError):
@@ -113,7 +115,12 @@ class RunLockedError(CollectionError):
 
 
 class ShardError(CollectionError):
-    """A shard of the folder is unreadable or repeats a key of another shard."""
+    """A shard of the folder is unreadable or repeats a key of another shard; the message
+    names the shard to delete (its keys are then played again on resume)."""
+
+#: What a :class:`ShardError` tells the user to do.
+_SHARD_FIX = ("delete that shard and run the same collect command again: its keys are "
+              "played again")
 
 
 def _open_temp(path: Path):
@@ -167,7 +174,8 @@ def read_shard(path: Path, columns: list[str] | None = None) -> pa.Table:
             path, parse_options=pajson.ParseOptions(explicit_schema=SCHEMA)))
         return table.select(columns) if columns else table
     except (pa.ArrowException, OSError) as e:
-        raise ShardError(f"shard {path} is unreadable: {e}") from e
+        why = " ".join(str(e).split())
+        raise ShardError(f"shard {path} is unreadable ({why}); {_SHARD_FIX}") from e
 
 
 def read_run(path: str | os.PathLike, columns: list[str] | None = None) -> Iterator[pa.Table]:
@@ -197,6 +205,9 @@ class RunStore:
         self.min_free_bytes = min_free_bytes
         self.identity = json.loads(json.dumps({**identity, "format": fmt,
                                                "schema_version": SCHEMA_VERSION}))
+        #: this open made the folder / the run (its metadata): :meth:`discard` undoes them
+        self.made_folder = not self.path.exists()
+        self.new_run = False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -232,21 +243,23 @@ class RunStore:
             diff = sorted(k for k in set(old) | set(self.identity)
                           if old.get(k) != self.identity.get(k))
             if diff:
-                lines = [f"  {k}: existing {old.get(k)!r}, requested {self.identity.get(k)!r}"
-                         for k in diff]
+                fields = "; ".join(f"{k}: existing {old.get(k)!r}, requested "
+                                   f"{self.identity.get(k)!r}" for k in diff)
                 raise RunMismatchError(
-                    f"{self.path} holds a different run; differing fields:\n"
-                    + "\n".join(lines)
-                    + "\nchoose another --out folder (or the same settings to resume)")
+                    f"{self.path} holds a different run ({fields}): choose another --out "
+                    "folder, or the same settings to resume it")
             self.metadata = meta
         else:
             if any(_SHARD.match(f.name) for f in self.path.iterdir()):
-                raise RunMismatchError(f"{self.path} holds shards but no metadata.json")
+                raise RunMismatchError(f"{self.path} holds shards but no {META_DIR}/metadata.json: "
+                                       "not a folder this collector wrote; choose another "
+                                       "--out folder")
             self.metadata = {"run_id": uuid.uuid4().hex[:12],
                              **json.loads(json.dumps(metadata)), "identity": self.identity,
                              "schema_version": SCHEMA_VERSION, "format": self.fmt,
                              "created_at": time.time()}
             _write_json(meta_path, self.metadata)
+            self.new_run = True
         self.run_id: str = self.metadata.get("run_id", "")
         for d in (self.path, self.meta_dir):  # temporaries of an interrupted write
             for f in d.iterdir():
@@ -303,7 +316,8 @@ class RunStore:
                          if (keys[a:b] == k).any()]
                 raise ShardError(f"key (task_index={k >> 32}, sample_index={k & 0xFFFFFFFF}) "
                                  f"is in more than one shard of {self.path}, or twice for "
-                                 f"one seat: {names}")
+                                 f"one seat: {', '.join(names)}; delete {names[-1]} and run "
+                                 "the same collect command again: its keys are played again")
         nums = [int(_SHARD.match(s["name"]).group(1)) for s in self.shards]
         self._next = max(nums, default=-1) + 1
         self._write_manifest(complete=False)
@@ -402,6 +416,24 @@ class RunStore:
         self._write_manifest(complete)
         if summary is not None:
             _write_json(self.meta_dir / "summary.json", summary)
+
+    def discard(self) -> bool:
+        """Undo a new run that never committed a row (it failed or was interrupted before
+        its first shard): remove the bookkeeping this open wrote, and the folder when this
+        open made it, so that a corrected command starts afresh instead of being refused as
+        a different run. Returns whether it did; a run with rows, or one that was in the
+        folder before, is left as it is. Closes the store."""
+        if not self.new_run or self.shards or self._lock_fd is None:
+            self.close()
+            return False
+        for name in ("metadata.json", "manifest.json", "summary.json", "lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.meta_dir / name).unlink()
+        self.close()
+        for d in (self.meta_dir, *([self.path] if self.made_folder else [])):
+            with contextlib.suppress(OSError):  # not empty: someone else's files stay
+                d.rmdir()
+        return True
 
     def close(self) -> None:
         if self._lock_fd is not None:

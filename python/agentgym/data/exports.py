@@ -23,9 +23,11 @@ def verl_images(traj: Trajectory) -> list[dict]:
 
 
 def to_verl(traj: Trajectory) -> dict:
-    """The fields of verl's ``AgentLoopOutput`` for one trajectory; an image episode's also
-    ``images`` (:func:`verl_images`: ``AgentLoopOutput.multi_modal_data["images"]`` is
-    ``[process_image(x) for x in images]``)."""
+    """The fields of verl's ``AgentLoopOutput`` for one trajectory, plus its ``group_id``
+    (the GRPO group) and ``sample_index`` (extra fields verl ignores: where the row came
+    from); an image episode's also ``images`` (:func:`verl_images`:
+    ``AgentLoopOutput.multi_modal_data["images"]`` is ``[process_image(x) for x in
+    images]``)."""
     p = traj.prompt_len
     out = {
         "prompt_ids": traj.token_ids[:p],
@@ -35,6 +37,8 @@ def to_verl(traj: Trajectory) -> dict:
         "num_turns": traj.num_turns,
         "reward_score": traj.reward,
         "metrics": dict(traj.timings),
+        "group_id": traj.group_id,
+        "sample_index": traj.sample_index,
     }
     if traj.image_refs:
         out["images"] = verl_images(traj)
