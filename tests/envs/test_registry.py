@@ -226,6 +226,13 @@ def test_every_shipped_env_has_its_readme_folder():
         text = readme.read_text(encoding="utf-8")
         assert folder in text.splitlines()[0], f"{readme}: the title names another env"
         assert f"`{env_id}`" in text or env_id == folder, f"{readme} does not name {env_id!r}"
+        assert "\n## Success\n" in text, f"{readme} does not state what a success is"
+        entry = spec(env_id).entry_point
+        if spec(env_id).kind == "python":  # each Python env is a package of its own
+            import importlib.util
+
+            module = importlib.util.find_spec(entry.partition(":")[0])
+            assert module.submodule_search_locations, f"{entry}: not a package folder"
 
 
 def test_spec_and_is_registered():
@@ -236,3 +243,183 @@ def test_spec_and_is_registered():
     variant = spec("sciworld-agentgym")
     assert variant.kwargs == {"tasks": "agentgym"} and not variant.native
     assert variant.entry_point == spec("sciworld").entry_point
+
+
+# ----------------------------------------------------------------- the one env registry
+from agentgym.envs import registry  # noqa: E402
+
+
+def test_every_id_has_one_kind_and_list_envs_shows_the_games():
+    ids = agentgym.list_envs()
+    assert {"tictactoe", "kuhn_poker", "negotiation"} <= set(ids)
+    by_kind = {k: registry.list_envs(kind=k) for k in ("native", "game", "python")}
+    assert set(by_kind["native"]) >= {"textcraft", "maze", "wordle", "webshop", "search",
+                                      "gridworld", "game2048"}
+    assert by_kind["game"] == ["kuhn_poker", "negotiation", "tictactoe"]
+    assert {"babyai", "sciworld", "office", "code_debug"} <= set(by_kind["python"])
+    assert sorted(sum(by_kind.values(), [])) == ids  # each listed id has exactly one kind
+    assert registry.list_envs(kind=("native", "python")) == sorted(
+        by_kind["native"] + by_kind["python"])
+    with pytest.raises(ValueError, match="kind"):
+        registry.list_envs(kind="nope")
+    assert registry.kind("remote:textcraft") == "remote"
+    assert registry.is_native("maze") and not registry.is_native("office")
+    assert registry.is_game("tictactoe") and not registry.is_game("maze")
+    with pytest.raises(agentgym.UnknownEnvError):
+        registry.kind("definitely-not-an-env")
+
+
+def test_seats_roles_splits_and_pictures():
+    assert registry.seats("maze") == 1 and registry.roles("maze") == ()
+    assert registry.seats("tictactoe") == 2 and registry.roles("tictactoe") == ("X", "O")
+    assert registry.task_splits("maze") == (("train", "test"), "test")
+    assert registry.task_splits("textcraft") == ((), None)
+    assert registry.task_splits("office") == (("train", "test", "all"), "test")
+    assert registry.task_splits("tictactoe") == ((), None)
+    assert registry.snapshots("maze") and registry.snapshots("office")
+    assert registry.snapshots("sciworld") is False
+    assert registry.snapshots("remote:maze") is False
+    assert registry.draws_images("maze") and registry.draws_images("gridworld")
+    assert registry.draws_images("babyai") and not registry.draws_images("textcraft")
+    assert not registry.draws_images("office")
+
+
+def test_horizons_live_in_the_specs():
+    from agentgym.learner.horizon import HorizonSchedule, presets
+
+    assert registry.horizon_preset("search") == registry.HORIZON_PRESETS["searchqa"]
+    assert registry.horizon_preset("sciworld-agentgym").rounds == (10, 20, 30)
+    assert registry.horizon_preset("webarena").steps_per_stage == 80
+    assert registry.horizon_preset("maze") is None
+    assert registry.horizon_preset("no-such-family") is None
+    assert presets["babyai"] == {"rounds": (6, 13, 20), "steps_per_stage": 100}
+    assert HorizonSchedule.from_preset("remote:textcraft").max_turns(10**6) == 30
+    # the default horizon: the env's need (its oracle solves within it), at least the
+    # largest preset stage
+    assert registry.default_horizon("maze") == 40 and registry.default_horizon("textcraft") == 40
+    assert registry.default_horizon("babyai") == 64
+    assert registry.default_horizon("search") == 20 >= max(registry.horizon_preset("search").rounds)
+    assert registry.default_horizon("remote:textcraft") == 40
+    agentgym.register("test/horizon", AIOpsEnv, override=True, default_horizon=7)
+    assert registry.default_horizon("test/horizon") == 7
+
+
+def test_make_refuses_a_game_with_a_clear_error():
+    with pytest.raises(agentgym.UnknownEnvError, match="multi-seat game"):
+        agentgym.make("tictactoe")
+    with pytest.raises(ValueError, match="remote"):
+        agentgym.register("remote:x", AIOpsEnv)
+
+
+def test_module_class_ids_register_on_first_use():
+    env_id = "tests.envs.test_registry:SeededEnv"
+    env = agentgym.make(env_id, max_turns=3)
+    obs, info = env.reset(seed=1, options={"task": 2})
+    assert obs.startswith("task 2 ")
+    assert registry.is_registered(env_id) and registry.kind(env_id) == "python"
+    assert registry.task_splits(env_id) == ((), None)
+    from agentgym.envs.tasks import task_set
+
+    assert task_set(env_id).num_tasks == 10
+    # a factory, and a gymnasium class
+    assert registry.kind("tests.envs.test_registry:_cartpole") == "python"
+    gym_id = "gymnasium.envs.classic_control.cartpole:CartPoleEnv"
+    assert agentgym.make(gym_id, max_turns=2).reset(seed=0)[0].shape == (4,)
+
+
+def _cartpole():
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize("env_id,message", [
+    ("no_such_module_xyz:Env", "cannot import module 'no_such_module_xyz'"),
+    ("tests.envs.test_registry:Missing", "has no attribute 'Missing'"),
+    ("tests.envs.test_registry:textwrap", "not an env class or a factory"),
+    ("tests.envs.test_registry:TestNotAnEnv", "neither a BaseEnv nor a gymnasium.Env"),
+    (":Env", "expected 'module:attr'"),
+])
+def test_a_bad_module_class_id_is_one_clear_unknown_env_error(env_id, message):
+    with pytest.raises(agentgym.UnknownEnvError, match=message) as e:
+        agentgym.make(env_id)
+    assert env_id in str(e.value) and "\n" not in str(e.value)
+    assert not registry.is_registered(env_id)
+
+
+class TestNotAnEnv:  # a class that is no env (pytest collects nothing: no test methods)
+    pass
+
+
+class CountEnv(BaseEnv):
+    """Count to three (a user env with an oracle, played by ``module:Class``)."""
+
+    num_tasks = 4
+
+    def reset(self, task=None, seed=None):
+        self.n = 0
+        return "count to 3 with inc"
+
+    def step(self, action):
+        self.n += action == "inc"
+        return f"at {self.n}", float(self.n == 3), self.n == 3, {}
+
+    def oracle_action(self):
+        return "inc"
+
+    def valid_actions(self):
+        return ["inc", "wait"]
+
+
+@pytest.mark.parametrize("env_workers", [0, 1])
+async def test_a_module_class_id_plays_where_env_ids_do(tiny_model_dir, env_workers):
+    """The engine resolves a ``module:Class`` id through the registry, in this process and
+    in env worker processes (which import it again by the same string)."""
+    from transformers import AutoTokenizer
+
+    from agentgym.backends.scripted import ScriptedBackend
+    from agentgym.engine import RolloutEngine
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = RolloutEngine(ScriptedBackend(tok, "oracle"), tok, progress=False, max_turns=5,
+                           env_workers=env_workers)
+    try:
+        batch = await engine.collect([0, 1], "tests.envs.test_registry:CountEnv")
+    finally:
+        engine.close()
+    assert [t.success for t in batch.trajectories] == [True, True]
+    assert {t.num_turns for t in batch.trajectories} == {3}
+
+
+ENTRY_POINT_ENV = '''
+from agentgym.envs import BaseEnv
+
+
+class PluginEnv(BaseEnv):
+    """An env from an installed plugin."""
+
+    def reset(self, task=None, seed=None):
+        return "plugin ready"
+
+    def step(self, action):
+        return "done", 1.0, True, {}
+'''
+
+
+def test_entry_point_envs_register_on_first_lookup(tmp_path, monkeypatch):
+    (tmp_path / "agentgym_plugin_test.py").write_text(ENTRY_POINT_ENV)
+    dist = tmp_path / "agentgym_plugin_test-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: agentgym-plugin-test\n"
+                                   "Version: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[agentgym_rl.envs]\nplugin-env = agentgym_plugin_test:PluginEnv\n"
+        "bad-plugin = no_such_plugin_module:Env\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    assert not registry.is_registered("plugin-env")
+    env = agentgym.make("plugin-env")
+    assert env.reset(seed=0)[0] == "plugin ready"
+    assert registry.kind("plugin-env") == "python"
+    assert registry.describe("plugin-env") == "An env from an installed plugin."
+    assert "plugin-env" in agentgym.list_envs()
+    with pytest.raises(agentgym.UnknownEnvError, match="no_such_plugin_module"):
+        agentgym.make("bad-plugin")

@@ -22,7 +22,8 @@ def _shipped() -> list[str]:
     """The env ids agentgym registers itself (other test modules add their own)."""
     from agentgym.envs.registry import spec
 
-    return [e for e in agentgym.list_envs() if isinstance(spec(e).entry_point, str)
+    return [e for e in agentgym.list_envs(kind=("native", "python"))
+            if isinstance(spec(e).entry_point, str)
             and spec(e).entry_point.startswith("agentgym.")]
 
 

@@ -16,8 +16,8 @@ from agentgym.backends.base import (
     GenerateResult,
     InvalidRequestError,
     SamplingParams,
-    make_backend,
 )
+from agentgym.backends.factory import make_backend
 
 __all__ = [
     "Backend",

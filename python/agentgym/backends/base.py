@@ -122,40 +122,15 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def make_backend(name: str, model_dir: str | None = None, **kw) -> Backend:
-    """Construct a backend by name: ``"vllm"`` (in-process AsyncLLM), ``"openai"`` (an
-    OpenAI-compatible server: pass ``base_url``; ``model`` defaults to ``model_dir``),
-    ``"transformers"`` (a local Hugging Face model) or ``"scripted"`` (the env's oracle or a
-    random policy: ``tokenizer``, else ``model_dir``'s). For the local backends a named model
-    (``"smollm2-135m"``) resolves to its cached folder (:func:`agentgym.models.resolve_model`)."""
-    if name in ("transformers", "vllm"):
-        from agentgym.models.names import resolve_model
+def __getattr__(name: str):
+    # Transitional: ``make_backend`` moved to :mod:`agentgym.backends.factory` (it imports
+    # every backend, and every backend imports this module). Import it from
+    # ``agentgym.backends``; this alias goes once no caller reads it from here.
+    if name == "make_backend":
+        import importlib
 
-        model_dir = resolve_model(model_dir)
-    if name == "scripted":
-        from agentgym.backends.scripted import ScriptedBackend
-
-        tok = kw.pop("tokenizer", None)
-        if tok is None:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(model_dir)
-        return ScriptedBackend(tok, **kw)
-    if name == "transformers":
-        from agentgym.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend(model_dir, **kw)
-    if name == "vllm":
-        from agentgym.backends.vllm_backend import VLLMBackend
-
-        return VLLMBackend(model_dir, **kw)
-    if name == "openai":
-        from agentgym.backends.openai_backend import OpenAIBackend
-
-        kw.setdefault("model", model_dir)
-        return OpenAIBackend(**kw)
-    raise ValueError(f"unknown backend {name!r}; expected 'vllm', 'openai', 'transformers' "
-                     "or 'scripted'")
+        return importlib.import_module("agentgym.backends.factory").make_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:

@@ -19,10 +19,12 @@ from agentgym.parse import after_reply_prefix
 
 class ScriptedBackend:
     """Instant oracle/random policy. ``policy`` is ``"oracle"`` (falling back to a random
-    valid action where the env has no oracle) or ``"random"``. A random choice is seeded by
-    (``seed``, the episode's env seed and sample index, the prompt's length), so the same
-    episode request replays the same episode. Logprobs are reported as 0.0
-    (the scripted policy is not a distribution over tokens). ``latency_s`` > 0 makes every
+    valid action where the env has no oracle) or ``"random"``; the oracle policy refuses an
+    env that gives neither an oracle action nor valid actions, each reply a
+    :class:`BackendError` naming it (the episode ends ``backend_error``). A random choice is
+    seeded by (``seed``, the episode's env seed and sample index, the prompt's length), so
+    the same episode request replays the same episode. Logprobs are reported as 0.0 (the
+    scripted policy is not a distribution over tokens). ``latency_s`` > 0 makes every
     reply take that long (an inference server's latency, without its compute).
     ``reply_prefix`` is the text the engine opens every assistant turn with
     (``RolloutConfig.reply_prefix``): a reply whose text starts with it continues it instead
@@ -52,10 +54,18 @@ class ScriptedBackend:
             lambda s: tokenizer.encode(s, add_special_tokens=False))
 
     async def _random(self, context, turn_key: int) -> str:
-        """A uniformly random valid action ("" if none)."""
+        """A uniformly random valid action ("" if none; the oracle policy refuses an env
+        that gives neither an oracle action nor valid actions: :class:`BackendError` naming
+        it, rather than playing empty actions)."""
         driver, slot, episode_seed, sample_index = context
         valid = await driver.valid_actions(slot)
         if not valid:
+            if self.policy == "oracle":
+                env_id = getattr(driver, "env_id", "the env")
+                raise BackendError(
+                    f"ScriptedBackend: env {env_id!r} gives no oracle action and no valid "
+                    "actions, so the oracle policy has nothing to play (a remote env answers "
+                    "them only from this package's server, agentgym-rl serve-env)")
             return ""
         key = f"{self.seed}:{episode_seed}:{sample_index}:{turn_key}"
         return valid[random.Random(zlib.crc32(key.encode())).randrange(len(valid))]

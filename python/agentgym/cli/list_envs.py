@@ -1,30 +1,34 @@
-"""``agentgym-rl list``: the registered env ids with their descriptions."""
+"""``agentgym-rl list``: the registered env ids (envs and games) with their kind and
+description."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "list registered environments"
+HELP = "list registered environments and games"
 
 #: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
 #: parses each with the real parser).
 EXAMPLES = """\
 examples:
   agentgym-rl list
-  python -m agentgym.cli list
+  agentgym-rl list --kind game
 """
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    """``list`` takes no arguments."""
+    """``list [--kind KIND]``."""
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLES
+    p.add_argument("--kind", choices=["native", "python", "game"], default=None,
+                   help="only ids of this kind (native and python: single-agent envs; game: "
+                        "multi-seat games)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentgym-rl list``."""
-    from agentgym.envs.registry import describe, list_envs
+    """Run ``agentgym-rl list``: one line per id, ``id  kind  description``."""
+    from agentgym.envs.registry import describe, kind, list_envs
 
-    for env_id in list_envs():
-        print(f"{env_id:20s} {describe(env_id)}")
+    for env_id in list_envs(kind=getattr(args, "kind", None)):
+        print(f"{env_id:20s} {kind(env_id):7s} {describe(env_id)}")
     return 0

@@ -14,16 +14,13 @@ import pyarrow.compute as pc
 from agentgym.data.trajectories import (
     FAILED_STOP_CODES,
     FAILED_STOP_REASONS,
-    STOP_CODES,
     STOP_REASONS,
     PackedBatch,
     RowInfo,
     Trajectory,
-    solved,
+    success_of,
 )
 from agentgym.progress import progress_bar
-
-_DONE = STOP_CODES["done"]
 
 __all__ = ["Progress", "format_summary", "run_summary"]
 
@@ -42,18 +39,18 @@ class Progress:
         self.bar = progress_bar(total, "collect", "ep", show=show, initial=already)
 
     def update(self, trajs: Sequence[Trajectory]) -> None:
-        """Count finished ``trajs``."""
+        """Count finished ``trajs`` (a success: ``Trajectory.success``, the env's rule)."""
         failures = Counter(t.stop_reason for t in trajs if t.stop_reason in FAILED_STOP_REASONS)
         self._count(len(trajs), sum(sum(t.loss_mask) for t in trajs),
                     sum(1 for t in trajs if t.success), failures)
 
     def update_packed(self, packed: PackedBatch, info: RowInfo) -> None:
-        """Count the finished trajectories of a packed batch and its row info (vectorised)."""
+        """Count the finished trajectories of a packed batch and its row info (vectorised;
+        a success: the row's recorded one, :meth:`RowInfo.successes`)."""
         codes = packed.stop_reason
         by_code = np.bincount(codes, minlength=len(STOP_REASONS))
         failures = {STOP_REASONS[c]: int(by_code[c]) for c in FAILED_STOP_CODES if by_code[c]}
-        attempt = np.array(info.attempt_return, np.float64)  # None: NaN, judged on the reward
-        successes = int(solved(codes == _DONE, packed.rewards, attempt).sum())
+        successes = int(info.successes(packed).sum())
         self._count(len(packed), int(packed.loss_mask.sum(dtype=np.int64)), successes,
                     failures)
 
@@ -94,12 +91,14 @@ class Progress:
 
 
 #: The columns :func:`shard_stats` reads.
-STATS_COLUMNS = ["stop_reason", "reward", "attempt_return", "num_turns", "loss_mask"]
+STATS_COLUMNS = ["env_id", "stop_reason", "reward", "attempt_return", "num_turns", "loss_mask"]
 
 
 def shard_stats(t: pa.Table) -> dict[str, Any]:
     """Totals of one shard's rows (vectorised): rows, successes, reward and turn sums,
-    model tokens, stop reason counts."""
+    model tokens, stop reason counts. A row's success is its ``success`` column where the
+    shard has one, else its env's rule (``agentgym.envs.registry.success_rule``) over its
+    stop reason, reward and last attempt's return."""
     if not t.num_rows:
         return {"rows": 0, "successes": 0, "reward_sum": 0.0, "turns_sum": 0,
                 "generated_tokens": 0, "stop_reasons": {}}
@@ -110,9 +109,14 @@ def shard_stats(t: pa.Table) -> dict[str, Any]:
         attempt = t.column("attempt_return").to_numpy(zero_copy_only=False).astype(np.float64)
     done = pc.equal(stop, "done").to_numpy(zero_copy_only=False)
     counts = pc.value_counts(stop).to_pylist()
+    if "success" in t.column_names:
+        successes = int(pc.sum(t.column("success")).as_py() or 0)
+    else:
+        env_ids = t.column("env_id").to_pylist() if "env_id" in t.column_names else ""
+        successes = int(success_of(env_ids, done, reward, attempt).sum())
     return {
         "rows": int(t.num_rows),
-        "successes": int(solved(done, reward, attempt).sum()),
+        "successes": successes,
         "reward_sum": float(reward.sum()),
         "turns_sum": int(t.column("num_turns").to_numpy().sum()),
         "generated_tokens": int(pc.sum(pc.list_flatten(t.column("loss_mask"))).as_py() or 0),

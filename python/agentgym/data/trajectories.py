@@ -43,6 +43,7 @@ __all__ = [
     "Trajectory",
     "pack",
     "solved",
+    "success_of",
     "trajectories",
     "unpack",
 ]
@@ -63,22 +64,59 @@ FAILED_STOP_REASONS: frozenset[str] = frozenset(
 FAILED_STOP_CODES: tuple[int, ...] = tuple(sorted(STOP_CODES[r] for r in FAILED_STOP_REASONS))
 
 
-#: The reward of a solved episode: the env ended it (``done``) with at least this reward
-#: (less float rounding). The one success rule of training, evaluation, collection and
-#: progress.
+#: The reward of a solved episode of an env that states no rule of its own: the env ended it
+#: (``done``) with at least this reward (less float rounding). Each env's own rule is its
+#: registry entry's (:func:`agentgym.envs.registry.success_rule`): a threshold of its own.
 SUCCESS_REWARD = 1.0
 
 
-def solved(done: Any, reward: Any, attempt_return: Any = None) -> Any:
+def solved(done: Any, reward: Any, attempt_return: Any = None,
+           threshold: float = SUCCESS_REWARD) -> Any:
     """The success rule over scalars or numpy arrays: ended by the env (``done``, a bool or
-    bool array) with at least :data:`SUCCESS_REWARD` reward. An episode that retried
-    (reflection) is judged on its last attempt's return, not on its discounted reward:
-    ``attempt_return`` (None, or NaN in an array, where it did not retry)."""
+    bool array) with at least ``threshold`` reward (default :data:`SUCCESS_REWARD`; an
+    env's rule: its :class:`~agentgym.envs.registry.SuccessRule`'s ``threshold``, also an
+    array of one per row). An episode that retried (reflection) is judged on its last
+    attempt's return, not on its discounted reward: ``attempt_return`` (None, or NaN in an
+    array, where it did not retry)."""
     if isinstance(attempt_return, np.ndarray):
         reward = np.where(np.isnan(attempt_return), reward, attempt_return)
     elif attempt_return is not None:
         reward = attempt_return
-    return done & (reward >= SUCCESS_REWARD - 1e-6)
+    return done & (reward >= threshold - 1e-6)
+
+
+def _threshold(env_id: str) -> float:
+    """``env_id``'s success threshold (:data:`SUCCESS_REWARD` for an id the registry does
+    not know)."""
+    from agentgym.envs.registry import success_rule
+    from agentgym.errors import UnknownEnvError
+
+    try:
+        return success_rule(env_id).threshold
+    except UnknownEnvError:
+        return SUCCESS_REWARD
+
+
+def success_of(env_id: str | Sequence[str], done: Any, reward: Any,
+               attempt_return: Any = None) -> np.ndarray:
+    """Each episode's success under its env's rule (:func:`solved` with the threshold of
+    :func:`agentgym.envs.registry.success_rule`), as a bool array: ``env_id`` one id or
+    one per row; ``done``, ``reward`` and ``attempt_return`` per row (``attempt_return``
+    None, or None/NaN entries, where an episode did not retry)."""
+    done = np.asarray(done, dtype=bool)
+    reward = np.asarray(reward, dtype=np.float64)
+    if isinstance(env_id, str):
+        threshold: Any = _threshold(env_id)
+    else:
+        known: dict[str, float] = {}
+        threshold = np.array([known[e] if e in known else known.setdefault(e, _threshold(e))
+                              for e in env_id], np.float64)
+    attempt = None
+    if attempt_return is not None:
+        attempt = np.array([np.nan if a is None else a for a in attempt_return]
+                           if not isinstance(attempt_return, np.ndarray) else attempt_return,
+                           np.float64).reshape(reward.shape)
+    return np.asarray(solved(done, reward, attempt, threshold), dtype=bool)
 
 
 class BatchFormatError(ValueError):
@@ -153,13 +191,16 @@ class Trajectory(msgspec.Struct, kw_only=True, gc=False):
     episode_id: int | None = None
     images: list[Frame] = msgspec.field(default_factory=list)
     image_refs: list[int] = msgspec.field(default_factory=list)
+    #: Solved, as the engine recorded it under the env's rule
+    #: (:func:`agentgym.envs.registry.success_rule`: ended by the env with the rule's
+    #: return; a retried episode judged on its last attempt's return). Left None, it is
+    #: judged from the trajectory itself by that rule when the trajectory is made.
+    success: bool | None = None
 
-    @property
-    def success(self) -> bool:
-        """Solved: ended by the env (``done``) with full reward (a retried episode: its last
-        attempt's return, ``timings["attempt_return"]``, in full)."""
-        return bool(solved(self.stop_reason == "done", self.reward,
-                           self.timings.get("attempt_return")))
+    def __post_init__(self) -> None:
+        if self.success is None:
+            self.success = bool(success_of(self.env_id, self.stop_reason == "done",
+                                           self.reward, [self.timings.get("attempt_return")]))
 
     @property
     def response_length(self) -> int:
@@ -523,9 +564,35 @@ class RowInfo:
     #: Per row of a multi-seat game: ``(episode_id, role, player)`` (None: a single-agent
     #: row; the whole field None: no game rows).
     seat_info: list[tuple[int, str, str] | None] | None = None
+    #: ``Trajectory.success``: each row solved under its env's rule, as the engine recorded
+    #: it (None for a row, or the whole field None: not recorded; judged by the rule from the
+    #: row where needed, :meth:`successes`).
+    success: list[bool | None] | None = None
 
     def __len__(self) -> int:
         return len(self.task_id)
+
+    def judge(self, stop_reasons: Sequence[str], rewards: Sequence[float]) -> RowInfo:
+        """Record each row's success (:attr:`success`) under its env's rule, from the rows'
+        stop reasons and final rewards (row ``i`` of each; a retried row: its
+        :attr:`attempt_return`); returns ``self``. The engine calls it as its episodes
+        close."""
+        self.success = success_of(self.env_id, [r == "done" for r in stop_reasons],
+                                  rewards, self.attempt_return).tolist()
+        return self
+
+    def successes(self, packed: PackedBatch) -> np.ndarray:
+        """Each row's success (bool array): as recorded, else by its env's rule
+        (:func:`success_of`) over ``packed``'s stop reasons and rewards (row ``i`` of both)
+        and the row's last attempt's return."""
+        recorded = self.success
+        if recorded is not None and all(x is not None for x in recorded):
+            return np.array(recorded, dtype=bool)
+        judged = success_of(self.env_id, packed.stop_reason == STOP_CODES["done"],
+                            packed.rewards, self.attempt_return)
+        if recorded is not None:
+            judged = np.array([j if r is None else r for r, j in zip(recorded, judged)], bool)
+        return judged
 
     def timings(self, i: int) -> dict[str, float]:
         """Row ``i``'s ``Trajectory.timings``: ``total_s`` and ``gen_s``, and
@@ -562,7 +629,8 @@ class RowInfo:
                    attempt_return=[t.timings.get("attempt_return") for t in trajs],
                    seat_info=[None if t.role is None else (t.episode_id, t.role, t.player)
                               for t in trajs] if any(t.role is not None for t in trajs)
-                   else None)
+                   else None,
+                   success=[t.success for t in trajs])
 
     @classmethod
     def concat(cls, infos: Sequence[RowInfo]) -> RowInfo:
@@ -585,14 +653,17 @@ class RowInfo:
                           for f in fields(self)})._compact()
 
     def _compact(self) -> RowInfo:
-        """``seat_info`` None where no row is a game's."""
+        """``seat_info`` None where no row is a game's, ``success`` where none is recorded."""
         if self.seat_info is not None and all(x is None for x in self.seat_info):
             self.seat_info = None
+        if self.success is not None and all(x is None for x in self.success):
+            self.success = None
         return self
 
 
 def _listed(info: RowInfo, name: str) -> list:
-    """Field ``name`` of ``info`` as a list (``seat_info`` None: one None per row)."""
+    """Field ``name`` of ``info`` as a list (``seat_info`` or ``success`` None: one None per
+    row)."""
     value = getattr(info, name)
     return [None] * len(info) if value is None else value
 
@@ -678,6 +749,7 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
     if steps is None:  # fresh empty lists per row (a trajectory's lists are its own)
         steps = [([], [], []) for _ in rows]
     tags = info.seat_info
+    success = info.success if info.success is not None else [None] * len(rows)
     return [Trajectory(
         task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
         sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,
@@ -687,7 +759,7 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
         error=info.error[i], branch_parent=r.branch_parent if r.branch_pos else None,
         branch_turn=r.branch_turn, branch_pos=r.branch_pos, step_context=st[0],
         step_reply=st[1], step_end=st[2], **_seat_fields(seats, tags, i),
-        **_image_fields(images, i))
+        **_image_fields(images, i), success=success[i])
         for i, (r, st) in enumerate(zip(rows, steps))]
 
 

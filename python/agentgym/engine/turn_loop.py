@@ -284,7 +284,8 @@ class TurnLoop:
             np.fromiter((r.key for r in rows), np.uint64, len(rows))
         if not np.array_equal(drained, keys):
             raise RuntimeError("the trajectory store drained rows of other episodes")
-        info = self._row_info(eps)
+        info = self._row_info(eps).judge([e.stop_reason for e in eps], packed["rewards"]
+                                         if packed is not None else [r.reward for r in rows])
         games = info.seat_info is not None
         seats = [e.seat for e in eps] if games else None
         if rows is not None:

@@ -1,7 +1,7 @@
 """Environments: the registry, the Python ``BaseEnv`` and the env classes.
 
 ``from agentgym.envs import TextCraftEnv`` gives a Gymnasium env class per registered env; the
-Python-written ones live in modules named for their env ids (``agentgym.envs.office``,
+Python-written ones live in packages named for their env ids (``agentgym.envs.office``,
 ``agentgym.envs.code_debug``, ...) and load on first access. ``RemoteEnv`` (an env behind an
 AgentGym-protocol server) lives in :mod:`agentgym.serving.client` and is re-exported here.
 """

@@ -1,37 +1,25 @@
-"""Registry entries of the real simulators: BabyAI (``minigrid``) and ScienceWorld.
+"""The real simulators, BabyAI (``minigrid``) and ScienceWorld, as the registry holds them
+(:mod:`agentgym.envs.registry`, their one registration).
 
-``register_all()`` registers the ids below by ``"module:Class"`` entry points, so nothing is
-imported (and no JVM started) until an env is made. The simulators themselves come with the
-``sims`` extra: ``pip install 'agentgym-rl[sims]'`` (ScienceWorld also needs Java >= 11).
+Their ``"module:Class"`` entry points load nothing (and start no JVM) until an env is made.
+The simulators come with the ``sims`` extra: ``pip install 'agentgym-rl[sims]'``
+(ScienceWorld also needs Java >= 11).
 """
 
 from __future__ import annotations
 
-from agentgym.envs.registry import is_registered, register
+from agentgym.envs import registry
+
+_IDS = ("babyai", "sciworld", "sciworld-agentgym")
 
 #: env id -> (entry point, default kwargs, description)
 SIMULATORS: dict[str, tuple[str, dict, str]] = {
-    "babyai": (
-        "agentgym.envs.babyai:BabyAIEnv",
-        {},
-        "BabyAI (minigrid): AgentGym's 40 levels, text view of the grid, go-to/pickup actions",
-    ),
-    "sciworld": (
-        "agentgym.envs.sciworld:SciWorldEnv",
-        {},
-        "ScienceWorld: 30 science task families x variations (real simulator, needs Java)",
-    ),
-    "sciworld-agentgym": (
-        "agentgym.envs.sciworld:SciWorldEnv",
-        {"tasks": "agentgym"},
-        "ScienceWorld with AgentGym's 23 task families (task index = AgentGym's data_idx)",
-    ),
+    s.env_id: (s.entry_point, dict(s.kwargs), s.description)
+    for s in registry._PYTHON if s.env_id in _IDS
 }
 
 
 def register_all(override: bool = False) -> None:
-    """Register the simulator env ids (skips ids already registered unless ``override``)."""
-    for env_id, (entry, defaults, description) in SIMULATORS.items():
-        if is_registered(env_id) and not override:
-            continue
-        register(env_id, entry, description=description, override=override, **defaults)
+    """Register the simulator env ids as shipped (skips ids already registered unless
+    ``override``)."""
+    registry._reregister(_IDS, override)

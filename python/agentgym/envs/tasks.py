@@ -111,14 +111,14 @@ def task_set(env_id: str, **env_kwargs: Any) -> TaskSet:
     attributes. Constructor errors (bad kwargs) propagate.
     """
     from agentgym import _core
-    from agentgym.engine.drivers import is_native
-    from agentgym.envs.registry import make
+    from agentgym.envs.registry import kind, make
 
-    if env_id in _core.native_game_ids():  # a multi-seat game: openings or deals, no splits
+    env_kind = kind(env_id)
+    if env_kind == "game":  # a multi-seat game: openings or deals, no splits
         n = int(_core.GamePool(env_id, 1, json.dumps(env_kwargs)).num_tasks)
         return TaskSet(env_id, dict(env_kwargs), None if n >= _UNBOUNDED else n, (), None,
                        None, "openings or deals (see the game's README)")
-    if is_native(env_id):
+    if env_kind == "native":
         splits, held_out, tasks = _core.native_env_tasks(env_id)
         n = int(_core.EnvPool(env_id, 1, json.dumps(env_kwargs)).num_tasks)
         split = env_kwargs.get("split", splits[0]) if splits else None

@@ -4,8 +4,11 @@ ScalingInter-RL (AgentGym-RL, Xi et al. 2025) trains with a small cap on interac
 first (exploitation: short, stable credit assignment) and raises it in stages (exploration:
 planning, reflection, recovery). AgentGym-RL's ``scaling_inter_stepwise`` rounds control
 moves to the next stage every ``steps_scaling_inter`` training steps; its example scripts
-use the :data:`presets` here (TextCraft/SciWorld ``[10, 20, 30]``, BabyAI ``[6, 13, 20]``,
-SearchQA ``[5, 8, 10]`` every 100 steps, WebArena ``[8, 12, 15]`` every 80).
+use the presets that the env registry holds per AgentGym family
+(:data:`agentgym.envs.registry.HORIZON_PRESETS`, an env's through
+:func:`agentgym.envs.registry.horizon_preset`; :data:`presets` here is their view by family:
+TextCraft/SciWorld ``[10, 20, 30]``, BabyAI ``[6, 13, 20]``, SearchQA ``[5, 8, 10]`` every
+100 steps, WebArena ``[8, 12, 15]`` every 80).
 
 Step convention: ``step`` is the number of *completed* training steps, i.e. the 0-based
 index of the step about to run. With 100 steps per stage, steps 0-99 use stage 0, 100-199
@@ -24,6 +27,8 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+
+from agentgym.envs.registry import HORIZON_PRESETS, horizon_preset
 
 __all__ = [
     "AdaptiveHorizonSchedule",
@@ -70,13 +75,11 @@ def _as_stage(s: HorizonStage | int | dict) -> HorizonStage:
 
 
 presets: MappingProxyType = MappingProxyType({
-    "textcraft": {"rounds": (10, 20, 30), "steps_per_stage": 100},
-    "babyai": {"rounds": (6, 13, 20), "steps_per_stage": 100},
-    "searchqa": {"rounds": (5, 8, 10), "steps_per_stage": 100},
-    "sciworld": {"rounds": (10, 20, 30), "steps_per_stage": 100},
-    "webarena": {"rounds": (8, 12, 15), "steps_per_stage": 80},
+    name: {"rounds": p.rounds, "steps_per_stage": p.steps_per_stage}
+    for name, p in HORIZON_PRESETS.items()
 })
-"""ScalingInter-RL schedules of AgentGym-RL's example training scripts, by env family."""
+"""ScalingInter-RL schedules of AgentGym-RL's example training scripts, by env family (a
+view of the env registry's :data:`~agentgym.envs.registry.HORIZON_PRESETS`)."""
 
 
 class _ScheduleBase:
@@ -156,12 +159,13 @@ class HorizonSchedule(_ScheduleBase):
 
     @classmethod
     def from_preset(cls, env_family: str) -> HorizonSchedule:
-        """The AgentGym-RL ScalingInter-RL schedule of ``env_family`` (see :data:`presets`)."""
-        key = env_family.lower()
-        if key not in presets:
+        """The AgentGym-RL ScalingInter-RL schedule of an env family (see :data:`presets`)
+        or of an env id (its family's: ``search`` is ``searchqa``'s); ``KeyError`` where
+        there is none."""
+        p = horizon_preset(env_family) or horizon_preset(env_family.lower())
+        if p is None:
             raise KeyError(f"no horizon preset for {env_family!r}; known: {sorted(presets)}")
-        p = presets[key]
-        return cls(list(p["rounds"]), p["steps_per_stage"])
+        return cls(list(p.rounds), p.steps_per_stage)
 
     def stage_index(self, step: int | None = None) -> int:
         step = self.current_step if step is None else int(step)

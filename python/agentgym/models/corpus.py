@@ -180,9 +180,9 @@ def _env_text(env_id: str, rng: random.Random, episodes: int, turns: int) -> lis
     """Text of a few episodes played in the native env ``env_id`` (oracle or random valid
     actions). Returns an empty list when the env is unavailable or fails."""
     try:
-        import agentgym
+        from agentgym.pool import EnvPool
 
-        pool = agentgym.EnvPool(env_id, episodes, seed=rng.randrange(2**31), max_turns=turns)
+        pool = EnvPool(env_id, episodes, seed=rng.randrange(2**31), max_turns=turns)
         out = [pool.instructions]
         obs = pool.reset()
         out.extend(obs)

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agentgym.models.names import cache_dir
+from agentgym.models.cache import cache_dir
 from agentgym.runtime.files import fsync_dir, fsync_tree
 
 __all__ = [

@@ -87,7 +87,7 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
     from agentgym.envs import registry
     from agentgym.envs.registry import make, register
 
-    if not spec["native"]:
+    if spec["kind"] == "python":  # native and remote ids need no registration
         env_id = spec["env_id"]
         if (not registry.is_registered(env_id)
                 or registry.spec(env_id).entry_point != spec["entry_point"]):
@@ -297,7 +297,7 @@ class ProcessEnvPool:
             "env_id": env_id,
             "entry_point": entry.entry_point,
             "defaults": dict(entry.kwargs),
-            "native": entry.native,
+            "kind": entry.kind,
             "max_turns": max_turns,
             "env_kwargs": env_kwargs,
             # ``UndoRules`` as (max_undos, depth): the workers answer undo actions

@@ -503,17 +503,40 @@ class RemoteEnv(gym.Env):
         """The last observation (no request)."""
         return self._observation
 
+    def _extension(self, route: str) -> str:
+        """The path of a route of the generic protocol that AgentGym's dialects lack
+        (``available_actions``, ``oracle_action``): under ``/generic`` where this package's
+        server speaks a family's dialect at its root (the same envs, one table)."""
+        if self.server == "agentgym-rl" and self.server_dialect not in (None, "generic"):
+            return f"generic/{route}"
+        return route
+
     def valid_actions(self) -> list[str]:
         """``GET /available_actions`` ([] where the server has no such route)."""
         if self.env_id is None:
             return []
         try:
-            data = self._request("GET", "available_actions", self._with_id())
+            data = self._request("GET", self._extension("available_actions"),
+                                 self._with_id())
         except RemoteEnvError as e:
             if e.status in (404, 405):
                 return []
             raise
         return [str(a) for a in data] if isinstance(data, list) else []
+
+    def oracle_action(self) -> str | None:
+        """The served env's oracle action (``GET /oracle_action`` of this package's server,
+        ``agentgym-rl serve-env``); None where the server has no such route (an AgentGym
+        server) or the env has no oracle."""
+        if self.env_id is None:
+            return None
+        try:
+            data = self._request("GET", self._extension("oracle_action"), self._with_id())
+        except RemoteEnvError as e:
+            if e.status in (404, 405):
+                return None
+            raise
+        return data if isinstance(data, str) else None
 
     #: An env server's state cannot be copied from here: no snapshots.
     supports_snapshots = False

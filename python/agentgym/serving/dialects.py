@@ -8,7 +8,8 @@ AgentGym's env servers (``agentenv-textcraft``, ``-babyai``, ``-sciworld``, ``-w
 functions of the :class:`~agentgym.serving.service.EnvService` and the request (the JSON body
 of a POST, the query of a GET) returning the JSON value to answer; the server mounts them at
 the root when it serves that family's dialect (``agentgym-rl serve-env ENV``, the default
-protocol). :data:`ENV_FAMILIES` says which registered env speaks which family.
+protocol). :func:`env_family` says which env speaks which family (the env registry's
+:func:`~agentgym.envs.registry.family`).
 
 Where the dialects differ from AgentGym's servers on purpose: malformed requests, unknown ids
 and closed envs get a 4xx status with ``{"error", "type"}`` (AgentGym answers 422 or 200 with
@@ -423,11 +424,19 @@ SEARCHQA = Dialect("searchqa", "ok", (
 #: The dialects by AgentGym family.
 DIALECTS: dict[str, Dialect] = {d.family: d for d in (TEXTCRAFT, BABYAI, SCIWORLD, WEBSHOP,
                                                        SEARCHQA)}
-#: Registered env id -> the AgentGym family whose dialect ``serve-env`` speaks for it.
-ENV_FAMILIES: dict[str, str] = {
-    "textcraft": "textcraft", "babyai": "babyai", "sciworld": "sciworld",
-    "sciworld-agentgym": "sciworld", "webshop": "webshop", "search": "searchqa",
-}
+
+
+def env_family(env_id: str) -> str | None:
+    """The AgentGym family whose dialect ``serve-env`` speaks for ``env_id``: its family in
+    the env registry (:func:`agentgym.envs.registry.family`) where a dialect of it exists."""
+    from agentgym.envs.registry import family
+    from agentgym.errors import UnknownEnvError
+
+    try:
+        name = family(env_id)
+    except UnknownEnvError:
+        return None
+    return name if name in DIALECTS else None
 
 
 def dialect_for(env_id: str, protocol: str = "agentgym") -> Dialect | None:
@@ -439,7 +448,7 @@ def dialect_for(env_id: str, protocol: str = "agentgym") -> Dialect | None:
     if protocol == "generic":
         return None
     if protocol == "agentgym":
-        family = ENV_FAMILIES.get(env_id)
+        family = env_family(env_id)
         return None if family is None else DIALECTS[family]
     if protocol in DIALECTS:
         return DIALECTS[protocol]
@@ -447,5 +456,5 @@ def dialect_for(env_id: str, protocol: str = "agentgym") -> Dialect | None:
                      f"got {protocol!r}")
 
 
-__all__ = ["DIALECTS", "ENV_FAMILIES", "FINISHED", "Dialect", "Route", "dialect_for",
+__all__ = ["DIALECTS", "FINISHED", "Dialect", "Route", "dialect_for", "env_family",
            "searchqa_action", "searchqa_prompt", "textcraft_parts"]

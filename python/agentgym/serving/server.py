@@ -34,6 +34,9 @@ POST     ``/step``             ``{"id", "action"}``                        ``{"o
                                                                            "info"}``
 GET      ``/observation``      ``?id=N``                                   the observation (str)
 GET      ``/available_actions``  ``?id=N``                                 ``[str, ...]``
+GET      ``/oracle_action``    ``?id=N``                                   the env's oracle
+                                                                           action (str, or
+                                                                           null: none)
 GET      ``/detail``           ``?id=N``                                   the env's state dict
 GET      ``/instructions``     -                                           the instructions (str)
 POST     ``/close``            ``{"id"}``                                  ``{"id", "closed"}``
@@ -261,6 +264,10 @@ def create_app(
         _, slot = service.query_slot(request.query)
         return web.json_response(await service.actions(slot))
 
+    async def oracle(request):
+        _, slot = service.query_slot(request.query)
+        return web.json_response(await service.oracle(slot))
+
     instructions_text: list[str] = []
 
     async def instructions(request):
@@ -278,7 +285,8 @@ def create_app(
     routes = [("GET", "/", hello), ("GET", "/list", listing), ("POST", "/create", create),
               ("POST", "/reset", reset), ("POST", "/step", step), ("POST", "/close", close),
               ("GET", "/observation", observation), ("GET", "/detail", detail),
-              ("GET", "/available_actions", available), ("GET", "/instructions", instructions)]
+              ("GET", "/available_actions", available), ("GET", "/oracle_action", oracle),
+              ("GET", "/instructions", instructions)]
     prefixes = [""]
     if env_id.replace("-", "").replace("_", "").isalnum():
         prefixes.append(f"/{env_id}")

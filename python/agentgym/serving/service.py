@@ -154,7 +154,9 @@ class EnvService:
     ):
         from agentgym.envs.registry import spec
 
-        spec(env_id)  # UnknownEnvError now rather than on the first /create
+        if spec(env_id).kind == "game":  # UnknownEnvError now rather than on the first /create
+            raise UnknownEnvError(f"{env_id!r} is a multi-seat game: the env server serves "
+                                  "single-agent envs")
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.max_envs = max_envs
@@ -402,6 +404,19 @@ class EnvService:
     async def actions(self, slot: _Slot) -> list[str]:
         async with slot.lock:
             return await self._guarded(self._actions, slot)
+
+    @staticmethod
+    def _oracle(slot: _Slot) -> str | None:
+        fn = getattr(slot.env, "oracle_action", None)
+        if fn is None:
+            fn = getattr(getattr(slot.env, "unwrapped", None), "oracle_action", None)
+        action = fn() if callable(fn) else None
+        return action if isinstance(action, str) else None
+
+    async def oracle(self, slot: _Slot) -> str | None:
+        """The env's oracle action now (None: the env has none, or none here)."""
+        async with slot.lock:
+            return await self._guarded(self._oracle, slot)
 
     def listing(self) -> dict[str, Any]:
         now = time.monotonic()
