@@ -153,6 +153,45 @@ def test_from_config_file(tmp_path, tiny_model_dir):
     agent = LLMAgent.from_config(cfg)
     assert agent.base_model == tiny_model_dir
     assert agent.config["method"] == "RLOO" and agent.config["seed"] == 3
+    # a shipped config by name; a typo in the file is refused at once, by its path
+    main = LLMAgent.from_config("main_job", seed=2)
+    assert main.base_model == "tiny" and main.config["rollout"]["max_new_tokens"] == 12
+    run = main._config("maze", {}, {"max_new_tokens": 5, "rollout": {"undo": True}})
+    assert (run.rollout.max_new_tokens, run.rollout.undo, run.rollout.truncated_turn,
+            run.seed) == (5, True, "end", 2)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout: {max_new_tokenz: 3}\n")
+    from agentgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rollout\.max_new_tokenz \(did you mean "
+                                          r"rollout\.max_new_tokens\?\)"):
+        LLMAgent.from_config(bad)
+
+
+class ResetStepOnly(BaseEnv):
+    """A user env with only ``reset`` and ``step``: no ``valid_actions()`` for the format
+    warm-up to draw random actions from."""
+
+    num_tasks = 10
+
+    def reset(self, task=None, seed=None):
+        return "Guess."
+
+    def step(self, action):
+        return "no", 0.0, True, {}
+
+
+def test_an_env_without_valid_actions_is_refused_by_the_warm_up(tmp_path):
+    """The tiny model's warm-up would teach an empty action: one line says so and what to
+    do, instead of training to nothing."""
+    from agentgym.learner.warmup import WarmupError
+
+    agent = LLMAgent("tiny", **{**_tiny_kwargs(tmp_path),
+                                "warmup": {"episodes": 4, "steps": 2, "batch_size": 2}})
+    with pytest.raises(WarmupError) as e:
+        agent.train(ResetStepOnly(), method="GRPO", max_steps=3)
+    msg = str(e.value)
+    assert "\n" not in msg and "valid_actions()" in msg and "--no-warmup" in msg
 
 
 @pytest.mark.vllm
@@ -276,11 +315,16 @@ def test_mechanisms_by_name_set_the_rollout_settings(tmp_path, tiny_model_dir):
         "undo": True, "max_undos": 1, "reflection": 2}
     assert mechanism_settings("reflection") == {"reflection": 1}
     assert mechanism_settings(None) == {}
+    # named as the RolloutConfig field and the flag (--branch-at, --plan, --context-window)
+    assert mechanism_settings({"branch_at": 3}) == {"branch_at": 3}
+    assert mechanism_settings(["plan"]) == {"plan": True, "replan_every": 0}
+    assert mechanism_settings({"context_window": 2}) == {"context_window": 2}
+    # the older names still work
     assert mechanism_settings({"branching": 3}) == {"branch_at": 3}
     assert mechanism_settings(["planning"]) == {"plan": True, "replan_every": 0}
     assert mechanism_settings({"memory": 2}) == {"context_window": 2}
-    with pytest.raises(ValueError, match="unknown mechanism 'plan'"):
-        mechanism_settings(["plan"])
+    with pytest.raises(ValueError, match="unknown mechanism 'planing'"):
+        mechanism_settings(["planing"])
     agent = LLMAgent(base_model=tiny_model_dir, backend="transformers", max_new_tokens=3,
                      output_dir=str(tmp_path / "run"))
     res = agent.infer("maze", tasks=2, max_turns=1, mechanisms={"reflection": 1})

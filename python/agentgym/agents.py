@@ -16,8 +16,14 @@ registered under a fresh id; each rollout slot plays a deep copy). ``base_model=
 builds the local tiny model (and, for training, gives it the random-policy format warm-up);
 ``base_model="smollm2-135m"`` is SmolLM2-135M-Instruct, built once into the cache from the
 ``smollm2`` extra (:mod:`agentgym.models.smollm2`).
-Keyword arguments of ``LLMAgent`` and ``train`` override :class:`TrainerConfig` fields; a
-YAML/TOML file works too: ``LLMAgent.from_config("configs/maze_tiny.yaml")``.
+Keyword arguments of ``LLMAgent`` and ``train`` override
+:class:`~agentgym.learner.train_config.TrainerConfig` fields (a section as a mapping:
+``rollout={"max_turns": 4}``, merged into it; the old flat spellings such as
+``max_new_tokens=24`` set their section's field); a YAML/TOML file works too, by path or by
+the name of a shipped config: ``LLMAgent.from_config("main_job")``.
+
+Ctrl-C during ``train`` saves a checkpoint of the last finished step (``agent.model_dir``
+then points at it) and raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.learner.train_config import TrainerConfig, load_config_file
 from agentgym.models.vision import copy_processor_files
 
 __all__ = ["MECHANISMS", "InferenceResult", "LLMAgent", "mechanism_settings", "resolve_env"]
@@ -70,16 +75,21 @@ def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
                     "native env (with .env_id) or an agentgym.envs.BaseEnv instance")
 
 
-#: The agent mechanisms by name and the rollout settings each one turns on (a count
+#: The agent mechanisms by name (the RolloutConfig field that turns each on, as the
+#: ``train``/``collect`` flags spell it: ``--undo``, ``--reflection``, ``--branch-at``,
+#: ``--plan``, ``--context-window``) and the rollout settings each one sets (a count
 #: replaces the default: undos allowed an episode, extra attempts, the turn each tree forks
 #: after, env turns between plans, replies a bounded context keeps). docs/mechanisms.md.
 MECHANISMS: dict[str, tuple[str, str | None, int]] = {
     "undo": ("undo", "max_undos", 3),
     "reflection": ("reflection", None, 1),
-    "branching": ("branch_at", None, 2),
-    "planning": ("plan", "replan_every", 0),
-    "memory": ("context_window", None, 4),
+    "branch_at": ("branch_at", None, 2),
+    "plan": ("plan", "replan_every", 0),
+    "context_window": ("context_window", None, 4),
 }
+
+#: Older names of the mechanisms, still accepted.
+MECHANISM_ALIASES = {"branching": "branch_at", "planning": "plan", "memory": "context_window"}
 
 
 def mechanism_settings(mechanisms: Any) -> dict[str, Any]:
@@ -92,6 +102,7 @@ def mechanism_settings(mechanisms: Any) -> dict[str, Any]:
         [(m, None) for m in ([mechanisms] if isinstance(mechanisms, str) else mechanisms)]
     out: dict[str, Any] = {}
     for name, count in items:
+        name = MECHANISM_ALIASES.get(name, name)
         if name not in MECHANISMS:
             raise ValueError(f"unknown mechanism {name!r}; expected one of "
                              f"{', '.join(MECHANISMS)}")
@@ -128,7 +139,8 @@ class LLMAgent:
     ``base_model``: a Hugging Face model folder or hub id, ``"tiny"``, or a named model
     (``"smollm2-135m"``, :data:`agentgym.models.NAMED_MODELS`); ``backend``:
     ``"transformers"`` | ``"vllm"`` | ``"openai"`` (rollouts and inference). Other keyword
-    arguments are :class:`TrainerConfig` fields (``output_dir``, ``seed``, ``learner``, ...).
+    arguments are :class:`~agentgym.learner.train_config.TrainerConfig` fields
+    (``output_dir``, ``seed``, ``learner``, ``rollout``, ...).
     """
 
     def __init__(self, base_model: str = "tiny", backend: str = "transformers", **config: Any):
@@ -141,16 +153,35 @@ class LLMAgent:
 
     @classmethod
     def from_config(cls, path: str | Path, **overrides: Any) -> LLMAgent:
-        cfg = {**load_config_file(path), **overrides}
+        """An agent of a config file (a path, or the name of a shipped config), with
+        ``overrides``; the file's key or value errors are one-line ConfigErrors."""
+        from agentgym.learner.train_config import (
+            TrainerConfig,
+            find_config,
+            load_config_file,
+        )
+
+        raw = load_config_file(find_config(path))
+        TrainerConfig.from_dict(raw)  # its mistakes now, not at train()
+        cfg = {**raw, **overrides}
         model = cfg.pop("model", "tiny")
         backend = cfg.pop("backend", "transformers")
         return cls(base_model=model, backend=backend, **cfg)
 
-    def _config(self, env_id: str, env_kwargs: dict, overrides: dict) -> TrainerConfig:
-        merged = {**self.config, **overrides}
-        merged["env_kwargs"] = {**env_kwargs, **merged.get("env_kwargs", {})}
-        return TrainerConfig.from_dict({"model": self.model_dir or self.base_model,
-                                        "backend": self.backend, "env": env_id, **merged})
+    def _config(self, env_id: str, env_kwargs: dict, overrides: dict):
+        """The run's TrainerConfig: the agent's settings, then ``overrides`` over them (a
+        section's mapping merged into it, an old flat spelling setting its field)."""
+        from agentgym.learner.train_config import DEPRECATED_ALIASES, TrainerConfig
+
+        own = {k: v for k, v in self.config.items() if k not in DEPRECATED_ALIASES}
+        flat = {k: v for k, v in self.config.items() if k in DEPRECATED_ALIASES}
+        base = TrainerConfig.from_dict({"model": self.model_dir or self.base_model,
+                                        "backend": self.backend, "env": env_id, **own})
+        merged = {**flat, **overrides}
+        given = overrides["env_kwargs"] if "env_kwargs" in overrides \
+            else self.config.get("env_kwargs", {})
+        merged["env_kwargs"] = {**env_kwargs, **given}
+        return base.replace(**merged)
 
     def train(self, env: Any, method: str | None = None, max_steps: int | None = None,
               mechanisms: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -168,12 +199,17 @@ class LLMAgent:
         if max_steps is not None:
             overrides["max_steps"] = max_steps
         if mechanisms:
-            overrides["rollout"] = {**self.config.get("rollout", {}),
-                                    **overrides.get("rollout", {}),
+            overrides["rollout"] = {**dict(overrides.get("rollout") or {}),
                                     **mechanism_settings(mechanisms)}
         cfg = self._config(env_id, env_kwargs, overrides)
         self.trainer = Trainer(cfg)
         summary = self.trainer.train()
+        if summary.get("interrupted"):
+            if summary.get("checkpoint"):
+                self.model_dir = str(Path(summary["checkpoint"]) / "model")
+            self.last_summary = summary
+            raise KeyboardInterrupt(f"training interrupted after {summary['steps']} steps; "
+                                    f"checkpoint: {summary.get('checkpoint')}")
         if summary.get("checkpoint"):
             self.model_dir = str(Path(summary["checkpoint"]) / "model")
         else:  # no checkpoint written: keep the trained weights of the run's model folder
@@ -212,7 +248,7 @@ class LLMAgent:
         horizon = max_turns or cfg.eval_max_turns
         if horizon is None and self.trainer is not None:
             horizon = self.trainer.schedule.stages[-1].max_turns
-        horizon = horizon or cfg.max_turns
+        horizon = horizon or cfg.rollout.max_turns
         if tasks is None or isinstance(tasks, int):  # the held-out tasks training evaluates on
             from agentgym.envs.tasks import plan_tasks
 
@@ -223,13 +259,12 @@ class LLMAgent:
             kwargs = {**cfg.env_kwargs, **(cfg.eval_env_kwargs or {})}
         # the config's rollout settings (a reply prefix, the truncated-turn rule) as trained;
         # a backend passed in stays open, one made here closes with the engine
+        settings = {**cfg.rollout_settings(), "progress": False, "seed": cfg.seed, **rollout}
+        if max_new_tokens:
+            settings["max_new_tokens"] = max_new_tokens
         engine = (await asyncio.to_thread(
             open_runner, self.backend if backend is None else backend, model_dir,
-            backend_kwargs=cfg.backend_kwargs,
-            max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-            max_total_tokens=cfg.max_total_tokens, progress=False,
-            system_prompt=cfg.system_prompt, seed=cfg.seed,
-            **{**cfg.rollout, **rollout})).runner
+            backend_kwargs=cfg.backend_kwargs, **settings)).runner
         try:
             batch = await engine.collect(tasks, env_id, env_kwargs=kwargs, max_turns=horizon,
                                          n_samples=n_samples, temperature=temperature)

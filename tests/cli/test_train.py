@@ -1,4 +1,5 @@
-"""``agentgym-rl train``: the main job and the command-line overrides of its config."""
+"""``agentgym-rl train``: the main job and the command-line overrides of its config (the
+mistakes: test_train_errors.py; the flags against the config tree: test_train_flags.py)."""
 
 import pytest
 
@@ -14,15 +15,26 @@ def test_cli_builds_the_main_job_and_overrides(tmp_path):
     add_args(p)
     cfg = _train_config(p.parse_args([]))
     assert cfg["env"] == "maze" and cfg["model"] == "tiny" and cfg["output_dir"]
-    TrainerConfig.from_dict(cfg)  # the main job is a valid config
+    main = TrainerConfig.from_dict(cfg)  # the main job is a valid config
+    assert main.replace(output_dir=None, progress=None) == TrainerConfig.from_dict(MAIN_JOB)
     cfg = _train_config(p.parse_args(["--env", "maze", "--model", "tiny", "--lr", "0.01",
                                       "--horizon", "2,4", "--set", "n_samples=4",
-                                      "-o", str(tmp_path)]))
+                                      "--max-turns", "3", "--max-new-tokens", "9",
+                                      "--set", "rollout.top_p=0.9", "--set",
+                                      "max_total_tokens=999", "-o", str(tmp_path)]))
     assert cfg["learner"]["lr"] == 0.01 and cfg["horizon"] == [2, 4]
+    assert cfg["learner"]["kl_coef"] == MAIN_JOB["learner"]["kl_coef"]  # the rest kept
     assert cfg["n_samples"] == 4 and cfg["output_dir"] == str(tmp_path)
     assert cfg["env_kwargs"] == MAIN_JOB["env_kwargs"]
+    r = TrainerConfig.from_dict(cfg).rollout
+    assert (r.max_turns, r.max_new_tokens, r.top_p, r.max_total_tokens) == (3, 9, 0.9, 999)
+    assert r.truncated_turn == "end" and r.system_prompt.startswith("Maze.")
     cfg = _train_config(p.parse_args(["--env", "textcraft", "--method", "GRPO"]))
     assert "env_kwargs" not in cfg and cfg["method"] == "GRPO"
+    # a mapping given to --set is merged into its section
+    cfg = _train_config(p.parse_args(["--set", 'warmup={"steps": 7}']))
+    assert cfg["warmup"]["steps"] == 7 and cfg["warmup"]["episodes"] == 256
+    assert _train_config(p.parse_args(["--no-warmup"]))["warmup"] is None
 
 
 def test_cli_ray_flags_set_the_rollout_workers():
@@ -32,11 +44,31 @@ def test_cli_ray_flags_set_the_rollout_workers():
 
     p = argparse.ArgumentParser()
     add_args(p)
-    cfg = _train_config(p.parse_args(["--ray", "--num-rollout-workers", "3"]))
+    cfg = _train_config(p.parse_args(["--ray", "--num-workers", "3", "--worker-cpus", "2"]))
     assert cfg["num_rollout_workers"] == 3 and cfg["ray_address"] is None
+    assert cfg["rollout_worker"] == {"num_cpus": 2.0}
+    # the old spelling is a hidden alias
+    assert _train_config(p.parse_args(["--ray", "--num-rollout-workers", "4"]))[
+        "num_rollout_workers"] == 4
     cfg = _train_config(p.parse_args(["--ray", "10.0.0.5:6379"]))
     assert cfg["num_rollout_workers"] == 2 and cfg["ray_address"] == "10.0.0.5:6379"
     assert "num_rollout_workers" not in _train_config(p.parse_args([]))
+
+
+def test_cli_opponent_flag_is_collects_spelling():
+    import argparse
+
+    from agentgym.cli.train import _train_config, add_args
+    from agentgym.learner.train_config import TrainerConfig
+
+    p = argparse.ArgumentParser()
+    add_args(p)
+    for flag in ("--opponent", "--opponents"):  # the old spelling is a hidden alias
+        cfg = _train_config(p.parse_args(["--env", "tictactoe", flag, "solver"]))
+        assert cfg["self_play"] and cfg["rollout"]["opponent"] == "solver"
+        assert TrainerConfig.from_dict(cfg).rollout.opponent == "solver"
+    assert "--opponents" not in p.format_help()
+    assert "--num-rollout-workers" not in p.format_help()
 
 
 #: A short ``agentgym-rl train``: the main job on the tiny model, two steps, a small warm-up.
@@ -80,13 +112,14 @@ def test_train_log_in_a_file_has_plain_progress_lines(tmp_path):
 
 def test_report_to_sets_the_trackers():
     from agentgym.cli.train import _report_to
+    from agentgym.errors import ConfigError
 
     assert _report_to("wandb", None) == {"tensorboard": False, "wandb": True}
     assert _report_to("tensorboard, wandb", {"project": "p"}) == {
         "tensorboard": True, "wandb": {"project": "p"}}
     assert _report_to("none", True) == {"tensorboard": False, "wandb": False}
     for bad in ("", "mlflow", "none,wandb"):
-        with pytest.raises(SystemExit):
+        with pytest.raises(ConfigError, match="--report-to"):
             _report_to(bad, None)
 
 
@@ -152,5 +185,7 @@ def test_mechanism_flags_set_the_rollout_settings():
     assert _train_config(p.parse_args(["--plan"]))["rollout"]["replan_every"] == 0
     assert _train_config(p.parse_args(["--context-window", "3"]))["rollout"][
         "context_window"] == 3
-    with pytest.raises(SystemExit, match="--branch-at"):
+    from agentgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--branch-at"):
         _train_config(p.parse_args(["--branch-width", "4"]))

@@ -82,7 +82,7 @@ def _cfg(tmp_path, tiny_model_dir, **kw):
 def test_config_validation_and_methods():
     with pytest.raises(ValueError, match="unknown method"):
         TrainerConfig(method="DQN")
-    with pytest.raises(ValueError, match="unknown TrainerConfig keys"):
+    with pytest.raises(ValueError, match=r"unknown key lr \(did you mean learner\.lr\?\)"):
         TrainerConfig.from_dict({"lr": 1.0})
     assert TrainerConfig(method="PPO").adv_estimator == "gae"
     assert TrainerConfig(method="REINFORCE++").adv_estimator == "reinforce_pp"
@@ -95,23 +95,21 @@ def test_config_validation_and_methods():
     assert [staged.max_turns(s) for s in range(5)] == [2, 2, 2, 5, 5]
 
 
-def test_rollout_defaults_come_from_rollout_config(tmp_path, tiny_model_dir):
-    """The rollout knobs a TrainerConfig shares with RolloutConfig default to RolloutConfig's
-    values (one place defines them), and the trainer's rollout engine runs with them."""
-    from dataclasses import fields
+def test_rollout_settings_live_in_the_rollout_section(tmp_path, tiny_model_dir):
+    """The rollout knobs are RolloutConfig's own fields (one place defines them and their
+    defaults: the ``rollout`` section), the trainer's engine runs with them, and the old
+    flat spellings still set them."""
+    import msgspec
 
     from agentgym.engine import RolloutConfig
 
     rollout = RolloutConfig()
-    own = {"n_samples", "seed", "progress"}  # the run's group size, seed and progress bar
-    shared = {f.name for f in fields(TrainerConfig)} & set(RolloutConfig.__struct_fields__)
-    assert shared - own == {"max_turns", "temperature", "max_new_tokens", "max_total_tokens",
-                            "max_concurrency", "system_prompt"}
-    defaults = TrainerConfig()
-    for name in shared - own:
-        assert getattr(defaults, name) == getattr(rollout, name), name
-    cfg = _cfg(tmp_path, tiny_model_dir).to_dict()
-    del cfg["max_new_tokens"]
+    assert TrainerConfig().rollout == rollout
+    top = {f.name for f in msgspec.structs.fields(TrainerConfig)}
+    # no rollout field is repeated at the top but the run's own seed, group size, progress
+    assert top & set(RolloutConfig.__struct_fields__) == {"n_samples", "seed", "progress"}
+    cfg = _cfg(tmp_path, tiny_model_dir, rollout={"reply_prefix": "Action:"}).to_dict()
+    del cfg["rollout"]["max_new_tokens"]
     trainer = Trainer(TrainerConfig.from_dict(cfg), backend=_scripted(tiny_model_dir))
 
     async def go():
@@ -124,6 +122,8 @@ def test_rollout_defaults_come_from_rollout_config(tmp_path, tiny_model_dir):
     used = asyncio.run(go())
     for name in ("temperature", "max_new_tokens", "max_total_tokens", "max_concurrency"):
         assert getattr(used, name) == getattr(rollout, name), name
+    assert used.reply_prefix == "Action:" and used.max_turns == 2
+    assert (tmp_path / "run" / "config.yaml").is_file()
 
 
 def _train_watching_rollouts(trainer) -> list[tuple[dict, list]]:

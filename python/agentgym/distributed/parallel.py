@@ -17,8 +17,9 @@ the data-parallel learner does, so the update is the one-process update.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import ClassVar
+
+from agentgym.engine.config import ConfigError, ConfigSection
 
 __all__ = ["STRATEGIES", "ParallelConfig"]
 
@@ -26,9 +27,12 @@ STRATEGIES = ("ddp", "fsdp", "hsdp")
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-@dataclass
-class ParallelConfig:
-    """The learner's parallel layout and memory savers (see the module docstring)."""
+class ParallelConfig(ConfigSection):
+    """The learner's parallel layout and memory savers (see the module docstring): the
+    ``parallel`` section of a training config (a typed section: an unknown key or a wrong
+    type is refused where the config is loaded, named ``parallel.<key>``)."""
+
+    config_path: ClassVar[str] = "parallel"
 
     strategy: str = "ddp"
     # hsdp: the number of replica groups (the mesh's first dimension); None: the number of
@@ -49,15 +53,15 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"parallel.strategy must be one of {', '.join(STRATEGIES)}, "
+            raise ConfigError(f"parallel.strategy must be one of {', '.join(STRATEGIES)}, "
                              f"got {self.strategy!r}")
         for name in ("param_dtype", "reduce_dtype"):
             v = getattr(self, name)
             if v is not None and v not in _DTYPES:
-                raise ValueError(f"parallel.{name} must be one of {', '.join(_DTYPES)}, "
+                raise ConfigError(f"parallel.{name} must be one of {', '.join(_DTYPES)}, "
                                  f"got {v!r}")
         if self.replicate is not None and (self.strategy != "hsdp" or self.replicate < 1):
-            raise ValueError("parallel.replicate is the number of hsdp replica groups (>= 1, "
+            raise ConfigError("parallel.replicate is the number of hsdp replica groups (>= 1, "
                              "with strategy: hsdp)")
 
     @property
@@ -71,17 +75,3 @@ class ParallelConfig:
         if self.param_dtype is not None:
             return self.param_dtype
         return "bfloat16" if device_type == "cuda" else "float32"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> ParallelConfig:
-        """Build from a dict (None: the defaults); unknown keys raise ValueError naming
-        them."""
-        d = dict(d or {})
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown parallel keys: {unknown}; known: {sorted(names)}")
-        return cls(**d)

@@ -1,8 +1,29 @@
-"""Rollout configuration."""
+"""Rollout configuration, and the typed config tree's building blocks.
+
+:class:`RolloutConfig` holds the rollout engine's knobs. :class:`ConfigSection` is the base
+of every typed section of a training config (``rollout``, ``learner``, ``warmup``,
+``parallel``, ``lora``, ...: :class:`~agentgym.learner.train_config.TrainerConfig`): a
+msgspec ``Struct`` that refuses unknown fields, with a read-only mapping view
+(``section["key"]``, ``dict(section)``) for code written against the dict sections of old.
+:func:`convert` builds a section (or the whole tree) from plain data and turns every refusal
+into one :class:`~agentgym.errors.ConfigError` line naming the key by its full path (an
+unknown key with the nearest valid name, a wrong type with the expected one).
+"""
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Mapping
+from types import UnionType as _UnionType
+from typing import Any, ClassVar, Union, get_args, get_origin
+
 import msgspec
+
+from agentgym.errors import ConfigError
+
+__all__ = ["DEFAULT_RECORD_TOKENS", "ConfigError", "ConfigSection", "RolloutConfig", "convert",
+           "field_path_exists"]
 
 #: What a reply cut at ``max_new_tokens`` does (``RolloutConfig.truncated_turn``).
 TRUNCATED_TURN_RULES = ("step", "end")
@@ -14,8 +35,178 @@ REFLECTION_CREDIT = ("all", "reflection")
 #: Where a reflection retry puts the env back (``RolloutConfig.reflection_restore``).
 REFLECTION_RESTORE = ("start", "last")
 
+#: ``RolloutConfig.max_record_tokens`` where neither it nor a larger context cap is set.
+DEFAULT_RECORD_TOKENS = 1 << 20
 
-class RolloutConfig(msgspec.Struct, kw_only=True):
+
+class ConfigSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
+                    repr_omit_defaults=True):
+    """Base of the typed config sections: keyword-only, unknown fields refused, and a
+    read-only mapping view over the fields that are set (a field left ``msgspec.UNSET`` in
+    an overrides section is not a key)."""
+
+    def keys(self) -> list[str]:
+        return [k for k in self.__struct_fields__ if getattr(self, k) is not msgspec.UNSET]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__struct_fields__ or getattr(self, key) is msgspec.UNSET:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self.keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:  # an overrides section with nothing set is empty (falsy)
+        return len(self.keys())
+
+    def __eq__(self, other: object) -> bool:
+        """A section equals another of its type with the same fields, and a mapping that
+        loads as it (``parallel == {"strategy": "fsdp"}``)."""
+        if isinstance(other, Mapping):
+            try:
+                return type(self).from_dict(other) == self
+            except ConfigError:
+                return False
+        return super().__eq__(other)
+
+    __hash__ = None  # mutable, as a dict
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that are set, as plain Python data (tuples as lists)."""
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | ConfigSection | None, *,
+                  path: str | None = None):
+        """Build from a mapping (None: the defaults; an instance: itself). A refused key or
+        value is a :class:`~agentgym.errors.ConfigError` naming it by ``path`` (default: the
+        section's own name, :attr:`config_path`)."""
+        if isinstance(d, cls):
+            return d
+        return convert(dict(d or {}), cls, path=cls.config_path if path is None else path)
+
+    #: The section's name in a training config (the prefix of its keys in messages).
+    config_path: ClassVar[str] = ""
+
+
+def _struct_in(tp: Any) -> type[msgspec.Struct] | None:
+    """The Struct type ``tp`` is, or the one Struct of the union ``tp`` (else None)."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return tp
+    if get_origin(tp) in (Union, _UnionType):
+        found = [t for t in get_args(tp) if isinstance(t, type) and issubclass(t, msgspec.Struct)]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _check_keys(data: Any, tp: Any, path: str) -> None:
+    """Refuse the first key of ``data`` that names no field of the Struct ``tp`` stands for
+    (recursively through the sections), with its full path and the nearest valid name."""
+    st = _struct_in(tp)
+    if st is None or not isinstance(data, Mapping):
+        return
+    fields = {f.encode_name: f for f in msgspec.structs.fields(st)}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(unknown_key_message(st, key, path))
+        _check_keys(value, fields[key].type, _join(path, key))
+
+
+def unknown_key_message(st: type, key: Any, path: str) -> str:
+    """``unknown key rollout.max_turnz (did you mean rollout.max_turns?)``: the nearest valid
+    names by :mod:`difflib`, or a pointer to where the key lives (``Struct.config_hint``)."""
+    names = [f.encode_name for f in msgspec.structs.fields(st)]
+    where = getattr(st, "config_hint", None)
+    moved = where(str(key)) if where is not None else None
+    if moved:
+        return f"unknown key {_join(path, key)} (did you mean {moved}?)"
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    if close:
+        return (f"unknown key {_join(path, key)} (did you mean "
+                f"{_join(path, close[0])}?)")
+    return f"unknown key {_join(path, key)} (expected one of: {', '.join(names)})"
+
+
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<loc>[^`]*)`)?$", re.S)
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`")
+_WORDS = {"object": "a mapping", "array": "a list", "str": "a string", "int": "an integer",
+          "float": "a number", "bool": "true or false", "null": "null"}
+
+
+def _lookup(data: Any, loc: str) -> Any:
+    """The value at msgspec's location ``.a.b[1]`` of ``data`` (``...`` when not found)."""
+    value = data
+    for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", loc):
+        try:
+            value = value[name] if name else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return ...
+    return value
+
+
+def _explain(error: msgspec.ValidationError, data: Any, path: str) -> str:
+    m = _AT.match(" ".join(str(error).split()))
+    msg, loc = m.group("msg"), m.group("loc") or ""
+    where = _join(path, re.sub(r"^\.", "", loc)) if loc else path
+    exp = _EXPECTED.match(msg)
+    if exp:
+        want = " or ".join(_WORDS.get(w.strip(), w.strip()) for w in exp["want"].split("|"))
+        got = exp["got"]
+        value = _lookup(data, loc)
+        shown = "" if value is ... else f" {value!r}"
+        got = {**_WORDS, "bool": "a boolean"}.get(got, got)
+        return f"{where or 'config'}: expected {want}, got {got}{shown}"
+    if msg.startswith("Object missing required field"):
+        return f"{where or 'config'}: {msg[0].lower()}{msg[1:]}"
+    if not where or msg.startswith(where) or f"{where}." in msg:
+        return msg
+    return f"{where}: {msg}"
+
+
+def convert(data: Any, tp: Any, *, path: str = "") -> Any:
+    """``data`` (plain mappings, lists and values; sections may already be instances)
+    converted to ``tp``. Every refusal is one :class:`~agentgym.errors.ConfigError` line:
+    an unknown key (its full path under ``path`` and the nearest valid name), a wrong type
+    (the path, the expected type and the value given) or a value a section's own checks
+    refuse. Numbers written as strings (YAML reads ``1e-6`` as one) are read as numbers."""
+    _check_keys(data, tp, path)
+    try:
+        return msgspec.convert(data, tp, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(_explain(e, data, path)) from None
+
+
+def field_path_exists(tp: Any, path: str) -> bool:
+    """Whether the dotted ``path`` (``rollout.max_turns``) names a field of the Struct
+    ``tp``, through its sections."""
+    for part in path.split("."):
+        st = _struct_in(tp)
+        if st is None:
+            return False
+        fields = {f.encode_name: f for f in msgspec.structs.fields(st)}
+        if part not in fields:
+            return False
+        tp = fields[part].type
+    return True
+
+
+class RolloutConfig(ConfigSection):
     """Knobs of :class:`~agentgym.engine.RolloutEngine` (all overridable per ``collect``).
 
     ``max_turns`` is the horizon (ScalingInter-RL moves it); ``max_new_tokens`` caps one
@@ -152,11 +343,24 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
     #: record; docs/mechanisms.md).
     context_window: int | None = None
     #: With ``context_window``: the most tokens one trajectory records (``length`` there).
-    max_record_tokens: int = 1 << 20
+    #: None (the default) follows ``max_total_tokens``: :data:`DEFAULT_RECORD_TOKENS`, or
+    #: ``max_total_tokens`` where that is larger; it is resolved to a number once
+    #: ``context_window`` is set. A number below ``max_total_tokens`` is refused.
+    max_record_tokens: int | None = None
     #: Who plays a game's other seats: self | solver | random | pool | an opponent backend.
     opponent: str = "self"
 
+    config_path: ClassVar[str] = "rollout"
+
     def __post_init__(self) -> None:
+        try:
+            self._check()
+        except ValueError as e:
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(str(e)) from None
+
+    def _check(self) -> None:
         if self.truncated_turn not in TRUNCATED_TURN_RULES:
             raise ValueError(f"truncated_turn must be one of {TRUNCATED_TURN_RULES}, "
                              f"got {self.truncated_turn!r}")
@@ -198,9 +402,15 @@ class RolloutConfig(msgspec.Struct, kw_only=True):
         if self.context_window is not None and self.context_window < 1:
             raise ValueError(f"context_window must be >= 1 (None: the whole record), got "
                              f"{self.context_window}")
-        if self.max_record_tokens < self.max_total_tokens:
-            raise ValueError(f"max_record_tokens ({self.max_record_tokens}) must be at least "
+        record = self.max_record_tokens
+        if record == DEFAULT_RECORD_TOKENS and self.max_total_tokens > record:
+            record = None  # the default resolved before: it follows the context cap still
+        if record is not None and record < self.max_total_tokens:
+            raise ValueError(f"max_record_tokens ({record}) must be at least "
                              f"max_total_tokens ({self.max_total_tokens})")
+        if record is None and self.context_window is not None:
+            record = max(DEFAULT_RECORD_TOKENS, self.max_total_tokens)
+        self.max_record_tokens = record
         if self.reflection_prompt is not None:
             from agentgym.engine.mechanisms.reflection import check_prompt
 

@@ -12,7 +12,9 @@ Layout of one checkpoint folder ``<output>/checkpoints/step_<N>/``:
 * ``adapter/`` — a LoRA run's adapter (peft's folder); ``model/`` then holds the base
   weights with the adapter merged, so every backend and ``eval`` load it as a plain model,
 * ``trainer_state.pt`` — step, policy version, horizon schedule state, task sampler state,
-  the torch/numpy/python RNG states and the config it was written with.
+  the torch/numpy/python RNG states and the config it was written with,
+* ``config.yaml`` — that config as readable YAML (the trainer writes it; ``--resume``
+  reads it: :func:`checkpoint_config`).
 
 ``latest`` (a text file in ``checkpoints/``) names the newest complete checkpoint; a
 checkpoint is written to a temporary folder, fsynced and renamed (then ``latest`` the same
@@ -33,7 +35,8 @@ import torch
 from agentgym.models.vision import copy_processor_files
 from agentgym.runtime.files import fsync_tree, write_text_atomic
 
-__all__ = ["capture_rng", "find_checkpoint", "load_checkpoint", "restore_rng", "save_checkpoint"]
+__all__ = ["capture_rng", "checkpoint_config", "find_checkpoint", "load_checkpoint",
+           "restore_rng", "save_checkpoint"]
 
 
 def capture_rng() -> dict[str, Any]:
@@ -139,4 +142,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     out["optim"] = torch.load(optim, weights_only=False) if optim.is_file() else None
     critic = ckpt / "critic.pt"
     out["critic"] = torch.load(critic, weights_only=True) if critic.is_file() else None
+    out["config"] = checkpoint_config(ckpt, state=out["state"])
     return out
+
+
+def checkpoint_config(path: str | Path, *, state: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """The training config a checkpoint (or a run folder's latest one) was written with,
+    as a mapping: its ``config.yaml``; for a checkpoint written before there was one, the
+    config in ``trainer_state.pt`` (old flat spellings included: ``TrainerConfig.from_dict``
+    reads them). FileNotFoundError when there is no checkpoint."""
+    ckpt = find_checkpoint(path)
+    yml = ckpt / "config.yaml"
+    if yml.is_file():
+        import yaml
+
+        return dict(yaml.safe_load(yml.read_text(encoding="utf-8")) or {})
+    if state is None:
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    return dict(state.get("config") or {})

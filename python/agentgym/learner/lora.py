@@ -28,12 +28,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from agentgym.engine.config import ConfigError, ConfigSection
 from agentgym.learner.forward import AdapterOff, ForwardUnit, adapter_disabled
 
 __all__ = [
@@ -58,9 +58,9 @@ ADAPTER_FILE = "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 
 
-@dataclass
-class LoraSettings:
-    """The ``lora`` block of the training config.
+class LoraSettings(ConfigSection):
+    """The ``lora`` block of the training config (a typed section: an unknown key or a wrong
+    type is refused where the config is loaded, named ``lora.<key>``).
 
     ``r``: the adapter's rank; ``alpha``: the scale numerator (the update is
     ``(alpha / r) * B @ A``); ``dropout``: dropout on the adapter's input while training;
@@ -70,33 +70,36 @@ class LoraSettings:
     are the usual RL fine-tuning ones.
     """
 
+    config_path: ClassVar[str] = "lora"
+
     r: int = 16
     alpha: float = 32.0
     dropout: float = 0.0
-    target_modules: str | list[str] = field(default="all-linear")
+    target_modules: str | list[str] = "all-linear"
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        """Raise a one-line ValueError naming the first bad key (``lora.<key>``)."""
+        """Raise a one-line :class:`~agentgym.errors.ConfigError` (a ValueError) naming the
+        first bad key (``lora.<key>``)."""
         if isinstance(self.r, bool) or not isinstance(self.r, numbers.Integral) or self.r < 1:
-            raise ValueError(f"lora.r must be a positive integer, got {self.r!r}")
+            raise ConfigError(f"lora.r must be a positive integer, got {self.r!r}")
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real) or \
                 not math.isfinite(self.alpha) or self.alpha <= 0:
-            raise ValueError(f"lora.alpha must be a positive number, got {self.alpha!r}")
+            raise ConfigError(f"lora.alpha must be a positive number, got {self.alpha!r}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real) or \
                 not 0 <= self.dropout < 1:
-            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout!r}")
+            raise ConfigError(f"lora.dropout must be in [0, 1), got {self.dropout!r}")
         tm = self.target_modules
         if isinstance(tm, str):
             if tm != "all-linear":
-                raise ValueError("lora.target_modules must be 'all-linear' or a list of module "
-                                 f"names, got {tm!r}")
+                raise ConfigError("lora.target_modules must be 'all-linear' or a list of "
+                                  f"module names, got {tm!r}")
         elif not isinstance(tm, (list, tuple)) or not tm or \
                 not all(isinstance(m, str) and m for m in tm):
-            raise ValueError("lora.target_modules must be 'all-linear' or a non-empty list of "
-                             f"module names, got {tm!r}")
+            raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list "
+                              f"of module names, got {tm!r}")
         else:
             self.target_modules = list(tm)
         self.r = int(self.r)
@@ -105,20 +108,6 @@ class LoraSettings:
     def scaling(self) -> float:
         """``alpha / r``: the factor of ``B @ A`` in the merged weight."""
         return float(self.alpha) / self.r
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> LoraSettings:
-        """Build from the config's ``lora`` mapping (None or empty: the defaults); an unknown
-        key raises ValueError naming it."""
-        d = dict(d or {})
-        names = {f.name for f in fields(cls)}
-        for key in d:
-            if key not in names:
-                raise ValueError(f"unknown key lora.{key} (expected one of {sorted(names)})")
-        return cls(**d)
 
     def peft_config(self):
         """The ``peft.LoraConfig`` of these settings (no bias training, no DoRA, plain

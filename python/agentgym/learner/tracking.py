@@ -34,19 +34,49 @@ def _scalar(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _drop_rows_after(jsonl: Path, csv_path: Path, step: int) -> None:
+    """Rewrite ``metrics.jsonl`` and ``metrics.csv`` without the rows of steps after
+    ``step`` (a resumed run's checkpoint: the stopped run went on past it)."""
+    if jsonl.exists():
+        kept = []
+        for line in jsonl.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line cut by a crash
+                continue
+            if int(row.get("step", 0)) <= step:
+                kept.append(line)
+        jsonl.write_text("".join(x + "\n" for x in kept), encoding="utf-8")
+    if csv_path.exists():
+        with open(csv_path, encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f))
+        if rows:
+            head, body = rows[0], rows[1:]
+            at = head.index("step") if "step" in head else None
+            body = [r for r in body if at is None or (len(r) > at and _scalar(r[at]) is not None
+                                                      and float(r[at]) <= step)]
+            with open(csv_path, "w", encoding="utf-8", newline="") as f:
+                csv.writer(f).writerows([head, *body])
+
+
 class MetricsLogger:
     """Append-only metrics sink rooted at ``out_dir`` (``metrics.jsonl``, ``metrics.csv``,
     ``tensorboard/``, ``wandb/``). ``resume=True`` appends to existing files instead of
-    truncating. ``wandb``: False, True, or keyword arguments of ``wandb.init`` (``project``,
-    ``name``, ``tags``, ``mode``, ``settings``, ...); ``run_config`` is the run's config."""
+    truncating; with ``resume_step`` (the checkpoint's step) the rows written after that
+    step by the run that stopped are dropped first (JSONL, CSV; TensorBoard purges them), so
+    the resumed curve goes on from the checkpoint without a break or a repeat. ``wandb``:
+    False, True, or keyword arguments of ``wandb.init`` (``project``, ``name``, ``tags``,
+    ``mode``, ``settings``, ...); ``run_config`` is the run's config."""
 
     def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume: bool = False,
                  wandb: bool | dict[str, Any] = False,
-                 run_config: dict[str, Any] | None = None):
+                 run_config: dict[str, Any] | None = None, resume_step: int | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.out_dir / "metrics.jsonl"
         self.csv_path = self.out_dir / "metrics.csv"
+        if resume and resume_step is not None:
+            _drop_rows_after(self.jsonl_path, self.csv_path, resume_step)
         mode = "a" if resume else "w"
         self._jsonl = open(self.jsonl_path, mode, encoding="utf-8")  # noqa: SIM115
         self._csv_fields: list[str] | None = None
@@ -64,7 +94,9 @@ class MetricsLogger:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     from torch.utils.tensorboard import SummaryWriter
-                self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+                self._tb = SummaryWriter(
+                    str(self.out_dir / "tensorboard"),
+                    purge_step=resume_step + 1 if resume and resume_step is not None else None)
             except Exception:  # tensorboard not installed: JSONL/CSV only
                 self._tb = None
         self._wandb = _wandb_run(self.out_dir, wandb, run_config) if wandb else None

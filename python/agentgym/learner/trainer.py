@@ -30,15 +30,31 @@ its gradients and the optimizer state; :mod:`agentgym.learner.models`): rank 0 r
 rank takes part in (the update on each step's batch; under a sharded strategy also gathering
 the weights and writing the checkpoint's shards); every rank trains on its share of each
 batch. ``lora`` trains LoRA adapters instead of every weight (:mod:`agentgym.learner.lora`).
+
+The run folder: ``config.yaml`` (the resolved config, :meth:`TrainerConfig.to_yaml`; every
+checkpoint has its own copy), the metrics, the checkpoints. A resumed run (``resume``)
+continues in the checkpoint's run folder unless ``output_dir`` says otherwise, dropping the
+metrics rows written after that checkpoint, so the curve goes on without a break.
+
+Ctrl-C (SIGINT) while :meth:`Trainer.train` runs in the main thread stops the run cleanly:
+a step's rollout or an evaluation in flight is abandoned (the step is played again on
+resume; the task sampler and RNGs are put back as they were before it), an update in
+flight finishes its step, and a checkpoint of the last finished step is written; the
+format warm-up (which runs off the event loop) stops at its next step. ``train()`` then
+returns its summary with ``"interrupted": True``. A second Ctrl-C stops at once
+(KeyboardInterrupt).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,7 +70,7 @@ from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
 from agentgym.learner.train_config import RunConfigError, TrainerConfig
 from agentgym.progress import progress_bar
 
-__all__ = ["Trainer", "TrainerConfig", "make_schedule"]
+__all__ = ["Trainer", "TrainerConfig", "make_schedule", "run_folder_of"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +78,7 @@ log = logging.getLogger(__name__)
 def make_schedule(cfg: TrainerConfig):
     """The horizon schedule of ``cfg``: staged for ScalingInter-RL, fixed otherwise."""
     if cfg.method_key != "scalinginter-rl":
-        return HorizonSchedule.fixed(cfg.max_turns)
+        return HorizonSchedule.fixed(cfg.rollout.max_turns)
     stages = cfg.horizon
     steps = cfg.steps_per_stage
     if stages is None:
@@ -71,7 +87,7 @@ def make_schedule(cfg: TrainerConfig):
             stages = list(presets[family]["rounds"])
             steps = steps or presets[family]["steps_per_stage"]
         else:  # no preset: thirds of the final horizon
-            top = cfg.max_turns
+            top = cfg.rollout.max_turns
             stages = sorted({max(1, top // 3), max(1, 2 * top // 3), top})
     stages = [int(s) for s in stages]
     if cfg.adaptive_horizon:
@@ -81,6 +97,19 @@ def make_schedule(cfg: TrainerConfig):
     if steps is None:
         steps = max(1, cfg.max_steps // len(stages))
     return HorizonSchedule(stages, steps)
+
+
+def run_folder_of(checkpoint: str | Path) -> Path:
+    """The run folder a checkpoint belongs to (``RUN/checkpoints/step_N`` -> ``RUN``; a run
+    folder itself); FileNotFoundError when there is no checkpoint there."""
+    from agentgym.learner.checkpoint import find_checkpoint
+
+    ckpt = find_checkpoint(checkpoint)
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
+class _Abandoned(Exception):
+    """The rollout or evaluation in flight was cancelled by Ctrl-C."""
 
 
 def _informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
@@ -118,13 +147,24 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.eval_history: list[dict[str, Any]] = []
         self._ready = False
+        #: set on Ctrl-C (:meth:`train`): the loop stops at the next safe point, the
+        #: warm-up (in its thread) at its next step
+        self._stop = threading.Event()
+        self._cancellable: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._saved_step: int | None = None
 
     # ------------------------------------------------------------------ setup
     @property
     def output_dir(self) -> Path:
+        """The run folder: ``output_dir``; else a resumed checkpoint's own run folder; else
+        ``runs/<time>``."""
         if self.cfg.output_dir is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            self.cfg.output_dir = str(Path("runs") / stamp)
+            if self.cfg.resume:
+                self.cfg.output_dir = str(run_folder_of(self.cfg.resume))
+            else:
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                self.cfg.output_dir = str(Path("runs") / stamp)
         return Path(self.cfg.output_dir)
 
     def _resolve_model(self) -> str:
@@ -141,24 +181,28 @@ class Trainer:
             from agentgym.models import build_tiny_model
             from agentgym.models.tiny import TinyModelConfig
 
-            arch = dict(cfg.tiny_model)
+            arch = cfg.tiny_model.to_dict()
             vocab = arch.pop("vocab_size", 1024)
             base = build_tiny_model(self.output_dir / "base_model", seed=cfg.seed,
                                     vocab_size=vocab,
                                     config=TinyModelConfig(**arch) if arch else None)
         if cfg.warmup is None:
             return str(base)
-        from agentgym.learner.warmup import WarmupConfig, warmup_model
+        import msgspec
 
-        wcfg = dict(cfg.warmup)
-        wcfg.setdefault("seed", cfg.seed)
-        wcfg.setdefault("max_turns", self.schedule.stages[-1].max_turns)
-        wcfg.setdefault("reply_prefix", cfg.rollout.get("reply_prefix", ""))
+        from agentgym.learner.warmup import warmup_model
+
+        w = cfg.warmup  # the fields left None follow the run
+        wcfg = msgspec.structs.replace(
+            w, seed=cfg.seed if w.seed is None else w.seed,
+            max_turns=self.schedule.stages[-1].max_turns if w.max_turns is None
+            else w.max_turns,
+            reply_prefix=cfg.rollout.reply_prefix if w.reply_prefix is None else w.reply_prefix)
         out = self.output_dir / "warm_model"
         stats = warmup_model(base, out, cfg.env, env_kwargs=self.train_env_kwargs,
-                             num_tasks=self.train_task_hi,
-                             config=WarmupConfig(**wcfg), system_prompt=cfg.system_prompt,
-                             progress=self._show_progress)
+                             num_tasks=self.train_task_hi, config=wcfg,
+                             system_prompt=cfg.rollout.system_prompt,
+                             progress=self._show_progress, stop=self._stop)
         self.warmup_stats = stats
         return str(out)
 
@@ -188,9 +232,9 @@ class Trainer:
         ckpt = load_checkpoint(cfg.resume) if cfg.resume else None
         if ckpt:
             self.model_dir = str(ckpt["model_dir"])
-        else:  # built (tiny model, warm-up) once, on rank 0
-            self.model_dir = main_first(self._resolve_model) if distributed \
-                else self._resolve_model()
+        else:  # built (tiny model, warm-up) once, on rank 0, off the event loop (Ctrl-C)
+            self.model_dir = await asyncio.to_thread(main_first, self._resolve_model) \
+                if distributed else await asyncio.to_thread(self._resolve_model)
         st = ckpt["state"] if ckpt else {}
         # the KL anchor and a LoRA run's base weights stay the run's first model folder
         self.ref_model_dir = st.get("ref_model_dir") or self.model_dir
@@ -216,12 +260,8 @@ class Trainer:
         if self.dp is not None and not self.dp.is_main:  # rank 0 alone rolls out, logs, saves
             self._ready = True
             return
-        ro = {"max_new_tokens": cfg.max_new_tokens, "max_total_tokens": cfg.max_total_tokens,
-              "max_concurrency": cfg.max_concurrency, "temperature": cfg.temperature,
-              "n_samples": cfg.n_samples, "seed": cfg.seed, "progress": False,
-              "system_prompt": cfg.system_prompt, **cfg.rollout}
-        if cfg.self_play:
-            ro["opponent"] = cfg.opponents
+        ro = {**cfg.rollout_settings(), "n_samples": cfg.n_samples, "seed": cfg.seed,
+              "progress": False}
         self.runner = await asyncio.to_thread(self._open_runner, ro)
         if self.selfplay is not None and cfg.opponents == "pool":
             if not self.selfplay.pool:  # the starting weights are the first opponent
@@ -235,7 +275,8 @@ class Trainer:
             self.version_offset = 0
         self.logger = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
                                     resume=ckpt is not None, wandb=cfg.wandb,
-                                    run_config=cfg.to_dict() if cfg.wandb else None)
+                                    run_config=cfg.to_dict() if cfg.wandb else None,
+                                    resume_step=self.step if ckpt is not None else None)
         self._ready = True
 
     def _setup_process(self) -> bool:
@@ -257,6 +298,10 @@ class Trainer:
         if distributed:  # rank 0's run folder (a default one is named by the time)
             cfg.output_dir = main_first(lambda: str(self.output_dir))
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if int(os.environ.get("RANK", "0") or 0) == 0:  # the resolved config, readable
+            from agentgym.runtime.files import write_text_atomic
+
+            write_text_atomic(self.output_dir / "config.yaml", cfg.to_yaml())
         return distributed
 
     def _check_plan(self) -> None:
@@ -284,17 +329,12 @@ class Trainer:
         its checkpointed weights, the optimizers, the data-parallel rank)."""
         from transformers import AutoTokenizer
 
-        from agentgym.learner import LearnerConfig
         from agentgym.learner.models import build_learner
 
         cfg = self.cfg
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        lc = {"adv_estimator": cfg.adv_estimator, "temperature": 1.0, "bf16": cfg.bf16,
-              "pad_token_id": pad, "seed": cfg.seed}
-        if cfg.async_rollouts:
-            lc.update(max_staleness=cfg.max_staleness, staleness_mode=cfg.staleness_mode)
-        self.learner_config = LearnerConfig.from_dict({**lc, **cfg.learner})
+        self.learner_config = cfg.learner_config(pad_token_id=pad)
         lcfg = self.learner_config
         wants_kl = (lcfg.use_kl_loss and lcfg.kl_coef > 0) or lcfg.use_kl_in_reward
         lora = cfg.lora is not None
@@ -327,7 +367,17 @@ class Trainer:
             self.optimizer.load_state_dict(ckpt["optim"]["optimizer"])
             if self.critic_optimizer is not None and "critic_optimizer" in ckpt["optim"]:
                 self.critic_optimizer.load_state_dict(ckpt["optim"]["critic_optimizer"])
-        self.schedule.load_state_dict(st["schedule"])
+        try:
+            self.schedule.load_state_dict(st["schedule"])
+        except ValueError as e:
+            was = st["schedule"]
+            turns = [s.get("max_turns") if isinstance(s, dict) else s
+                     for s in was.get("stages", [])]
+            raise RunConfigError(
+                f"resume {ckpt['dir']}: {e} (the checkpoint's stages {turns}, steps per "
+                f"stage {was.get('steps_per_stage')}; this config's: {self.schedule!r}): "
+                "keep horizon, steps_per_stage and adaptive_horizon as the run had them "
+                "(without steps_per_stage, max_steps sets the stages' length)") from None
         self.task_rng.bit_generator.state = st["task_rng"]
         self.step = int(st["step"])
         self.version_offset = int(st["policy_version"])
@@ -352,9 +402,8 @@ class Trainer:
             if not cfg.num_rollout_workers:
                 kw.setdefault("device", str(self.device))
             kw.setdefault("seed", cfg.seed)
-        res = dict(cfg.rollout_worker)
-        pool = {k: res.pop(k) for k in ("chunk_size", "max_restarts", "max_request_retries",
-                                        "weights_dir") if k in res}
+        res = cfg.rollout_worker.to_dict()
+        pool = {k: res.pop(k) for k in cfg.rollout_worker.POOL if k in res}
         res.setdefault("torch_threads", cfg.torch_threads)
         return open_runner(cfg.backend, self.model_dir, tokenizer=self.tokenizer,
                            backend_kwargs=kw, num_workers=cfg.num_rollout_workers,
@@ -626,6 +675,9 @@ class Trainer:
                 self._collective("shards", str(folder / "dcp"))
             if lm.lora is not None:
                 lm.save_adapter(folder / "adapter", raw)
+            (folder / "config.yaml").write_text(self.cfg.to_yaml(), encoding="utf-8")
+
+        self._saved_step = self.step
 
         return save_checkpoint(
             self.output_dir / "checkpoints", self.step, model=self.model,
@@ -638,30 +690,60 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     async def train_async(self, max_steps: int | None = None) -> dict[str, Any]:
         """Train until ``max_steps`` (default ``cfg.max_steps``) completed steps; returns a
-        summary (first/last eval success, paths, wall time)."""
-        await self.setup()
+        summary (first/last eval success, paths, wall time, ``interrupted``)."""
+        from agentgym.learner.warmup import WarmupInterrupted
+
+        self._loop = asyncio.get_running_loop()
+        t_setup = time.perf_counter()
+        try:
+            await self.setup()
+        except WarmupInterrupted:  # Ctrl-C in the warm-up: no policy to save yet
+            return {"output_dir": str(self.output_dir), "interrupted": True, "steps": 0,
+                    "checkpoint": None, "metrics": None, "plot": None,
+                    "wall_s": time.perf_counter() - t_setup, "eval_success_start": None,
+                    "eval_success_end": None, "eval_success_best": None}
         if self.dp is not None and not self.dp.is_main:
             return await asyncio.to_thread(self._follow)
         cfg = self.cfg
         end = cfg.max_steps if max_steps is None else max_steps
         t_start = time.perf_counter()
-        if cfg.eval_at_start and cfg.eval_every and self.step == 0 and not self.eval_history \
-                and cfg.eval_tasks:
-            await self.evaluate(0)
+        interrupted = False
         bar = None
-        if self._show_progress:
-            bar = progress_bar(end, f"{cfg.method} on {cfg.env}", "step", show=True,
-                               initial=self.step)
-        pending: asyncio.Task | None = None
+        pending: asyncio.Future | None = None
+        pending_rng = None  # the task sampler's state before the pending rollout drew
         try:
-            while self.step < end:
+            if cfg.eval_at_start and cfg.eval_every and self.step == 0 \
+                    and not self.eval_history and cfg.eval_tasks and not self._stop.is_set():
+                try:
+                    await self._interruptible(self.evaluate(0))
+                except _Abandoned:
+                    interrupted = True
+            if self._show_progress:
+                bar = progress_bar(end, f"{cfg.method} on {cfg.env}", "step", show=True,
+                                   initial=self.step)
+            while not interrupted and self.step < end:
+                if self._stop.is_set():
+                    interrupted = True
+                    break
                 step = self.step
                 self.schedule.update(step)
                 t0 = time.perf_counter()
-                batch = await (pending if pending is not None else self.rollout(step))
+                if pending is None:
+                    mark = self._mark()
+                    pending = asyncio.ensure_future(self.rollout(step))
+                else:
+                    mark = (pending_rng, None)
+                try:
+                    batch = await self._interruptible(pending)
+                except _Abandoned:  # the step is played again on resume, as it would be
+                    pending = None
+                    self._unmark(mark)
+                    interrupted = True
+                    break
                 pending = None
                 t_gen = time.perf_counter() - t0
-                if cfg.async_rollouts and step + 1 < end:
+                if cfg.async_rollouts and step + 1 < end and not self._stop.is_set():
+                    pending_rng = self.task_rng.bit_generator.state
                     pending = asyncio.ensure_future(self.rollout(step + 1))
                 t1 = time.perf_counter()
                 upd = await asyncio.to_thread(self.update, batch, step)
@@ -683,9 +765,12 @@ class Trainer:
                        "policy_version": self.policy_version}
                 self.history.append(row)
                 self.logger.log(row)
-                if cfg.eval_every and cfg.eval_tasks and (self.step % cfg.eval_every == 0
-                                                          or self.step == end):
-                    await self.evaluate(self.step)
+                if cfg.eval_every and cfg.eval_tasks and not self._stop.is_set() and (
+                        self.step % cfg.eval_every == 0 or self.step == end):
+                    try:
+                        await self._interruptible(self.evaluate(self.step))
+                    except _Abandoned:
+                        interrupted = True
                 if cfg.save_every and (self.step % cfg.save_every == 0 or self.step == end):
                     self.save()
                 if bar is not None:
@@ -696,6 +781,14 @@ class Trainer:
                         post["eval"] = f"{self.eval_history[-1]['success_rate']:.2f}"
                     bar.set_postfix(post)
                     bar.update(1)
+            if pending is not None:  # a rollout for a step that will not be trained now
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+                pending = None
+                self.task_rng.bit_generator.state = pending_rng
+            interrupted = interrupted or self._stop.is_set()
+            if interrupted and self._saved_step != self.step:
+                self.save()  # the last finished step, so --resume continues from it
         finally:
             if pending is not None:
                 pending.cancel()
@@ -704,9 +797,41 @@ class Trainer:
                 bar.close()
             if self.dp is not None:
                 self.dp.broadcast_object(None)  # the other ranks stop
-        return self._finish(time.perf_counter() - t_start)
+        return self._finish(time.perf_counter() - t_start, interrupted)
 
-    def _finish(self, wall: float) -> dict[str, Any]:
+    async def _interruptible(self, aw) -> Any:
+        """Await ``aw`` as the task Ctrl-C cancels (:meth:`_on_sigint`); raises
+        :class:`_Abandoned` when it did."""
+        task = asyncio.ensure_future(aw)
+        self._cancellable = task
+        try:
+            if self._stop.is_set():
+                task.cancel()
+            return await task
+        except asyncio.CancelledError:
+            if self._stop.is_set() and task.cancelled():
+                raise _Abandoned from None
+            raise
+        finally:
+            self._cancellable = None
+
+    def _mark(self) -> tuple:
+        """The task sampler's and the global RNGs' states before a rollout, to put back when
+        Ctrl-C abandons it."""
+        from agentgym.learner.checkpoint import capture_rng
+
+        return self.task_rng.bit_generator.state, capture_rng()
+
+    def _unmark(self, mark: tuple) -> None:
+        from agentgym.learner.checkpoint import restore_rng
+
+        rng_state, global_rngs = mark
+        if rng_state is not None:
+            self.task_rng.bit_generator.state = rng_state
+        if global_rngs is not None:
+            restore_rng(global_rngs)
+
+    def _finish(self, wall: float, interrupted: bool = False) -> dict[str, Any]:
         out = self.output_dir
         plot = None
         if self.cfg.plot and self.logger.jsonl_path.exists():
@@ -716,17 +841,20 @@ class Trainer:
         ckpts = out / "checkpoints"
         return {
             "output_dir": str(out), "metrics": str(self.logger.jsonl_path),
+            "config": str(out / "config.yaml"),
             "plot": str(plot) if plot else None,
             "checkpoint": str(ckpts / (ckpts / "latest").read_text().strip())
             if (ckpts / "latest").exists() else None,
-            "steps": self.step, "wall_s": wall,
+            "steps": self.step, "wall_s": wall, "interrupted": interrupted,
             "eval_success_start": evals[0]["success_rate"] if evals else None,
             "eval_success_end": evals[-1]["success_rate"] if evals else None,
             "eval_success_best": max(e["success_rate"] for e in evals) if evals else None,
         }
 
     def train(self, max_steps: int | None = None) -> dict[str, Any]:
-        """Synchronous :meth:`train_async` (own event loop); closes the backend after."""
+        """Synchronous :meth:`train_async` (own event loop); closes the backend after. In
+        the main thread, Ctrl-C stops the run cleanly (the module docstring): the summary
+        then has ``"interrupted": True`` and the checkpoint of the last finished step."""
         from agentgym.engine.loop import run
 
         async def go():
@@ -735,7 +863,40 @@ class Trainer:
             finally:
                 await self.aclose()
 
-        return run(go())
+        with self._sigint_handler():
+            return run(go())
+
+    @contextlib.contextmanager
+    def _sigint_handler(self):
+        """:meth:`_on_sigint` as the SIGINT handler while training (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous if previous is not None
+                          else signal.default_int_handler)
+
+    def _on_sigint(self, signum, frame) -> None:
+        """The first Ctrl-C asks the run to stop at the next safe point (the rollout or
+        evaluation in flight is cancelled; the warm-up stops at its next step); the second
+        stops at once."""
+        if self._stop.is_set():
+            raise KeyboardInterrupt
+        self._stop.set()
+        os.write(2, b"\ninterrupted: stopping the run and saving a checkpoint of the last "
+                    b"finished step (Ctrl-C again to quit at once)\n")
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._cancel_current)
+
+    def _cancel_current(self) -> None:
+        task = self._cancellable
+        if task is not None and not task.done():
+            task.cancel()
 
     async def aclose(self) -> None:
         """Close the runner (and the backends it opened; an injected one stays open) and

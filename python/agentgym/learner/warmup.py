@@ -18,26 +18,37 @@ markup before the text, the pixels beside the tokens; the markup is never a targ
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from agentgym.engine.config import ConfigError, ConfigSection
 from agentgym.progress import progress_bar
 
-__all__ = ["WarmupConfig", "random_policy_transcripts", "warmup_model"]
+log = logging.getLogger(__name__)
+
+__all__ = ["WarmupConfig", "WarmupError", "WarmupInterrupted", "random_policy_transcripts",
+           "warmup_model"]
 
 
-@dataclass
-class WarmupConfig:
-    """Knobs of :func:`warmup_model`."""
+class WarmupConfig(ConfigSection):
+    """Knobs of :func:`warmup_model`: the ``warmup`` section of a training config (a typed
+    section: an unknown key or a wrong type is refused where the config is loaded, named
+    ``warmup.<key>``). ``max_turns``, ``reply_prefix`` and ``seed`` left None follow the
+    run (the trainer sets its last stage's horizon, its rollouts' reply prefix and its
+    seed; :func:`warmup_model` alone uses 8, no prefix and 0)."""
+
+    config_path: ClassVar[str] = "warmup"
 
     episodes: int = 512
-    max_turns: int = 8
+    #: Turns of each random-policy episode (None: the run's last stage; alone: 8).
+    max_turns: int | None = None
     steps: int = 300
     batch_size: int = 16
     #: Padded tokens per step: fewer rows than ``batch_size`` when transcripts are long (a
@@ -56,9 +67,35 @@ class WarmupConfig:
     action_template: str = "Action: {action}"
     #: ``RolloutConfig.reply_prefix`` of the rollouts this model will play: text that opens
     #: every assistant turn as prompt, not as the policy's reply (the part of an action that
-    #: repeats it is left out of the reply).
-    reply_prefix: str = ""
-    seed: int = 0
+    #: repeats it is left out of the reply). None: the run's (alone: none).
+    reply_prefix: str | None = None
+    #: None: the run's seed (alone: 0).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_on not in ("all", "actions"):
+            raise ConfigError(f"warmup.loss_on must be 'all' or 'actions', got "
+                              f"{self.loss_on!r}")
+        for name in ("episodes", "steps", "batch_size", "max_tokens_per_step", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"warmup.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"warmup.max_turns must be >= 1, got {self.max_turns}")
+
+
+class WarmupError(ConfigError):
+    """The warm-up cannot teach anything: the env gave it no action to draw (an env without
+    ``valid_actions()``). The message says what to do."""
+
+
+class WarmupInterrupted(Exception):
+    """The warm-up stopped at a step boundary because ``stop`` was set (Ctrl-C)."""
+
+
+def _no_actions(envs: list[str]) -> str:
+    return (f"the format warm-up has nothing to learn from: env {', '.join(envs)} gave no "
+            "valid_actions() to draw random actions from; give the env a valid_actions() "
+            "method, or train without the warm-up (warmup: null, --no-warmup)")
 
 
 def random_policy_transcripts(
@@ -75,6 +112,8 @@ def random_policy_transcripts(
     with_masks: bool = False,
     vision=None,
     reply_prefix: str = "",
+    stop: threading.Event | None = None,
+    stats: dict[str, Any] | None = None,
 ):
     """Token ids of ``episodes`` episodes of env ``env_id`` played by a uniformly random
     policy over the env's action vocabulary, formatted like rollouts. Episode ``i`` plays
@@ -89,14 +128,21 @@ def random_policy_transcripts(
 
     ``reply_prefix`` (``RolloutConfig.reply_prefix``) closes the first prompt and every
     observation, and each reply is the action text after it (an action text that does not
-    start with it is kept whole)."""
+    start with it is kept whole).
+
+    ``stop`` (set from another thread, e.g. on Ctrl-C) ends the generation at the next turn
+    with :class:`WarmupInterrupted`. ``stats`` (a dict) gets ``"actions"``: how many
+    distinct actions the env offered (0: an env without ``valid_actions()``, whose
+    transcripts teach no action)."""
     from agentgym import _core
     from agentgym.engine.chat import ChatFormatter
-    from agentgym.parse import after_reply_prefix
     from agentgym.engine.drivers import is_native
+    from agentgym.parse import after_reply_prefix
     from agentgym.pool import EnvPool
 
-    if env_id in _core.native_game_ids():
+    if env_id in _core.native_game_ids():  # random legal moves: never without actions
+        if stats is not None:
+            stats["actions"] = -1
         return _game_transcripts(env_id, tokenizer, episodes, max_turns, env_kwargs or {},
                                  system_prompt, seed, num_tasks, with_masks, reply_prefix)
     fmt = ChatFormatter(tokenizer)
@@ -143,6 +189,9 @@ def random_policy_transcripts(
         for _turn in range(max_turns):
             if not live:
                 break
+            if stop is not None and stop.is_set():
+                raise WarmupInterrupted("the warm-up was interrupted while it played "
+                                        "its transcripts")
             for i in live:
                 for a in pool.valid_actions(i):
                     if a not in seen:
@@ -171,6 +220,8 @@ def random_policy_transcripts(
             out.extend(zip(seqs, masks, pictures))
         else:
             out.extend(zip(seqs, masks) if with_masks else seqs)
+    if stats is not None:
+        stats["actions"] = len(vocab)
     return out
 
 
@@ -253,31 +304,49 @@ def warmup_model(
     system_prompt: str | None = None,
     progress: bool = False,
     num_tasks: int | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, float]:
     """Fit the model in ``model_dir`` on random-policy transcripts of ``env_id`` (a list of
     ids: ``episodes`` transcripts of each, same ``env_kwargs`` and ``num_tasks``) (tasks
     ``0 .. num_tasks - 1``, repeated as needed) and save it (with its tokenizer) to
     ``out_dir``. Returns ``{"warmup/steps", "warmup/rows_per_step", "warmup/loss_start",
-    "warmup/loss_end", "warmup/seconds"}``."""
+    "warmup/loss_end", "warmup/seconds"}``.
+
+    :class:`WarmupError` (one line) when no env offers an action to draw
+    (``valid_actions()``): the transcripts would teach an empty action; an env among
+    several without actions is logged. ``stop`` (a ``threading.Event`` set from another
+    thread: the trainer sets it on Ctrl-C) ends the warm-up at its next step with
+    :class:`WarmupInterrupted`; run the warm-up off the event loop for that
+    (``asyncio.to_thread``), as the trainer does."""
     import torch
     from transformers import AutoTokenizer
 
     from agentgym.models.vision import VisionSpec, copy_processor_files, policy_class
 
     cfg = config or WarmupConfig()
+    seed = 0 if cfg.seed is None else cfg.seed
+    max_turns = 8 if cfg.max_turns is None else cfg.max_turns
     t0 = time.perf_counter()
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = policy_class(model_dir).from_pretrained(str(model_dir), dtype=torch.float32)
-    if cfg.loss_on not in ("all", "actions"):
-        raise ValueError(f"WarmupConfig.loss_on must be 'all' or 'actions', got {cfg.loss_on!r}")
     vision = VisionSpec.from_model(model_dir)
-    pairs = [pair for env in ([env_id] if isinstance(env_id, str) else env_id)
-             for pair in random_policy_transcripts(
-                 env, tok, episodes=cfg.episodes, max_turns=cfg.max_turns,
-                 env_kwargs=env_kwargs, action_template=cfg.action_template,
-                 system_prompt=system_prompt, seed=cfg.seed, num_tasks=num_tasks,
-                 with_masks=True, vision=vision, reply_prefix=cfg.reply_prefix)]
+    envs = [env_id] if isinstance(env_id, str) else list(env_id)
+    pairs: list = []
+    silent: list[str] = []
+    for env in envs:
+        stats: dict[str, Any] = {}
+        pairs += random_policy_transcripts(
+            env, tok, episodes=cfg.episodes, max_turns=max_turns, env_kwargs=env_kwargs,
+            action_template=cfg.action_template, system_prompt=system_prompt, seed=seed,
+            num_tasks=num_tasks, with_masks=True, vision=vision,
+            reply_prefix=cfg.reply_prefix or "", stop=stop, stats=stats)
+        if stats.get("actions") == 0:
+            silent.append(env)
+    if silent and len(silent) == len(envs):
+        raise WarmupError(_no_actions(silent))
+    if silent:
+        log.warning("warm-up: %s", _no_actions(silent))
     seqs = [pair[0] for pair in pairs]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -292,13 +361,17 @@ def warmup_model(
         return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(seed)
     model.train()
     losses: list[float] = []
     bar = None
     if progress:
         bar = progress_bar(steps, "warm-up (random-policy LM)", "step", show=True)
-    for _ in range(steps):
+    for step in range(steps):
+        if stop is not None and stop.is_set():
+            if bar is not None:
+                bar.close()
+            raise WarmupInterrupted(f"the warm-up was interrupted at step {step} of {steps}")
         rows = rng.choice(len(seqs), size=rows_per_step, replace=False)
         batch = [seqs[i] for i in rows]
         width = max(len(s) for s in batch)
