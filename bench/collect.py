@@ -34,6 +34,7 @@ import time
 
 from agentgym.collection import Collector
 from agentgym.engine import EpisodeRequest, RolloutEngine
+from agentgym.envs.tasks import task_set
 
 
 def requests(n: int) -> list[EpisodeRequest]:
@@ -52,7 +53,11 @@ async def to_disk(engine: RolloutEngine, env: str, n: int, shard_size: int) -> t
     out = tempfile.mkdtemp(prefix="bench-collect-")
     try:
         t0 = time.perf_counter()
-        s = await Collector(engine, env, range(n), out, shard_size=shard_size,
+        # the same task indices the in-memory arm plays (an env's index wraps there; the
+        # collector takes only indices inside the env's task count)
+        count = task_set(env).num_tasks
+        tasks = range(n) if count is None or n <= count else [t % count for t in range(n)]
+        s = await Collector(engine, env, tasks, out, shard_size=shard_size,
                             progress=False).run()
         wall = time.perf_counter() - t0
         assert s["run"]["complete"], s

@@ -63,9 +63,9 @@ def mechanism_arm(cfg: dict, arm: str) -> None:
         raise ValueError(f"unknown arm {arm!r}; expected one of {tuple(ARMS)}")
     rollout = dict(cfg.get("rollout") or {})
     rollout.update(ARMS[arm][1])
-    cfg["rollout"] = rollout
     if arm == "undo":
-        cfg["system_prompt"] = cfg["system_prompt"] + UNDO_SENTENCE
+        rollout["system_prompt"] += UNDO_SENTENCE
+    cfg["rollout"] = rollout
 
 
 def main(argv=None) -> dict:

@@ -44,7 +44,7 @@ def random_policy(cfg: dict, samples: int = 3) -> float:
     eng = RolloutEngine(ScriptedBackend(tok, policy="random", seed=0), tok,
                         vision=VisionSpec.from_model(model_dir),
                         max_turns=cfg["eval_max_turns"], n_samples=samples,
-                        max_total_tokens=cfg["max_total_tokens"], progress=False)
+                        max_total_tokens=cfg["rollout"]["max_total_tokens"], progress=False)
     try:
         batch = eng.collect_sync(list(plan.eval_ids), cfg["env"], env_kwargs=plan.eval_kwargs)
     finally:

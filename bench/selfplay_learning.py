@@ -77,11 +77,14 @@ def smollm2_recipe(steps: int, model: str = "smollm2-135m") -> dict:
     from agentgym.learner.train_config import load_config_file
 
     maze = load_config_file(SMOLLM2_CONFIG)
-    shared = ("backend", "backend_kwargs", "device", "temperature", "max_new_tokens",
-              "max_total_tokens", "eval_temperature", "learner", "warmup")
+    shared = ("backend", "backend_kwargs", "device", "eval_temperature", "learner", "warmup")
+    # the maze's sampling, not its system prompt or horizon
+    sampling = {k: maze["rollout"][k] for k in ("temperature", "max_new_tokens",
+                                                "max_total_tokens", "truncated_turn")
+                if k in maze["rollout"]}
     return {"env": "tictactoe", "self_play": True, "model": model,
-            **{k: maze[k] for k in shared}, "max_steps": steps, "method": "GRPO",
-            "rollout": {**maze["rollout"], "reply_prefix": "Action:"},
+            **{k: maze[k] for k in shared if k in maze}, "max_steps": steps,
+            "method": "GRPO", "rollout": {**sampling, "reply_prefix": "Action:"},
             "tasks_per_step": 8, "n_samples": 2, "max_turns": 5, "eval_every": 5,
             "eval_tasks": 10, "save_every": 0, "tensorboard": False, "plot": False,
             "progress": False, "torch_threads": 1}

@@ -222,7 +222,7 @@ def main(argv=None) -> dict:
 
     from agentgym.models import resolve_model
 
-    envs = args.env.split(",") if args.env else agentgym.list_envs()
+    envs = args.env.split(",") if args.env else agentgym.list_envs(kind=("native", "python"))
     model_dir = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(model_dir)
     return asyncio.run(_run(envs, args, tok, model_dir))

@@ -64,7 +64,8 @@ AGENTGYM=$WORK/venv/bin/agentgym-rl
 run "$WORK/venv/bin/python" -c "import agentgym, agentgym._core; assert agentgym.__file__.startswith('$WORK/venv/'), agentgym.__file__; print('agentgym from', agentgym.__file__)"
 
 run "$AGENTGYM" list
-ENVS=$("$AGENTGYM" list | awk '{print $1}' | paste -sd, -)
+# the single-agent envs (the games are played by self-play, not eval)
+ENVS=$( { "$AGENTGYM" list --kind native; "$AGENTGYM" list --kind python; } | awk '{print $1}' | paste -sd, -)
 
 run "$AGENTGYM" eval --backend scripted --env "$ENVS" --tasks 3 --max-turns 30 -o eval
 run "$WORK/venv/bin/python" - eval/eval.json <<'EOF'
@@ -85,7 +86,7 @@ print(f"{len(report['results'])} envs, no env_error")
 EOF
 
 run "$AGENTGYM" collect --env textcraft --tasks 0:8 --n-samples 2 --backend scripted \
-    --out collected --no-progress --json | tee collect.json
+    --output collected --no-progress --json | tee collect.json
 run "$WORK/venv/bin/python" -c "
 import json
 run = json.load(open('collect.json'))['run']
@@ -96,7 +97,9 @@ print('collected', run['rows'], 'rows:', run['stop_reasons'])"
 run "$AGENTGYM" train --max-steps 2 --steps-per-stage 1 --tasks-per-step 2 --n-samples 2 \
     --eval-tasks 4 --eval-every 2 \
     --set 'warmup={"episodes": 8, "steps": 12, "batch_size": 8, "max_turns": 8}' -o train-run
-test -f train-run/summary.json
+test -f train-run/summary.json && test -f train-run/config.yaml
+# the shipped configs, by bare name, outside the checkout
+run "$AGENTGYM" plan --config agentgym_rl/textcraft_7b --gpus 8
 
 echo "+ python: the announcement's LLMAgent example" >&2
 "$WORK/venv/bin/python" - <<'EOF'

@@ -36,7 +36,7 @@ from typing import Any
 
 from agentgym.models.vision import copy_processor_files
 
-__all__ = ["MECHANISMS", "InferenceResult", "LLMAgent", "mechanism_settings", "resolve_env"]
+__all__ = ["InferenceResult", "LLMAgent", "mechanism_settings", "resolve_env"]
 
 _user_envs = itertools.count()
 
@@ -75,44 +75,14 @@ def resolve_env(env: Any) -> tuple[str, dict[str, Any]]:
                     "native env (with .env_id) or an agentgym.envs.BaseEnv instance")
 
 
-#: The agent mechanisms by name (the RolloutConfig field that turns each on, as the
-#: ``train``/``collect`` flags spell it: ``--undo``, ``--reflection``, ``--branch-at``,
-#: ``--plan``, ``--context-window``) and the rollout settings each one sets (a count
-#: replaces the default: undos allowed an episode, extra attempts, the turn each tree forks
-#: after, env turns between plans, replies a bounded context keeps). docs/mechanisms.md.
-MECHANISMS: dict[str, tuple[str, str | None, int]] = {
-    "undo": ("undo", "max_undos", 3),
-    "reflection": ("reflection", None, 1),
-    "branch_at": ("branch_at", None, 2),
-    "plan": ("plan", "replan_every", 0),
-    "context_window": ("context_window", None, 4),
-}
-
-#: Older names of the mechanisms, still accepted.
-MECHANISM_ALIASES = {"branching": "branch_at", "planning": "plan", "memory": "context_window"}
-
-
 def mechanism_settings(mechanisms: Any) -> dict[str, Any]:
     """:class:`~agentgym.engine.RolloutConfig` fields of ``mechanisms``: names
-    (``["undo", "reflection"]``) or names with a count (``{"undo": 2, "reflection": 1}``).
-    A ``ValueError`` names an unknown mechanism."""
-    if not mechanisms:
-        return {}
-    items = mechanisms.items() if isinstance(mechanisms, dict) else \
-        [(m, None) for m in ([mechanisms] if isinstance(mechanisms, str) else mechanisms)]
-    out: dict[str, Any] = {}
-    for name, count in items:
-        name = MECHANISM_ALIASES.get(name, name)
-        if name not in MECHANISMS:
-            raise ValueError(f"unknown mechanism {name!r}; expected one of "
-                             f"{', '.join(MECHANISMS)}")
-        switch, counter, default = MECHANISMS[name]
-        n = default if count is None else int(count)
-        if counter is None:
-            out[switch] = n
-        else:
-            out.update({switch: True, counter: n})
-    return out
+    (``["undo", "reflection"]``) or names with a count (``{"undo": 2, "reflection": 1}``);
+    :func:`agentgym.engine.mechanisms.settings`. A ``ValueError`` names an unknown
+    mechanism."""
+    from agentgym.engine.mechanisms import settings
+
+    return settings(mechanisms)
 
 
 @dataclass

@@ -21,7 +21,6 @@ from agentgym.learner.planner import (  # noqa: E402
     check_fits,
     model_shape,
     plan_memory,
-    resolve_config_path,
 )
 from agentgym.learner.train_config import TrainerConfig, load_config_file  # noqa: E402
 
@@ -143,13 +142,6 @@ def test_7b_recipe_is_refused_under_ddp_naming_the_strategy(path):
     assert "parallel.strategy: fsdp" in msg
     # what it suggests does fit
     assert plan_memory(cfg.replace(parallel={**ddp.parallel, "strategy": "fsdp"}), 8, 80).fits
-
-
-def test_config_found_by_bare_name():
-    assert resolve_config_path("babyai_7b") == ROOT / "configs" / "agentgym_rl" / \
-        "babyai_7b.yaml"
-    with pytest.raises(FileNotFoundError, match="no config file 'nope'"):
-        resolve_config_path("nope")
 
 
 # ------------------------------------------------------------------ what moves the plan

@@ -446,8 +446,10 @@ def test_serve_env_cli_refuses_open_host_and_reads_token_env(monkeypatch, capsys
     p = argparse.ArgumentParser()
     serve_env.add_args(p)
     monkeypatch.delenv("AGENTGYM_AUTH_TOKEN", raising=False)
-    assert serve_env.run(p.parse_args([ENV, "--host", "0.0.0.0", "--port", "0"])) == 2
-    assert "refusing to serve on '0.0.0.0'" in capsys.readouterr().out
+    from agentgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="refusing to serve on '0.0.0.0'"):
+        serve_env.run(p.parse_args([ENV, "--host", "0.0.0.0", "--port", "0"]))
     seen = {}
     monkeypatch.setattr("agentgym.serving.server.serve", lambda env, **kw: seen.update(kw))
     monkeypatch.setenv("AGENTGYM_AUTH_TOKEN", "from-env")

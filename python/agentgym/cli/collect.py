@@ -43,7 +43,7 @@ HELP = "collect rollouts into a resumable folder of Parquet/JSONL shards"
 #: parses each with the real parser).
 EXAMPLES = """\
 examples:
-  agentgym-rl collect --env maze --tasks 0:100000 --backend scripted --out data/maze-oracle
+  agentgym-rl collect --env maze --tasks 0:100000 --backend scripted --output data/maze-oracle
   agentgym-rl collect --env textcraft --tasks 0:544 --n-samples 8 --backend vllm -o data/tc-run1
 """
 
@@ -63,7 +63,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     tasks.add_argument("--task", action="append", help="a task text, repeatable")
     p.add_argument("--n-samples", type=positive_int, default=1,
                    help="episodes per task (a group)")
-    p.add_argument("--out", "-o", required=True, type=folder,
+    p.add_argument("--output", "-o", dest="out", required=True, type=folder,
                    help="run folder (resumed when it holds the same run)")
     p.add_argument("--format", default="parquet", choices=["parquet", "jsonl"],
                    help="shard format")

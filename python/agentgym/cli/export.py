@@ -15,7 +15,7 @@ HELP = "convert a collected run folder for verl, SkyRL or TRL"
 #: parses each with the real parser).
 EXAMPLES = """\
 examples:
-  agentgym-rl export data/maze-oracle --to verl --out data/maze-verl
+  agentgym-rl export data/maze-oracle --to verl --output data/maze-verl
   agentgym-rl export data/tc-run1 --to trl -o data/tc-trl
 """
 
@@ -25,15 +25,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a folder written by agentgym-rl collect")
     p.add_argument("--to", required=True, choices=["verl", "skyrl", "trl"],
                    help="the trainer's shape")
-    p.add_argument("--out", "-o", required=True, type=folder,
+    p.add_argument("--output", "-o", dest="out", required=True, type=folder,
                    help="output folder (Parquet shards): new or empty")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier export in --out (a folder of part-NNNNNN.parquet "
+                   help="replace an earlier export in --output (a folder of part-NNNNNN.parquet "
                         "files only)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentgym-rl export``; prints what it wrote as JSON. A non-empty ``--out`` is
+    """Run ``agentgym-rl export``; prints what it wrote as JSON. A non-empty ``--output`` is
     refused (one line, exit 2) unless ``--overwrite``."""
     from agentgym.collection.export import export_run
 

@@ -37,14 +37,9 @@ def mechanism_rollout(args: argparse.Namespace) -> dict[str, Any]:
     from agentgym.agents import mechanism_settings
     from agentgym.errors import ConfigError
 
-    chosen = {name: getattr(args, name) for name in ("undo", "reflection")
+    chosen = {name: getattr(args, name) for name in ("undo", "reflection", "branch_at",
+                                                     "plan", "context_window")
               if getattr(args, name) is not None}
-    if args.branch_at is not None:
-        chosen["branching"] = args.branch_at
-    if args.plan is not None:
-        chosen["planning"] = args.plan
-    if args.context_window is not None:
-        chosen["memory"] = args.context_window
     out = mechanism_settings(chosen)
     if args.branch_width is not None:
         if args.branch_at is None:

@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.gpu_memory > 0:
         return _fail(f"--gpu-memory must be > 0 GiB, got {args.gpu_memory:g}")
     from agentgym.cli.key_values import parse_key_values
-    from agentgym.learner.planner import plan_memory, resolve_config_path
-    from agentgym.learner.train_config import load_config_file
+    from agentgym.learner.planner import plan_memory
+    from agentgym.learner.train_config import find_config, load_config_file
 
     try:
-        path = resolve_config_path(args.config)
+        path = find_config(args.config)
         cfg = load_config_file(path)
     except (OSError, ValueError) as e:
         return _fail(f"--config {args.config}: {e}")

@@ -7,6 +7,7 @@ import errno
 import os
 
 from agentgym.cli.args import port, positive_float, positive_int
+from agentgym.errors import ConfigError
 
 HELP = "serve an env over AgentGym's HTTP protocol"
 
@@ -61,14 +62,11 @@ def run(args: argparse.Namespace) -> int:
             auth_token=token,
             insecure=args.insecure,
         )
-    except (InsecureServerError, ValueError) as e:
-        print(f"agentgym-rl serve-env: {e}", flush=True)
-        return 2
+    except (InsecureServerError, ValueError) as e:  # one line on stderr, exit 2 (main)
+        raise ConfigError(str(e)) from e
     except OSError as e:  # the address cannot be listened on: one line naming it
         if e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise
-        from agentgym.errors import ConfigError
-
         raise ConfigError(f"--host {args.host} --port {args.port}: cannot listen there "
                           f"({e.strerror})") from e
     return 0

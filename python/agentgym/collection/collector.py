@@ -50,12 +50,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from agentgym._core import __version__
 from agentgym.collection.progress import Progress, format_summary, run_summary
 from agentgym.collection.schema import to_table
 from agentgym.collection.store import RunStore
 from agentgym.data.trajectories import PackedBatch, RowInfo, Trajectory, pack
 from agentgym.engine.orchestrator import EpisodeRequest
-from agentgym.engine.selfplay import game_roles, is_game
+from agentgym.envs.registry import is_game, seats
 from agentgym.errors import ConfigError
 
 __all__ = ["DEFAULT_FLUSH_EVERY_S", "ROW_FIELDS", "Collector", "check_tasks", "collect"]
@@ -323,7 +324,7 @@ class Collector:
         self.out = self.store.path
         self.summary: dict[str, Any] | None = None
         #: rows per key: one per seat of a multi-seat game
-        self.per = len(game_roles(env_id)) if is_game(env_id) else 1
+        self.per = seats(env_id)
 
     @property
     def total(self) -> int:
@@ -462,8 +463,6 @@ class Collector:
 
 
 def _version() -> str:
-    from agentgym import __version__
-
     return __version__
 
 

@@ -98,20 +98,20 @@ def _prepare_out(run_dir: Path, dst: Path, overwrite: bool) -> None:
     is cleared) before anything is written."""
     src, out = run_dir.resolve(), dst.resolve()
     if _inside(out, src) or _inside(src, out):
-        raise OutputPathError(f"--out {dst}: the export cannot go into the run folder {run_dir} "
-                              "or a folder around it; choose another --out folder")
+        raise OutputPathError(f"--output {dst}: the export cannot go into the run folder {run_dir} "
+                              "or a folder around it; choose another --output folder")
     if dst.exists() and not dst.is_dir():
-        raise OutputPathError(f"--out {dst} is an existing file; expected a folder")
+        raise OutputPathError(f"--output {dst} is an existing file; expected a folder")
     held = sorted(f.name for f in dst.iterdir()) if dst.is_dir() else []
     if not held:
         return
     if not overwrite:
-        raise OutputPathError(f"--out {dst} is not empty ({len(held)} entries, e.g. {held[0]}): "
+        raise OutputPathError(f"--output {dst} is not empty ({len(held)} entries, e.g. {held[0]}): "
                               "choose another folder, or pass --overwrite to replace an "
                               "earlier export there")
     other = [n for n in held if not _EXPORT_FILE.match(n) or not (dst / n).is_file()]
     if other:
-        raise OutputPathError(f"--out {dst} holds files no export wrote (e.g. {other[0]}): "
+        raise OutputPathError(f"--output {dst} holds files no export wrote (e.g. {other[0]}): "
                               "--overwrite replaces an earlier export only; choose another "
                               "folder")
     for name in held:
@@ -143,7 +143,7 @@ def export_run(run_dir: str | os.PathLike, to: str, out: str | os.PathLike, *,
     try:
         dst.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise OutputPathError(f"--out {dst}: cannot create it ({e.strerror or e})") from e
+        raise OutputPathError(f"--output {dst}: cannot create it ({e.strerror or e})") from e
     rows = 0
     for i, f in enumerate(src):
         trajs, keys = _samples(read_shard(f))

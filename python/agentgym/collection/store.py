@@ -246,14 +246,14 @@ class RunStore:
                 fields = "; ".join(f"{k}: existing {old.get(k)!r}, requested "
                                    f"{self.identity.get(k)!r}" for k in diff)
                 raise RunMismatchError(
-                    f"{self.path} holds a different run ({fields}): choose another --out "
+                    f"{self.path} holds a different run ({fields}): choose another --output "
                     "folder, or the same settings to resume it")
             self.metadata = meta
         else:
             if any(_SHARD.match(f.name) for f in self.path.iterdir()):
                 raise RunMismatchError(f"{self.path} holds shards but no {META_DIR}/metadata.json: "
                                        "not a folder this collector wrote; choose another "
-                                       "--out folder")
+                                       "--output folder")
             self.metadata = {"run_id": uuid.uuid4().hex[:12],
                              **json.loads(json.dumps(metadata)), "identity": self.identity,
                              "schema_version": SCHEMA_VERSION, "format": self.fmt,

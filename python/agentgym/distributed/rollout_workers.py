@@ -74,7 +74,10 @@ from agentgym.engine.orchestrator import (
     EpisodeRequest,
     RolloutBatch,
     group_requests,
+    open_engine,
 )
+from agentgym.envs.registry import roles
+from agentgym.envs.registry import seats as env_seats
 from agentgym.errors import AgentGymError
 
 __all__ = ["RayRolloutPool", "RolloutWorker", "RolloutWorkerError", "WorkerSpec", "init_ray",
@@ -175,8 +178,6 @@ class RolloutWorker:
     worker and restart."""
 
     def __init__(self, spec: WorkerSpec, index: int = 0, key_base: int = 0):
-        from agentgym.engine.runner import open_runner
-
         threads = spec.torch_threads or max(1, int(spec.num_cpus))
         if spec.backend in ("transformers", "vllm"):
             import torch
@@ -186,9 +187,9 @@ class RolloutWorker:
         kw = dict(spec.backend_kwargs)
         if spec.backend == "transformers":
             kw.setdefault("device", "cuda" if spec.num_gpus else "cpu")
-        opened = open_runner(spec.backend, spec.model_dir, backend_kwargs=kw,
-                             **{"progress": False, **spec.rollout})
-        self.engine, self.tokenizer = opened.runner, opened.tokenizer
+        self.engine = open_engine(spec.backend, spec.model_dir, backend_kwargs=kw,
+                                  **{"progress": False, **spec.rollout})
+        self.tokenizer = self.engine.tokenizer
         self.backend = self.engine.backend
         self.key_base = int(key_base)
         if self.key_base:
@@ -213,10 +214,8 @@ class RolloutWorker:
         ``seeding``: the pool's last ``reseed`` (episode-key start, request-id prefix,
         sampling seed), applied to this worker's engine first; the worker's index joins the
         prefix, so no two workers name a request alike."""
-        from agentgym.engine.selfplay import game_roles, is_game
-
         feed = self._feed(session)
-        seats = len(game_roles(env_id)) if is_game(env_id) else 1
+        seats = env_seats(env_id)
         self.backend.policy_version = max(self.backend.policy_version, int(version))
         if seeding is not None:
             key_start, run_id, sampling_seed = seeding
@@ -643,11 +642,9 @@ class _PoolRun:
     def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
                  env_kwargs: dict, overrides: dict, batches: bool = False,
                  trajectories: bool = True):
-        from agentgym.engine.selfplay import game_roles, is_game
-
         self.pool, self.reqs = pool, reqs
         #: a game's seats (its roles): each request's rows
-        self.roles = game_roles(env_id) if is_game(env_id) else [None]
+        self.roles = list(roles(env_id)) or [None]
         #: yield EpisodeBatch items instead of trajectories; ``trajectories=False`` (batches
         #: only) leaves their Trajectory objects out
         self.batches, self.trajectories = batches, trajectories

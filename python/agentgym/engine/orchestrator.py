@@ -16,6 +16,7 @@ import collections
 import contextlib
 import gc
 import itertools
+import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ from agentgym.engine.episode import (
 from agentgym.engine.mechanisms import configured, driver_needs
 from agentgym.engine.metrics import batch_metrics
 from agentgym.engine.outputs import EpisodeBatch, RolloutBatch
-from agentgym.engine.selfplay import GameDriver, is_game
+from agentgym.engine.selfplay import GameDriver
 from agentgym.engine.turn_loop import TurnLoop
+from agentgym.envs.registry import is_game
 from agentgym.pool import episode_seed, episode_seeds
 from agentgym.progress import progress_bar
 
@@ -338,6 +340,50 @@ class RolloutEngine:
         self.close()
         if self.own_backend:
             await self.backend.close()
+
+
+def open_engine(backend: Backend | str = "scripted", model: str | None = None, *,
+                tokenizer=None, backend_kwargs: dict | None = None, **rollout) -> RolloutEngine:
+    """An in-process engine over ``backend`` (a name built by
+    :func:`~agentgym.backends.make_backend` with ``backend_kwargs``, which the engine then
+    owns, or an open backend, left open) and ``model`` (a model folder or a named model;
+    ``None``/``"tiny"``: the cached tiny model), whose tokenizer it uses unless ``tokenizer``
+    is given; ``rollout``: :class:`RolloutConfig` fields. Blocking (it loads the tokenizer
+    and may load a model)."""
+    from agentgym.backends import make_backend
+
+    named = isinstance(backend, str)
+    model_dir = model_folder(model) if named or model is not None or tokenizer is None \
+        else None
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if named:
+        kw = dict(backend_kwargs or {})
+        backend = make_backend(backend, model_dir, **(
+            {**kw, "tokenizer": tokenizer} if backend == "scripted" else kw))
+    # a TypeError naming what is missing when ``backend`` is not a Backend
+    return RolloutEngine(backend, tokenizer, own_backend=named, vision=_vision(model_dir),
+                         **rollout)
+
+
+def _vision(model_dir: str | None):
+    """How the model of ``model_dir`` sees pictures (None: no folder, or a text-only model)."""
+    if model_dir is None or not os.path.isdir(model_dir):
+        return None
+    from agentgym.models.vision import VisionSpec
+
+    return VisionSpec.from_model(model_dir)
+
+
+def model_folder(model: str | None) -> str:
+    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0,
+    :func:`agentgym.models.cached_tiny_model`); a named model its cached folder
+    (:func:`agentgym.models.resolve_model`); anything else as given."""
+    from agentgym.models import cached_tiny_model, resolve_model
+
+    return str(cached_tiny_model() if model in (None, "tiny") else resolve_model(model))
 
 
 _gc_users = 0

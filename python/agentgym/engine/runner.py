@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from agentgym.data.trajectories import Trajectory
-from agentgym.engine.orchestrator import EpisodeBatch, EpisodeRequest, RolloutBatch
+from agentgym.engine.orchestrator import (
+    EpisodeBatch,
+    EpisodeRequest,
+    RolloutBatch,
+    model_folder,
+    open_engine,
+)
 
 __all__ = ["OpenRunner", "Runner", "backend_identity", "open_runner", "tokenizer_sha256"]
 
@@ -111,53 +116,27 @@ def open_runner(backend: Any = "scripted", model: str | None = None, *,
     ``max_request_retries``, ``weights_dir``); ``backend`` must then be a name.
     Blocking (it loads the tokenizer and may load a model): call it from a thread in async
     code."""
-    from agentgym.backends import make_backend
-    from agentgym.engine.orchestrator import RolloutEngine
-
     named = isinstance(backend, str)
-    model_dir = _model_folder(model) if named or model is not None or tokenizer is None \
-        else None
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    kw = dict(backend_kwargs or {})
     if num_workers:
         if not named:
             raise TypeError("a Ray rollout pool builds its backends on the workers: pass "
                             "the backend by name, not an open backend")
         from agentgym.distributed.rollout_workers import RayRolloutPool, WorkerSpec, init_ray
 
+        model_dir = model_folder(model)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        kw = dict(backend_kwargs or {})
         init_ray(ray_address)
         spec = WorkerSpec(model_dir, backend, kw, dict(rollout), **(worker or {}))
         runner: Runner = RayRolloutPool(spec, num_workers, **(pool or {}))
     else:
-        be = backend
-        if named:
-            be = make_backend(backend, model_dir, **(
-                {**kw, "tokenizer": tokenizer} if backend == "scripted" else kw))
-        # a TypeError naming what is missing when ``backend`` is not a Backend
-        runner = RolloutEngine(be, tokenizer, own_backend=named, vision=_vision(model_dir),
-                               **rollout)
+        runner = open_engine(backend, model, tokenizer=tokenizer,
+                             backend_kwargs=backend_kwargs, **rollout)
+        tokenizer, kw = runner.tokenizer, dict(backend_kwargs or {})
     return OpenRunner(runner, tokenizer, backend if named else type(backend).__name__, model, kw)
-
-
-def _vision(model_dir: str | None):
-    """How the model of ``model_dir`` sees pictures (None: no folder, or a text-only model)."""
-    if model_dir is None or not os.path.isdir(model_dir):
-        return None
-    from agentgym.models.vision import VisionSpec
-
-    return VisionSpec.from_model(model_dir)
-
-
-def _model_folder(model: str | None) -> str:
-    """A model folder: ``None``/``"tiny"`` is the local tiny model (seed 0,
-    :func:`agentgym.models.cached_tiny_model`); a named model its cached folder
-    (:func:`agentgym.models.resolve_model`); anything else as given."""
-    from agentgym.models import cached_tiny_model, resolve_model
-
-    return str(cached_tiny_model() if model in (None, "tiny") else resolve_model(model))
 
 
 def tokenizer_sha256(tokenizer) -> str:

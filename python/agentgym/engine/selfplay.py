@@ -52,23 +52,13 @@ from agentgym.engine.batching import TickBatcher
 from agentgym.engine.episode import Episode
 from agentgym.engine.play import SingleUnits
 
-__all__ = ["GameDriver", "OPPONENTS", "game_roles", "is_game", "seat_players"]
+__all__ = ["GameDriver", "OPPONENTS", "seat_players"]
 
 #: The opponent kinds every game has; any other name is a backend of
 #: ``RolloutEngine.opponents`` (``"pool"``: one of them per episode).
 OPPONENTS = ("self", "solver", "random", "pool")
 
 _SCRIPTED = {"solver": "oracle", "random": "random"}
-
-
-def is_game(env_id: str) -> bool:
-    """``env_id`` is a native multi-seat game."""
-    return env_id in _core.native_game_ids()
-
-
-def game_roles(game_id: str) -> list[str]:
-    """The role of each seat of game ``game_id`` (its length: the seats)."""
-    return list(_core.GamePool(game_id, 0, "{}").roles)
 
 
 def seat_players(opponent: str, group_id: int, seed: int, seats: int,

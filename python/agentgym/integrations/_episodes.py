@@ -22,7 +22,7 @@ def single_agent(env_id: str) -> str:
     """``env_id``, where it is not a multi-seat game (a :class:`TaskRefError` otherwise):
     one request of the trainer adapters is one episode with one trajectory, while a game's
     episode has one per seat."""
-    from agentgym.engine.selfplay import is_game
+    from agentgym.envs.registry import is_game
 
     if is_game(env_id):
         raise TaskRefError(f"{env_id} is a multi-seat game: the trainer adapters take "

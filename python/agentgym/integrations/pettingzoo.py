@@ -29,6 +29,7 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from agentgym import _core
+from agentgym.envs.registry import list_envs
 from agentgym.envs.spaces import TextSpace
 
 __all__ = ["GameAEC", "game_ids"]
@@ -40,7 +41,7 @@ MAX_TEXT = 16384
 
 def game_ids() -> list[str]:
     """The native multi-seat games."""
-    return list(_core.native_game_ids())
+    return list_envs(kind="game")
 
 
 class GameAEC(AECEnv):

@@ -112,7 +112,7 @@ def register_envs(env_ids=None) -> list[str]:
     (``skyrl_gym.metrics.aggregate_for_environment`` calls ``entry_point.aggregate_metrics``).
     """
     ids = []
-    for env_id in env_ids or agentgym.list_envs():
+    for env_id in env_ids or agentgym.list_envs(kind=("native", "python")):
         name = ENV_PREFIX + env_id
         if name not in registry:
             register(id=name, entry_point=AgentGymTextEnv, kwargs={"env_id": env_id})

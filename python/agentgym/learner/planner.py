@@ -98,7 +98,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.learner.train_config import RunConfigError
+from agentgym.learner.train_config import CONFIGS_DIR, RunConfigError
 
 __all__ = [
     "GIB",
@@ -110,12 +110,9 @@ __all__ = [
     "check_fits",
     "model_shape",
     "plan_memory",
-    "resolve_config_path",
 ]
 
 GIB = 2**30
-#: The repository's ``configs/`` folder (bundled model configs and recipes).
-CONFIGS_DIR = Path(__file__).resolve().parents[3] / "configs"
 #: Where the bundled model configs live: ``<hub id>/config.json`` below it.
 BUNDLED_MODELS_DIR = CONFIGS_DIR / "agentgym_rl" / "models"
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -244,7 +241,7 @@ def _shape_cached(model: str, tiny_json: str) -> ModelShape:
 def model_shape(model: str, tiny_model: dict[str, Any] | None = None) -> ModelShape:
     """The :class:`ModelShape` of the config's ``model`` (built once per name on the meta
     device; ``tiny_model`` is the tiny model's architecture overrides)."""
-    return _shape_cached(str(model), json.dumps(tiny_model or {}, sort_keys=True))
+    return _shape_cached(str(model), json.dumps(dict(tiny_model or {}), sort_keys=True))
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -701,23 +698,3 @@ def check_fits(cfg: Any, world_size: int, gpu_memory_gib: float, **kwargs: Any) 
     if not plan.fits:
         raise PlanError(f"{plan.model} on {plan.world_size} GPU(s): {plan.verdict()}")
     return plan
-
-
-def resolve_config_path(name: str | Path) -> Path:
-    """The config file ``name``: a path as given, else a file of that name (``.yaml``
-    added when it has no suffix) under ``configs/`` or ``configs/agentgym_rl/``.
-    FileNotFoundError (one line, naming where it looked) when there is none."""
-    p = Path(name).expanduser()
-    if p.is_file():
-        return p
-    names = [p.name] if p.suffix else [p.name + ".yaml", p.name + ".yml", p.name + ".toml"]
-    roots = [Path("configs"), CONFIGS_DIR, CONFIGS_DIR / "agentgym_rl"]
-    if not p.parent == Path("."):
-        names = [str(p) if p.suffix else str(p) + ".yaml"]
-    for root in roots:
-        for n in names:
-            q = root / n
-            if q.is_file():
-                return q
-    raise FileNotFoundError(f"no config file {str(name)!r} (looked as given and under "
-                            f"{CONFIGS_DIR} and {CONFIGS_DIR / 'agentgym_rl'})")

@@ -359,9 +359,10 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
 
     def __post_init__(self) -> None:
         canonical_method(self.method)
-        from agentgym import _core
+        from agentgym.envs.registry import list_envs
 
-        game = self.env in _core.native_game_ids()
+        games = list_envs(kind="game")
+        game = self.env in games
         if game and not self.self_play:
             raise ConfigError(f"{self.env} is a multi-seat game: train it with self_play=True "
                               "(agentgym-rl train --self-play)")
@@ -370,7 +371,7 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
 
             if not game:
                 raise ConfigError(f"self_play needs a multi-seat game, not {self.env!r}; the "
-                                  f"games: {', '.join(_core.native_game_ids())}")
+                                  f"games: {', '.join(games)}")
             if self.rollout.opponent not in OPPONENT_KINDS:
                 raise ConfigError(f"self-play opponents (rollout.opponent) must be one of "
                                   f"{OPPONENT_KINDS}, got {self.rollout.opponent!r}")

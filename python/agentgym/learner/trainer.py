@@ -63,8 +63,9 @@ import numpy as np
 import torch
 
 from agentgym.data.trajectories import STOP_CODES
+from agentgym.envs.registry import horizon_preset, roles
 from agentgym.learner.failures import FailureGuard
-from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule, presets
+from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule
 from agentgym.learner.selfplay import SelfPlay, outcomes
 from agentgym.learner.tracking import MetricsLogger, plot_learning_curve
 from agentgym.learner.train_config import RunConfigError, TrainerConfig
@@ -82,10 +83,10 @@ def make_schedule(cfg: TrainerConfig):
     stages = cfg.horizon
     steps = cfg.steps_per_stage
     if stages is None:
-        family = cfg.env.split(":")[0].split("_")[0].lower()
-        if family in presets:
-            stages = list(presets[family]["rounds"])
-            steps = steps or presets[family]["steps_per_stage"]
+        preset = horizon_preset(cfg.env)  # the env family's (AgentGym-RL's rounds)
+        if preset is not None:
+            stages = list(preset.rounds)
+            steps = steps or preset.steps_per_stage
         else:  # no preset: thirds of the final horizon
             top = cfg.rollout.max_turns
             stages = sorted({max(1, top // 3), max(1, 2 * top // 3), top})
@@ -248,10 +249,8 @@ class Trainer:
         self.version_offset = 0
         self.selfplay = None
         if cfg.self_play:
-            from agentgym.engine.selfplay import game_roles
-
             self.selfplay = SelfPlay(
-                cfg.env, game_roles(cfg.env), cfg.opponents,
+                cfg.env, list(roles(cfg.env)), cfg.opponents,
                 role_baseline=cfg.role_baseline, role_baseline_decay=cfg.role_baseline_decay,
                 pool_size=cfg.opponent_pool_size, pool_every=cfg.opponent_pool_every)
         if ckpt:
@@ -584,7 +583,7 @@ class Trainer:
     async def _add_opponent(self, name: str, weights: dict) -> None:
         """A backend of the run's kind serving ``weights``, as opponent ``name`` of the
         engine's game episodes (it keeps ``name``'s version)."""
-        from agentgym.backends.base import make_backend
+        from agentgym.backends import make_backend
 
         cfg = self.cfg
         kw = dict(cfg.backend_kwargs)

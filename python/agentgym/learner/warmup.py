@@ -134,13 +134,12 @@ def random_policy_transcripts(
     with :class:`WarmupInterrupted`. ``stats`` (a dict) gets ``"actions"``: how many
     distinct actions the env offered (0: an env without ``valid_actions()``, whose
     transcripts teach no action)."""
-    from agentgym import _core
     from agentgym.engine.chat import ChatFormatter
-    from agentgym.engine.drivers import is_native
+    from agentgym.envs.registry import is_game, is_native
     from agentgym.parse import after_reply_prefix
     from agentgym.pool import EnvPool
 
-    if env_id in _core.native_game_ids():  # random legal moves: never without actions
+    if is_game(env_id):  # random legal moves: never without actions
         if stats is not None:
             stats["actions"] = -1
         return _game_transcripts(env_id, tokenizer, episodes, max_turns, env_kwargs or {},

@@ -15,10 +15,11 @@ its own episode, which the engine records with ``env_error``.
 from __future__ import annotations
 
 from agentgym.engine.drivers.base import NOT_RUNNING, EnvDriver, ResetItem, StepOutcome
-from agentgym.engine.drivers.native import NativeDriver, is_native
+from agentgym.engine.drivers.native import NativeDriver
 from agentgym.engine.drivers.process import ProcessDriver
 from agentgym.engine.drivers.python import PythonDriver
 from agentgym.engine.drivers.undo import UndoRules
+from agentgym.envs.registry import is_native
 
 __all__ = [
     "NOT_RUNNING",
@@ -28,7 +29,6 @@ __all__ = [
     "PythonDriver",
     "ResetItem",
     "StepOutcome",
-    "is_native",
     "make_driver",
 ]
 

@@ -11,11 +11,6 @@ from agentgym.engine.drivers.undo import UndoRules
 from agentgym.pool import EnvPool
 
 
-def is_native(env_id: str) -> bool:
-    """Whether ``env_id`` is an env of the Rust core."""
-    return env_id in _core.native_env_ids()
-
-
 class NativeDriver:
     """Drives ``capacity`` slots of a native env through one ``EnvPool``: the resets and
     steps of one event-loop tick are one Rust call each (GIL released). The engine steps

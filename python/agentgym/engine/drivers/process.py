@@ -16,6 +16,7 @@ from agentgym.engine.drivers.base import (
     supports_snapshots,
 )
 from agentgym.engine.drivers.undo import UndoRules
+from agentgym.envs.registry import make
 from agentgym.errors import SnapshotUnsupportedError
 
 
@@ -36,7 +37,6 @@ class ProcessDriver:
                  timeout_s: float = 120.0, *, undo: UndoRules | None = None,
                  restarts: bool = False, forks: bool = False, lasts: bool = False,
                  **env_kwargs):
-        import agentgym
         from agentgym.runtime.workers import ProcessEnvPool
 
         self.env_id = env_id
@@ -44,7 +44,7 @@ class ProcessDriver:
             raise ValueError(f"{env_id}: image observations are not carried back from worker "
                              "processes (env_workers > 0); use env_workers=0")
         self.has_frames = False
-        probe = agentgym.make(env_id, **env_kwargs)  # instructions without starting workers
+        probe = make(env_id, **env_kwargs)  # instructions without starting workers
         try:
             self.instructions = getattr(probe.unwrapped, "instructions", "") or ""
             # before any worker starts

@@ -16,6 +16,7 @@ from agentgym.engine.drivers.base import (
 )
 from agentgym.engine.drivers.undo import UndoHistory, UndoRules
 from agentgym.envs.base import env_method
+from agentgym.envs.registry import make
 from agentgym.errors import InvalidTaskError
 
 
@@ -54,10 +55,8 @@ class PythonDriver:
                  inline_budget_s: float = 0.002, *, undo: UndoRules | None = None,
                  restarts: bool = False, forks: bool = False, lasts: bool = False,
                  **env_kwargs):
-        import agentgym
-
         self.env_id = env_id
-        self._make = lambda: agentgym.make(env_id, **env_kwargs)
+        self._make = lambda: make(env_id, **env_kwargs)
         first = self._make()
         self.undo = undo
         #: Each slot's undo history while its episode runs (undo rules only).

@@ -18,7 +18,7 @@ from agentgym.engine.mechanisms.undo import Undo
 from agentgym.engine.mechanisms.vision import Vision
 
 __all__ = ["HOOKS", "MECHANISMS", "Mechanism", "configured", "driver_needs", "mechanisms_for",
-           "registered"]
+           "registered", "settings"]
 
 #: Every mechanism, in the order the loop calls their hooks.
 MECHANISMS: list[type[Mechanism]] = [Undo, Reflection, Branching, Planning, ContextWindow,
@@ -28,6 +28,30 @@ MECHANISMS: list[type[Mechanism]] = [Undo, Reflection, Branching, Planning, Cont
 def registered() -> list[type[Mechanism]]:
     """Every registered mechanism, in hook order."""
     return MECHANISMS
+
+
+def settings(mechanisms: Any) -> dict[str, Any]:
+    """The :class:`~agentgym.engine.RolloutConfig` fields that switch ``mechanisms`` on:
+    names (``["undo", "reflection"]``) or names with a count (``{"undo": 2,
+    "reflection": 1}``). A ``ValueError`` names an unknown mechanism."""
+    if not mechanisms:
+        return {}
+    by_name = {n: cls for cls in registered() if cls.default_count is not None
+               for n in (cls.name, *cls.aliases)}
+    items = mechanisms.items() if isinstance(mechanisms, dict) else \
+        [(m, None) for m in ([mechanisms] if isinstance(mechanisms, str) else mechanisms)]
+    out: dict[str, Any] = {}
+    for name, count in items:
+        cls = by_name.get(name)
+        if cls is None:
+            names = [c.name for c in registered() if c.default_count is not None]
+            raise ValueError(f"unknown mechanism {name!r}; expected one of {', '.join(names)}")
+        n = cls.default_count if count is None else int(count)
+        if cls.count_field is None:
+            out[cls.name] = n
+        else:
+            out.update({cls.name: True, cls.count_field: n})
+    return out
 
 
 def configured(cfg) -> list[str]:

@@ -80,6 +80,12 @@ class Mechanism:
     name: ClassVar[str]
     #: It can play an env that shows pictures (``obs="image"`` or ``"both"``).
     with_images: ClassVar[bool] = False
+    #: Switched on by name (``mechanisms=["undo"]``, ``{"undo": 2}``): the count a name
+    #: alone gives (None: not switched by name), the config field the count sets (None:
+    #: the switch itself takes it, else the switch is set True), and older names.
+    default_count: ClassVar[int | None] = None
+    count_field: ClassVar[str | None] = None
+    aliases: ClassVar[tuple[str, ...]] = ()
     #: Its :class:`~agentgym.data.RowInfo` fields (its ``row`` hook's keys) and their
     #: values where it did not play.
     row_defaults: ClassVar[dict[str, Any]] = {}

@@ -26,6 +26,7 @@ class Branching(Mechanism):
     are trees (:class:`TreePlay`)."""
 
     name = "branch_at"
+    default_count, aliases = 2, ("branching",)
 
     @classmethod
     def driver_needs(cls, cfg) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class ContextWindow(Mechanism):
     """Builds each reply's bounded context and records its step (see the module docs)."""
 
     name = "context_window"
+    default_count, aliases = 4, ("memory",)
 
     def __init__(self, loop):
         super().__init__(loop)

@@ -19,6 +19,7 @@ import numpy as np
 
 from agentgym.data.trajectories import solved
 from agentgym.engine.mechanisms.base import Mechanism
+from agentgym.envs.registry import success_rule
 
 #: Opens a plan turn's assistant reply (prompt tokens): the model continues it.
 PLAN_PREFIX = "Plan (no action yet):"
@@ -55,6 +56,7 @@ class Planning(Mechanism):
     """Plays a plan turn before an action when one is due (see the module docs)."""
 
     name = "plan"
+    default_count, count_field, aliases = 0, "replan_every", ("planning",)
     row_defaults = {"plan_turns": 0}
     with_images = True
 
@@ -68,6 +70,8 @@ class Planning(Mechanism):
             msgspec.structs.replace(loop.sampling, max_new_tokens=cfg.plan_max_tokens)
         if not cfg.plan_bonus:
             self.closing = None
+        #: The return that solves an episode of this env (its success rule).
+        self.threshold = success_rule(loop.driver.env_id).threshold
 
     def _plans(self, ep) -> Plans:
         plans = ep.state.get("plan")
@@ -131,7 +135,7 @@ class Planning(Mechanism):
                 continue
             own = overrides is None or np.isnan(overrides[k])
             ret = e.judged_return if e.judged_return is not None else store.reward(e.key)
-            if not solved(True, ret):
+            if not solved(True, ret, threshold=self.threshold):
                 continue
             for turn in plans.at:
                 store.add_reward(e.key, turn, bonus)

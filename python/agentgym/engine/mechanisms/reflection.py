@@ -1,6 +1,6 @@
 """Reflection retries (``RolloutConfig.reflection``): an attempt that the env ended
-unsolved (``done`` below :data:`~agentgym.data.trajectories.SUCCESS_REWARD`) or that the
-horizon ended, with attempts left, is followed by a note (a user turn, mask 0) built from
+unsolved (``done`` below the return its success rule asks, ``registry.success_rule``) or
+that the horizon ended, with attempts left, is followed by a note (a user turn, mask 0) built from
 :data:`REFLECTION_PROMPT` (or ``RolloutConfig.reflection_prompt``) while the env goes back
 to the state it had right after reset (``reflection_restore="last"``: an attempt the env
 ended goes back to before its last turn). The model's next reply (mask 1) is its reflection
@@ -18,6 +18,7 @@ import numpy as np
 
 from agentgym.data.trajectories import solved
 from agentgym.engine.mechanisms.base import Mechanism
+from agentgym.envs.registry import success_rule
 
 #: The default note before a retry. Fields: ``attempt`` (the number of the attempt that
 #: ended, from 1), ``attempts_left`` (retries left after this one), ``outcome``
@@ -59,11 +60,12 @@ def outcome(stop_reason: str, ret: float) -> str:
     return OUTCOME_HORIZON if stop_reason == "horizon" else OUTCOME_DONE.format(ret=ret)
 
 
-def retries(stop_reason: str | None, ret: float) -> bool:
+def retries(stop_reason: str | None, ret: float, threshold: float = 1.0) -> bool:
     """Whether an attempt that ended so is followed by another (attempts permitting): the
-    env ended it unsolved (``done``) or the horizon ended it without a solving return.
-    Failed attempts (``env_error``, ``backend_error``, ``length``, ...) never are."""
-    return stop_reason in ("done", "horizon") and not solved(True, ret)
+    env ended it unsolved (``done``, by the env's success rule: a return of at least
+    ``threshold``) or the horizon ended it without a solving return. Failed attempts
+    (``env_error``, ``backend_error``, ``length``, ...) never are."""
+    return stop_reason in ("done", "horizon") and not solved(True, ret, threshold=threshold)
 
 
 def note(prompt: str | None, attempt: int, attempts_left: int, stop_reason: str, ret: float,
@@ -102,6 +104,7 @@ class Reflection(Mechanism):
     """Retries an unsolved attempt in the same trajectory (see the module docs)."""
 
     name = "reflection"
+    default_count = 1
     row_defaults = {"attempts": 1, "attempt_return": None}
 
     @classmethod
@@ -110,6 +113,8 @@ class Reflection(Mechanism):
 
     def __init__(self, loop):
         super().__init__(loop)
+        #: The return that solves an episode of this env (its success rule).
+        self.threshold = success_rule(loop.driver.env_id).threshold
         #: Retries back to the failing turn: each slot's state is kept before its step.
         self.keep_last = self.cfg.reflection_restore == "last"
         if not self.keep_last:
@@ -151,7 +156,7 @@ class Reflection(Mechanism):
         if a is None or a.count > cfg.reflection:
             return False
         ret = self.attempt_return(ep)
-        if not retries(ep.stop_reason, ret):
+        if not retries(ep.stop_reason, ret, self.threshold):
             return False
         back = (self.keep_last and ep.stop_reason == "done"
                 and loop.driver.has_last(ep.slot))
@@ -191,7 +196,8 @@ class Reflection(Mechanism):
             a.ret = ret = self.attempt_return(e)
             e.judged_return = ret
             out[k] = final_reward(ret, a.count, discount)
-            if credit_reflections and solved(e.stop_reason == "done", ret):
+            if credit_reflections and solved(e.stop_reason == "done", ret,
+                                             threshold=self.threshold):
                 self.loop.store.credit_only(e.key, a.starts)
         return out
 

@@ -24,6 +24,7 @@ class Undo(Mechanism):
     steps the env, from the native pool's episode record where it does not."""
 
     name = "undo"
+    default_count, count_field = 3, "max_undos"
     row_defaults = {"undo_turns": 0}
     with_images = True
 
