@@ -50,7 +50,15 @@ token); the tiny model (random weights, so replies are unreadable and episodes r
 horizon) or SmolLM2-135M. Reported per concurrency: trajectories/s, generated tokens/s (from
 the server's own ``vllm:generation_tokens_total``), turns, and the share of time vLLM had
 fewer than half the target requests in flight (running + waiting, sampled from its
-``/metrics`` every 50 ms), and the ratios engine over AgentGym-RL.
+``/metrics`` every 50 ms; ``in_flight_mean``), and the ratios engine over AgentGym-RL.
+
+Measured with ``bench/harness.py``: per concurrency one untimed run of each arm, then
+``--repeats`` rounds (default 5), the arms' order alternating; the comparison block's ratio
+is the median of the per-round ratios with its range, each arm's median and range beside
+it, every run kept with the CPU seconds of this process and of each vLLM process. The
+server's processes run on ``--server-cores`` (vLLM's OpenMP threads bound there with
+``VLLM_CPU_OMP_THREADS_BIND``), this process (both arms, the env server's thread) on
+``--client-cores``. ``--peer-client`` picks the shim's HTTP client (above).
 """
 
 from __future__ import annotations
@@ -75,10 +83,27 @@ ROLLOUT_MODULE = "verl.workers.rollout.agent_vllm_rollout.vllm_rollout"
 
 # ----------------------------------------------------------------------- the shim
 class ServerLLM:
-    """Shim 1: the fork's ``LLM`` interface over a running ``vllm serve``."""
+    """Shim 1: the fork's ``LLM`` interface over a running ``vllm serve``.
 
-    def __init__(self, base_url: str, model: str, pad_token_id: int):
+    ``client``: ``"session"`` (default) sends each round's prompts over one persistent
+    ``aiohttp`` session on a background event loop, the transport the engine's
+    ``OpenAIBackend`` uses, so the arms differ in their loops and not in their HTTP
+    clients (the fork's ``LLM`` is in-process vLLM: no HTTP at all); ``"per-round"`` opens a
+    new ``httpx.AsyncClient`` (new connections) for every ``generate`` call, as the bench did
+    before issue 51. ``stats``: rounds, requests, and the seconds spent in ``generate``
+    (a round waits for its slowest request) and in requests (summed over requests)."""
+
+    CLIENTS = ("session", "per-round")
+
+    def __init__(self, base_url: str, model: str, pad_token_id: int, client: str = "session"):
+        if client not in self.CLIENTS:
+            raise ValueError(f"client must be one of {self.CLIENTS}, got {client!r}")
         self.base_url, self.model, self.pad_token_id = base_url, model, pad_token_id
+        self.client = client
+        self.stats = {"rounds": 0, "requests": 0, "round_s": 0.0, "request_s": 0.0}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session = None
 
     def offload_model_weights(self) -> None:
         pass
@@ -89,6 +114,11 @@ class ServerLLM:
     def free_cache_engine(self) -> None:
         pass
 
+    def take_stats(self) -> dict:
+        out, self.stats = self.stats, {"rounds": 0, "requests": 0, "round_s": 0.0,
+                                       "request_s": 0.0}
+        return out
+
     def generate(self, prompts=None, prompt_token_ids=None, sampling_params=None,
                  use_tqdm=False):
         import torch
@@ -96,28 +126,80 @@ class ServerLLM:
         # Shim 3: transformers 5's BatchEncoding from apply_chat_template(tokenize=True).
         ids = [list(p["input_ids"]) if hasattr(p, "keys") else list(p)
                for p in prompt_token_ids]
-        outs = asyncio.run(self._complete(ids, sampling_params))
+        t0 = time.perf_counter()
+        if self.client == "per-round":
+            outs = asyncio.run(self._complete_httpx(ids, sampling_params))
+        else:
+            outs = asyncio.run_coroutine_threadsafe(
+                self._complete_session(ids, sampling_params), self._background()).result()
+        self.stats["rounds"] += 1
+        self.stats["requests"] += len(ids)
+        self.stats["round_s"] += time.perf_counter() - t0
         width = max((len(o) for o in outs), default=0)
         padded = [o + [self.pad_token_id] * (width - len(o)) for o in outs]
         return torch.tensor(padded, dtype=torch.long), None
 
-    async def _complete(self, ids: list[list[int]], sp) -> list[list[int]]:
-        import httpx
-
-        body = {"model": self.model, "max_tokens": sp.max_tokens,
+    def _body(self, sp) -> dict:
+        return {"model": self.model, "max_tokens": sp.max_tokens,
                 "temperature": sp.temperature, "top_p": sp.top_p,
                 "top_k": sp.top_k if sp.top_k and sp.top_k > 0 else -1,
                 "return_token_ids": True, "skip_special_tokens": False}
+
+    def _background(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                            name="shim-llm")
+            self._thread.start()
+        return self._loop
+
+    async def _complete_session(self, ids: list[list[int]], sp) -> list[list[int]]:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=600.0, sock_connect=10.0),
+                connector=aiohttp.TCPConnector(limit=1024))
+        body = self._body(sp)
+
+        async def one(prompt):
+            t0 = time.perf_counter()
+            async with self._session.post(f"{self.base_url}/completions",
+                                          json={**body, "prompt": prompt}) as r:
+                r.raise_for_status()
+                data = await r.json()
+            self.stats["request_s"] += time.perf_counter() - t0
+            return list(data["choices"][0]["token_ids"])
+
+        return await asyncio.gather(*(one(p) for p in ids))
+
+    async def _complete_httpx(self, ids: list[list[int]], sp) -> list[list[int]]:
+        import httpx
+
+        body = self._body(sp)
         limits = httpx.Limits(max_connections=max(len(ids), 1))
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
                                      limits=limits) as client:
             async def one(prompt):
+                t0 = time.perf_counter()
                 r = await client.post(f"{self.base_url}/completions",
                                       json={**body, "prompt": prompt})
                 r.raise_for_status()
+                self.stats["request_s"] += time.perf_counter() - t0
                 return list(r.json()["choices"][0]["token_ids"])
 
             return await asyncio.gather(*(one(p) for p in ids))
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        if self._session is not None:
+            asyncio.run_coroutine_threadsafe(self._session.close(), self._loop).result(30)
+            self._session = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = None
 
 
 def load_peer(src: Path, llm: ServerLLM):
@@ -171,8 +253,10 @@ class ServerSampler:
     def read(self) -> dict[str, float]:
         import httpx
 
+        if getattr(self, "_http", None) is None:
+            self._http = httpx.Client(timeout=10)  # one connection, not one per sample
         out: dict[str, float] = {}
-        for line in httpx.get(self.url, timeout=10).text.splitlines():
+        for line in self._http.get(self.url).text.splitlines():
             if line.startswith("#"):
                 continue
             for key in ("vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -201,7 +285,17 @@ class ServerSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.generated = self.read().get("vllm:generation_tokens_total", 0.0) - self.tokens0
+        try:
+            self.generated = self.read().get("vllm:generation_tokens_total", 0.0) - self.tokens0
+        finally:
+            self._http.close()
+            self._http = None
+
+    def mean_in_flight(self) -> float:
+        """Mean requests running + waiting over the samples."""
+        if not self.samples:
+            return float("nan")
+        return sum(n for n, _ in self.samples) / len(self.samples)
 
     def low_share(self, target: int) -> float:
         """Share of samples with fewer than ``target / 2`` requests in flight."""
@@ -215,7 +309,8 @@ def _row(n: int, turns: int, wall: float, sampler: ServerSampler, target: int) -
             "trajectories_per_s": round(n / wall, 3),
             "generated_tokens": int(sampler.generated),
             "generated_tokens_per_s": round(sampler.generated / wall, 1),
-            "under_half_in_flight_share": round(sampler.low_share(target), 3)}
+            "under_half_in_flight_share": round(sampler.low_share(target), 3),
+            "in_flight_mean": round(sampler.mean_in_flight(), 2)}
 
 
 # ------------------------------------------------------------------------------ arms
@@ -276,6 +371,8 @@ def run_engine(tok, tasks: list[int], batch: int, args, system: str) -> dict:
             await backend.close()
         trajs = out.trajectories
         row = _row(len(trajs), sum(t.num_turns for t in trajs), wall, sampler, batch)
+        # seconds from sending a turn's request to its reply, summed over turns
+        row["request_s"] = round(sum(t.timings.get("gen_s", 0.0) for t in trajs), 3)
         row["stop_reasons"] = {r: sum(t.stop_reason == r for t in trajs)
                                for r in sorted({t.stop_reason for t in trajs})}
         return row
@@ -291,11 +388,18 @@ def bench_model_dir(name: str) -> str:
 
 
 def measure(args) -> dict:
+    from bench.harness import Harness
+
+    hs = Harness.from_args(args)
     report = {"bench": "peer_agentgym_rl", "machine": f"{platform.machine()}, "
               f"{os.cpu_count()} cores", "python": platform.python_version(),
               "episodes": args.episodes, "max_turns": args.max_turns,
               "max_tokens": args.max_tokens, "horizons": "long_tail (bench/vllm_e2e.py)",
-              "model": args.model, "rows": []}
+              "model": args.model, "repeats": hs.repeats,
+              "peer_client": getattr(args, "peer_client", "session"),
+              "method": "bench/harness.py: one untimed warm-up of each arm, then --repeats "
+                        "interleaved rounds; ratio = median of per-round engine/peer",
+              "comparisons": [], "rows": []}
     src = args.src or os.environ.get("AGENTGYM_RL_SRC")
     if not src:
         report["skipped"] = ("no AgentGym-RL checkout: pass --src or set AGENTGYM_RL_SRC "
@@ -323,38 +427,52 @@ def measure(args) -> dict:
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo", rank=0, world_size=1)
     tasks = list(range(args.episodes))
-    with launch_vllm_server(model_dir, max_model_len=args.max_model_len,
-                            max_num_seqs=max(args.concurrency) * 2) as vllm_server, \
+    with hs.serve(launch_vllm_server(model_dir, max_model_len=args.max_model_len,
+                                     max_num_seqs=max(args.concurrency) * 2,
+                                     env=hs.server_env())) as vllm_server, \
             ServerThread("bench/maze_horizon", protocol="textcraft",
                          max_envs=max(args.concurrency) * 2 + 4, max_h=args.max_turns,
                          dist="long_tail") as env_server, \
             tempfile.TemporaryDirectory() as workdir:
         args.base_url, args.served_model = vllm_server.base_url, vllm_server.model
-        peer = load_peer(src, ServerLLM(vllm_server.base_url, vllm_server.model,
-                                        tok.pad_token_id))
+        llm = ServerLLM(vllm_server.base_url, vllm_server.model, tok.pad_token_id,
+                        client=report["peer_client"])
+        peer = load_peer(src, llm)
         client_cls = sys.modules["agentenv.envs"].TextCraftEnvClient
         system = client_cls.conversation_start[0]["value"]
         report["peer_commit"] = _git_head(src)
-        # warm-up: server compiled and caches primed on a few episodes of each arm
+        # server compiled and caches primed on a few episodes of each arm, once
         run_engine(tok, tasks[:4], 4, args, system)
         run_peer(peer, env_server, tok, tasks[:4], 4, args, Path(workdir))
-        for c in args.concurrency:
-            runs = {"engine": [], "agentgym_rl": []}
-            for _ in range(args.repeats):  # interleaved: the same load on both
-                runs["agentgym_rl"].append(run_peer(peer, env_server, tok, tasks, c, args,
-                                                    Path(workdir)))
-                runs["engine"].append(run_engine(tok, tasks, c, args, system))
-            best = {k: max(v, key=lambda r: r["trajectories_per_s"]) for k, v in runs.items()}
-            report["rows"].append({
-                "concurrency": c, **{k: {**v, "trajectories_per_s_runs": [
-                    r["trajectories_per_s"] for r in runs[k]]} for k, v in best.items()},
-                "engine_over_agentgym_rl": round(best["engine"]["trajectories_per_s"]
-                                                 / best["agentgym_rl"]["trajectories_per_s"], 3),
-                "engine_over_agentgym_rl_tokens": round(
-                    best["engine"]["generated_tokens_per_s"]
-                    / best["agentgym_rl"]["generated_tokens_per_s"], 3)})
-            print(json.dumps(report["rows"][-1]), file=sys.stderr)
-    report["load_avg"] = os.getloadavg()[0]
+        llm.take_stats()
+
+        def peer_arm(c):
+            def run():
+                row = run_peer(peer, env_server, tok, tasks, c, args, Path(workdir))
+                shim = llm.take_stats()
+                row.update({f"shim_{k}": round(v, 3) for k, v in shim.items()})
+                return row
+            return run
+
+        try:
+            for c in args.concurrency:
+                block, runs = hs.compare(
+                    f"{c} in flight", {"engine": lambda c=c: run_engine(tok, tasks, c, args,
+                                                                         system),
+                                       "agentgym_rl": peer_arm(c)},
+                    metric="trajectories_per_s", numerator="engine",
+                    denominator="agentgym_rl", other_metrics=["generated_tokens_per_s"])
+                block.update({"concurrency": c, "model": args.model})
+                report["comparisons"].append(block)
+                report["rows"].append({
+                    "concurrency": c, "runs": runs,
+                    "turns": {k: sorted({r["turns"] for r in v}) for k, v in runs.items()},
+                    "engine_over_agentgym_rl": block["ratio"],
+                    "engine_over_agentgym_rl_tokens":
+                        block["other_ratios"]["generated_tokens_per_s"]})
+        finally:
+            llm.close()
+    report["load_avg"] = list(os.getloadavg())
     return report
 
 
@@ -374,15 +492,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-model-len", type=int, default=4096)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--peer-client", choices=ServerLLM.CLIENTS, default="session",
+                    help="the shim's HTTP client: one persistent aiohttp session (default, "
+                         "the engine's transport) or a new httpx client per round (before "
+                         "issue 51)")
     ap.add_argument("--out", default=str(RESULTS), help="JSON file ('-': none)")
+    from bench.harness import add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     report = measure(args)
     if args.out != "-":
-        from agentgym.runtime.files import write_text_atomic
-
-        write_text_atomic(Path(args.out), json.dumps(report, indent=2) + "\n")
+        write_json_atomic(args.out, report)
     print(json.dumps(report))
     return report
 

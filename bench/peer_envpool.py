@@ -15,13 +15,15 @@ The pool runs twice: with its text observation (``x=... theta_dot=...``, one Pyt
 per row) and with the formatting skipped (``text=false``: an empty string per row); EnvPool
 returns a ``float32[num_envs, 4]`` array.
 
-Each (engine, threads, repeat) runs in a fresh interpreter, all batch sizes in it, the
-repeats interleaved across engines; the best run of each is reported (``timeit``'s
-convention: noise only slows a run down) with every run listed. Ratios are pool rate over
-EnvPool rate (above 1: the pool is faster).
+Each (engine, threads, repeat) runs in a fresh interpreter, all batch sizes in it, pinned to
+the client cores (``bench/harness.py``: every allowed core unless ``--client-cores``); after
+one untimed interpreter of each engine, ``--repeats`` rounds (default 5), the engines'
+order rotated by round. Per (threads, size) and pool variant the comparison block's ratio
+is the median of the per-round ratios pool rate / EnvPool rate (above 1: the pool is
+faster) with its range; each engine's median and range, every run listed.
 
 Usage: ``python bench/peer_envpool.py [--num-envs 1 16 256 4096] [--threads 1 2]
-[--steps 200000] [--repeats 3] [--out bench/results/peer_envpool.json]``.
+[--steps 200000] [--repeats 5] [--client-cores LIST] [--out bench/results/peer_envpool.json]``.
 Prints one JSON object; EnvPool absent: the report says so and has no rows.
 """
 
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "peer_envpool.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.harness as a script
 ENGINES = ("envpool", "pool_text", "pool_no_text")
 HORIZON = 500  # CartPole-v1's step limit
 
@@ -108,12 +111,14 @@ def child(engine: str, sizes: list[int], steps: int) -> list[dict]:
     return rows
 
 
-def _spawn(engine: str, threads: int, sizes: list[int], steps: int) -> list[dict]:
+def _spawn(engine: str, threads: int, sizes: list[int], steps: int,
+           cores: list[int] | None = None) -> list[dict]:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--_child", engine, "--num-envs", *map(str, sizes),
            "--steps", str(steps)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=pin)
     if out.returncode:
         raise RuntimeError(f"{engine} (threads={threads}) failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout)
@@ -127,39 +132,66 @@ def envpool_version() -> str | None:
     return envpool.__version__
 
 
-def measure(sizes: list[int], threads: list[int], steps: int, repeats: int) -> dict:
+def measure(sizes: list[int], threads: list[int], steps: int, repeats: int,
+            hs=None) -> dict:
+    from bench.harness import Harness, plan_cores, schedule
+
+    if hs is None:
+        hs = Harness(plan_cores(with_server=False), repeats=repeats)
     version = envpool_version()
     report = {
         "bench": "peer_envpool",
         "peer": None if version is None else f"envpool {version}",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
-        "steps_per_size": steps, "repeats": repeats, "horizon": HORIZON,
+        "steps_per_size": steps, "repeats": hs.repeats, "horizon": HORIZON,
+        "method": "bench/harness.py: one untimed interpreter of each engine, then --repeats "
+                  "rounds, engines rotated; ratio = median of per-round pool/EnvPool",
         "loadavg_1m_before": round(os.getloadavg()[0], 2),
-        "rows": [],
+        "comparisons": [], "rows": [],
     }
     if version is None:
         report["skipped"] = "envpool is not installed (pip install 'agentgym-rl[peers]')"
         return report
+    cores = hs.plan.client if hs.plan.pin else None
     for t in threads:
         runs: dict[str, list[list[dict]]] = {e: [] for e in ENGINES}
-        for _ in range(repeats):  # interleaved: a noisy stretch hits every engine
-            for engine in ENGINES:
-                runs[engine].append(_spawn(engine, t, sizes, steps))
+        order: list[list[str]] = []
+        load0 = os.getloadavg()
+        for kind, r, engine in schedule(ENGINES, hs.repeats):
+            out = _spawn(engine, t, sizes, steps, cores)
+            if kind == "warmup":
+                continue
+            if len(order) <= r:
+                order.append([])
+            order[r].append(engine)
+            runs[engine].append(out)
+        load1 = os.getloadavg()
         for i, n in enumerate(sizes):
+            per_arm = {e: [{"steps_per_s": c[i]["transitions"] / c[i]["seconds"],
+                            "seconds": c[i]["seconds"], "episodes_ended": c[i]["episodes_ended"]}
+                           for c in runs[e]] for e in ENGINES}
             row: dict = {"threads": t, "num_envs": n}
             for engine in ENGINES:
-                cells = [r[i] for r in runs[engine]]
-                best = min(c["seconds"] for c in cells)
-                row[f"{engine}_steps_per_s"] = round(cells[0]["transitions"] / best)
-                row[f"{engine}_us_per_call"] = round(best / (cells[0]["transitions"] / n) * 1e6,
-                                                     2)
-                row[f"{engine}_steps_per_s_runs"] = [round(c["transitions"] / c["seconds"])
-                                                     for c in cells]
+                cells = per_arm[engine]
+                rates = sorted(c["steps_per_s"] for c in cells)
+                med = rates[len(rates) // 2] if len(rates) % 2 else \
+                    (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+                row[f"{engine}_steps_per_s"] = round(med)
+                row[f"{engine}_us_per_call"] = round(1e6 * n / med, 2)
+                row[f"{engine}_steps_per_s_runs"] = [round(c["steps_per_s"]) for c in cells]
                 row[f"{engine}_episodes_ended"] = cells[0]["episodes_ended"]
             for engine in ENGINES[1:]:
-                row[f"ratio_{engine}"] = round(row[f"{engine}_steps_per_s"]
-                                               / row["envpool_steps_per_s"], 2)
+                block = hs.block_from_runs(
+                    f"{t} thread{'s' if t > 1 else ''}, {n} envs, {engine}",
+                    {engine: per_arm[engine], "envpool": per_arm["envpool"]},
+                    metric="steps_per_s", numerator=engine, denominator="envpool",
+                    order=order, load_before=load0, load_after=load1)
+                block.update({"threads": t, "num_envs": n})
+                report["comparisons"].append(block)
+                row[f"ratio_{engine}"] = round(block["ratio"]["median"], 2)
+                row[f"ratio_{engine}_range"] = [round(block["ratio"]["min"], 2),
+                                                round(block["ratio"]["max"], 2)]
             report["rows"].append(row)
     report["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     return report
@@ -170,21 +202,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16, 64, 256, 1024, 4096])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=200_000, help="env transitions per size")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS), help="JSON file ('-': none)")
     ap.add_argument("--_child", choices=ENGINES, help=argparse.SUPPRESS)
+    from bench.harness import Harness, add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     if args._child:
         print(json.dumps(child(args._child, args.num_envs, args.steps)))
         return {}
     if args.repeats < 1 or min(args.threads) < 1 or min(args.num_envs) < 1:
         ap.error("--repeats, --threads and --num-envs must be at least 1")
-    report = measure(args.num_envs, args.threads, args.steps, args.repeats)
-    text = json.dumps(report, indent=2) + "\n"
+    hs = Harness.from_args(args, with_server=False)
+    if hs.plan.pin and max(args.threads) > len(hs.plan.client):
+        print(f"peer_envpool: {max(args.threads)} threads on {len(hs.plan.client)} client "
+              "core(s)", file=sys.stderr)
+    report = measure(args.num_envs, args.threads, args.steps, args.repeats, hs)
     if args.out != "-":
-        from agentgym.runtime.files import write_text_atomic
-
-        write_text_atomic(Path(args.out), text)
+        write_json_atomic(args.out, report)
     print(json.dumps(report))
     for row in report["rows"]:
         print(f"T={row['threads']} N={row['num_envs']:5d}"

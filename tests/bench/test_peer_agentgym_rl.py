@@ -32,11 +32,19 @@ def test_both_loops_play_the_same_episodes():
         src=SRC, episodes=6, concurrency=[3], max_turns=3, max_tokens=4, max_model_len=2048,
         repeats=1, model="tiny"))
     (row,) = report["rows"]
-    ours, theirs = row["engine"], row["agentgym_rl"]
+    (ours,), (theirs,) = row["runs"]["engine"], row["runs"]["agentgym_rl"]
     assert ours["trajectories"] == theirs["trajectories"] == 6
     # The env ends each task at its own horizon and the random model never solves one, so
     # both loops play exactly the same turns.
     assert ours["turns"] == theirs["turns"]
     assert ours["stop_reasons"] == {"done": 6}
     assert theirs["generated_tokens"] > 0 and ours["generated_tokens"] > 0
-    assert row["engine_over_agentgym_rl"] > 0
+    # the shim sent one request per turn, over its persistent session
+    assert report["peer_client"] == "session" and theirs["shim_requests"] == theirs["turns"]
+    (block,) = report["comparisons"]
+    assert block["numerator"] == "engine" and block["denominator"] == "agentgym_rl"
+    assert block["ratio"]["median"] == pytest.approx(
+        ours["trajectories_per_s"] / theirs["trajectories_per_s"])
+    assert block["arms"]["engine"]["runs"] == [ours["trajectories_per_s"]]
+    assert set(block) >= {"tie", "load_before", "load_after", "cores", "pinning"}
+    assert block["cores"]["server"] is not None

@@ -22,8 +22,15 @@ def test_tiny_run_reports_every_engine_and_ratio():
             assert row[f"{engine}_steps_per_s"] > 0
             # 400 transitions of random pushes: CartPole falls within about 10-40 steps.
             assert row[f"{engine}_episodes_ended"] > 0
+        # one round: the ratio is that round's pair
         assert row["ratio_pool_text"] == pytest.approx(
-            row["pool_text_steps_per_s"] / row["envpool_steps_per_s"], abs=0.01)
+            row["pool_text_steps_per_s"] / row["envpool_steps_per_s"], rel=0.01)
+    blocks = report["comparisons"]
+    assert [(b["num_envs"], b["numerator"]) for b in blocks] == [
+        (1, "pool_text"), (1, "pool_no_text"), (8, "pool_text"), (8, "pool_no_text")]
+    for b in blocks:
+        assert b["denominator"] == "envpool" and len(b["ratio"]["pairs"]) == 1
+        assert set(b) >= {"arms", "tie", "load_before", "load_after", "cores", "pinning"}
 
 
 # EnvPool builds its observation space from float64 bounds; Gymnasium warns on the cast.

@@ -51,13 +51,15 @@ def test_both_rows_play_the_same_episodes(tmp_path):
         assert env["episodes"] == [[t, 1000 + t] for t in range(tasks)]
         assert env["same_first_prompts"] is True  # token for token, every episode
         for name in ("skyrl", "agentgym"):
-            row = env[name]
-            assert row["trajectories"] == tasks
-            assert tasks <= row["turns"] <= tasks * turns
-            assert 0 < row["generated_tokens"] <= row["turns"] * tokens
-            assert row["trajectories_per_s"] > 0 and row["generated_tokens_per_s"] > 0
-            assert len(row["wall_s_rounds"]) == 1
-            assert "errors" not in row
-        ratio = env["skyrl"]["ratio_to_agentgym"]
-        assert set(ratio) == {"trajectories_per_s", "generated_tokens_per_s"}
-        assert all(v > 0 for v in ratio.values())
+            (run,) = env["runs"][name]
+            assert run["trajectories"] == tasks
+            assert tasks <= run["turns"] <= tasks * turns
+            assert 0 < run["generated_tokens"] <= run["turns"] * tokens
+            assert run["trajectories_per_s"] > 0 and run["generated_tokens_per_s"] > 0
+            assert len(env[name]["wall_s_rounds"]) == 1
+            assert "errors" not in env[name]
+        assert env["agentgym_over_skyrl"]["median"] > 0
+    assert [b["env"] for b in result["comparisons"]] == ["maze", "textcraft"]
+    for block in result["comparisons"]:
+        assert block["numerator"] == "agentgym" and block["denominator"] == "skyrl"
+        assert set(block) >= {"ratio", "arms", "tie", "load_before", "cores", "pinning"}

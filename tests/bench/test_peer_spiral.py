@@ -65,10 +65,14 @@ def test_both_rollouts_play_tictactoe(tmp_path):
         pytest.skip(report["skipped"])
     (row,) = report["rows"]
     for arm in ("spiral", "engine"):
-        assert row[arm]["games"] == 4
-        assert row[arm]["seat_turns"] >= 4  # every game has at least its first move
+        (run,) = report["runs"][arm]
+        assert run["games"] == 4
+        assert run["seat_turns"] >= 4  # every game has at least its first move
         for rate in ("games_per_s", "seat_turns_per_s", "generated_tokens_per_s"):
-            assert row[arm][rate] > 0
+            assert run[rate] > 0
     assert set(row["engine_over_spiral"]) == {"games_per_s", "seat_turns_per_s",
                                               "generated_tokens_per_s"}
-    assert all(v > 0 for v in row["engine_over_spiral"].values())
+    assert all(v["median"] > 0 for v in row["engine_over_spiral"].values())
+    (block,) = report["comparisons"]
+    assert block["numerator"] == "engine" and block["denominator"] == "spiral"
+    assert set(block) >= {"arms", "tie", "load_before", "load_after", "cores", "pinning"}

@@ -51,10 +51,18 @@ def test_report_structure_and_json(report):
         assert a["micro_batches"] == 2  # 8 trajectories, 4 a micro-batch, in both arms
         assert a["peak_mib"] > 0 and a["memory"].startswith("VmHWM")
         assert a["peak_above_start_mib"] >= 0
+    # one round: each ratio is that round's pair, the arms' medians their one process
     assert row["ratio_tokens_per_s_ours_over_trl"] == pytest.approx(
         row["ours"]["tokens_per_s"] / row["trl"]["tokens_per_s"])
     assert row["ratio_peak_memory_trl_over_ours"] == pytest.approx(
         row["trl"]["peak_mib"] / row["ours"]["peak_mib"])
+    blocks = rep["comparisons"]
+    assert [(b["numerator"], b["denominator"]) for b in blocks] == [("ours", "trl"),
+                                                                     ("ours", "trl_ckpt")]
+    for b in blocks:
+        assert b["ratio"]["median"] == row[f"ratio_tokens_per_s_ours_over_{b['denominator']}"]
+        assert set(b) >= {"arms", "tie", "load_before", "load_after", "cores", "pinning"}
+        assert b["pinning"]["pinned"] and len(b["cores"]["client"]) == 1  # --threads 1
 
 
 def test_both_arms_train_the_same_tokens(report):

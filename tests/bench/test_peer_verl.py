@@ -47,7 +47,7 @@ def test_verls_loop_and_engine_play_the_same_episodes(tmp_path):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == report
     (row,) = report["rows"]
     assert row["concurrency"] == 2
-    verl_row, engine_row = row["verl"], row["engine"]
+    (verl_row,), (engine_row,) = row["runs"]["verl"], row["runs"]["engine"]
     for arm in (verl_row, engine_row):
         assert arm["trajectories"] == episodes
         # long-tailed horizons capped at --max-turns: every episode plays 1..turns turns
@@ -60,5 +60,9 @@ def test_verls_loop_and_engine_play_the_same_episodes(tmp_path):
     # verl's episodes hold exactly the tokens the server sent, one request id an episode
     assert row["token_exact"] and verl_row["token_exact"]
     assert verl_row["episodes_per_request_id"]
-    assert row["engine_over_verl"] == pytest.approx(
-        engine_row["trajectories_per_s"] / verl_row["trajectories_per_s"], abs=1e-3)
+    (block,) = report["comparisons"]
+    assert block["numerator"] == "engine" and block["denominator"] == "verl"
+    assert block["ratio"]["median"] == pytest.approx(
+        engine_row["trajectories_per_s"] / verl_row["trajectories_per_s"])
+    assert set(block) >= {"arms", "tie", "load_before", "load_after", "cores", "pinning"}
+    assert report["verl_client"] == "aiohttp"
