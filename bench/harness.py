@@ -527,6 +527,33 @@ class Harness:
             block["other_ratios"] = others
         return block
 
+    def _rounds(self, name: str, arms: dict, metric, numerator: str, denominator: str,
+                warmups: dict | None, other_metrics: Sequence[str]):
+        """The schedule of :meth:`compare` as a generator: it yields each function to call
+        (warm-ups, then the timed runs, metered) and is sent what the call returned; it
+        returns the comparison block and every run's row per arm."""
+        rows: dict[str, list[dict]] = {a: [] for a in arms}
+        order: list[list[str]] = []
+        load_before = os.getloadavg()
+        for kind, r, arm in schedule(list(arms), self.repeats, self.warmup):
+            if kind == "warmup":
+                yield (warmups or {}).get(arm, arms[arm])
+                continue
+            if len(order) <= r:
+                order.append([])
+            order[r].append(arm)
+            stats: dict = {}
+            with self.meter.measure(stats):
+                row = yield arms[arm]
+            row = {**row, **stats}
+            rows[arm].append(row)
+            self._say(f"[{name}] round {r + 1}/{self.repeats} {arm}: "
+                      f"{_metric_text(metric, row)}")
+        block = self._block(name, metric, numerator, denominator, rows, order, load_before,
+                            os.getloadavg(), other_metrics)
+        self._say(f"[{name}] {numerator}/{denominator}: {fmt_ratio(block)}")
+        return block, rows
+
     def compare(self, name: str, arms: dict[str, Callable[[], dict]], *, metric,
                 numerator: str, denominator: str,
                 warmups: dict[str, Callable[[], object]] | None = None,
@@ -534,27 +561,14 @@ class Harness:
         """Run ``arms`` (name -> a callable returning one run's row) interleaved, after one
         untimed warm-up of each (``warmups[arm]``, default the arm itself); returns the
         comparison block and every run's row per arm (each with its ``cpu_s``)."""
-        rows: dict[str, list[dict]] = {a: [] for a in arms}
-        order: list[list[str]] = []
-        load_before = os.getloadavg()
-        for kind, r, arm in schedule(list(arms), self.repeats, self.warmup):
-            if kind == "warmup":
-                (warmups or {}).get(arm, arms[arm])()
-                continue
-            if not order or len(order) <= r:
-                order.append([])
-            order[r].append(arm)
-            stats: dict = {}
-            with self.meter.measure(stats):
-                row = arms[arm]()
-            row = {**row, **stats}
-            rows[arm].append(row)
-            self._say(f"[{name}] round {r + 1}/{self.repeats} {arm}: "
-                      f"{_metric_text(metric, row)}")
-        block = self._block(name, metric, numerator, denominator, rows, order, load_before,
-                            os.getloadavg(), other_metrics)
-        self._say(f"[{name}] {numerator}/{denominator}: {fmt_ratio(block)}")
-        return block, rows
+        steps = self._rounds(name, arms, metric, numerator, denominator, warmups,
+                             other_metrics)
+        try:
+            fn = next(steps)
+            while True:
+                fn = steps.send(fn())
+        except StopIteration as done:
+            return done.value
 
     async def acompare(self, name: str, arms: dict[str, Callable[[], object]], *, metric,
                        numerator: str, denominator: str,
@@ -562,31 +576,15 @@ class Harness:
                        other_metrics: Sequence[str] = ()) -> tuple[dict, dict[str, list[dict]]]:
         """:meth:`compare` for arms that are coroutine functions (run on the caller's
         event loop)."""
-        async def call(fn):
-            out = fn()
-            return await out if inspect.isawaitable(out) else out
-
-        rows: dict[str, list[dict]] = {a: [] for a in arms}
-        order: list[list[str]] = []
-        load_before = os.getloadavg()
-        for kind, r, arm in schedule(list(arms), self.repeats, self.warmup):
-            if kind == "warmup":
-                await call((warmups or {}).get(arm, arms[arm]))
-                continue
-            if len(order) <= r:
-                order.append([])
-            order[r].append(arm)
-            stats: dict = {}
-            with self.meter.measure(stats):
-                row = await call(arms[arm])
-            row = {**row, **stats}
-            rows[arm].append(row)
-            self._say(f"[{name}] round {r + 1}/{self.repeats} {arm}: "
-                      f"{_metric_text(metric, row)}")
-        block = self._block(name, metric, numerator, denominator, rows, order, load_before,
-                            os.getloadavg(), other_metrics)
-        self._say(f"[{name}] {numerator}/{denominator}: {fmt_ratio(block)}")
-        return block, rows
+        steps = self._rounds(name, arms, metric, numerator, denominator, warmups,
+                             other_metrics)
+        try:
+            fn = next(steps)
+            while True:
+                out = fn()
+                fn = steps.send(await out if inspect.isawaitable(out) else out)
+        except StopIteration as done:
+            return done.value
 
     def block_from_runs(self, name: str, rows: dict[str, list[dict]], *, metric,
                         numerator: str, denominator: str, order: list[list[str]],

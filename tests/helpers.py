@@ -18,6 +18,25 @@ from agentgym.envs import BaseEnv
 BAD_TEXTCRAFT = "this is not a textcraft task"
 
 
+#: The envs that run a real simulator, and the package each needs.
+SIMULATORS = {"babyai": "minigrid", "sciworld": "scienceworld",
+              "sciworld-agentgym": "scienceworld"}
+
+
+def env_param(env_id: str, *marks):
+    """``env_id`` as a ``pytest.param`` with what it needs: ``slow`` for a simulator, Java
+    and a long timeout for ScienceWorld, and ``marks``."""
+    import shutil
+
+    import pytest
+
+    out = [pytest.mark.slow] if env_id in SIMULATORS else []
+    if env_id.startswith("sciworld"):
+        out += [pytest.mark.timeout(600),
+                pytest.mark.skipif(shutil.which("java") is None, reason="ScienceWorld needs Java")]
+    return pytest.param(env_id, marks=[*out, *marks])
+
+
 def mask_runs(mask) -> list[tuple[int, int, int]]:
     """Maximal runs of equal loss-mask value: ``[(mask, start, end), ...]``."""
     out: list[list[int]] = []

@@ -19,12 +19,10 @@ from agentgym.data.trajectories import RowInfo, pack, solved
 from agentgym.engine import RolloutEngine
 from agentgym.envs import registry
 from agentgym.envs.tasks import plan_tasks
+from tests.helpers import SIMULATORS, env_param
 
 #: held-out tasks each env's oracle plays
 TASKS = 5
-#: envs that run a real simulator, and the package each needs
-SIMULATORS = {"babyai": "minigrid", "sciworld": "scienceworld",
-              "sciworld-agentgym": "scienceworld"}
 
 
 #: Why ScienceWorld's oracle cannot solve every held-out task under the env's default options.
@@ -47,15 +45,9 @@ def _shipped_envs() -> list:
         entry = registry.spec(env_id).entry_point
         if not (isinstance(entry, str) and entry.startswith("agentgym.")):
             continue  # ids other test modules registered
-        marks = []
-        if env_id in SIMULATORS:
-            marks.append(pytest.mark.slow)
-        if env_id.startswith("sciworld"):
-            marks += [pytest.mark.timeout(600),
-                      pytest.mark.skipif(shutil.which("java") is None,
-                                         reason="ScienceWorld needs Java"),
-                      pytest.mark.xfail(strict=True, reason=_SCIWORLD_DEFAULT)]
-        params.append(pytest.param(env_id, marks=marks))
+        marks = [pytest.mark.xfail(strict=True, reason=_SCIWORLD_DEFAULT)] \
+            if env_id.startswith("sciworld") else []
+        params.append(env_param(env_id, *marks))
     return params
 
 

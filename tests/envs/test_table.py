@@ -5,8 +5,6 @@ model's tokenizer (SmolLM2-135M-Instruct), so that the context cap is the engine
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 import agentgym
@@ -15,12 +13,10 @@ from agentgym.engine import RolloutEngine
 from agentgym.envs import table
 from agentgym.envs.registry import default_horizon
 from agentgym.envs.tasks import plan_tasks
+from tests.helpers import SIMULATORS, env_param
 
 #: the least share of held-out tasks the oracle must solve under the table's settings
 SOLVED = 0.95
-#: envs that run a real simulator, and what they need
-SIMULATORS = {"babyai": "minigrid", "sciworld": "scienceworld",
-              "sciworld-agentgym": "scienceworld"}
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +51,6 @@ async def play_oracle(env_id: str, row: table.TableRow, tokenizer, num_tasks: in
     return plan, batch.trajectories
 
 
-def _needs(env_id: str):
-    marks = []
-    if env_id in SIMULATORS:
-        marks.append(pytest.mark.slow)
-    if env_id.startswith("sciworld"):
-        marks += [pytest.mark.timeout(600),
-                  pytest.mark.skipif(shutil.which("java") is None,
-                                     reason="ScienceWorld needs Java")]
-    return pytest.param(env_id, marks=marks)
-
-
 def test_rows_name_registered_envs_and_valid_settings():
     envs = set(agentgym.list_envs())
     assert set(table.ROWS) <= envs, set(table.ROWS) - envs
@@ -87,7 +72,7 @@ def _shipped() -> list[str]:
             if isinstance(spec(e).entry_point, str) and spec(e).entry_point.startswith("agentgym.")]
 
 
-@pytest.mark.parametrize("env_id", [_needs(e) for e in _shipped()])
+@pytest.mark.parametrize("env_id", [env_param(e) for e in _shipped()])
 async def test_oracle_solves_held_out_tasks_within_the_table_settings(env_id,
                                                                       smollm2_tokenizer):
     if env_id in SIMULATORS:
