@@ -122,17 +122,6 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def __getattr__(name: str):
-    # Transitional: ``make_backend`` moved to :mod:`agentgym.backends.factory` (it imports
-    # every backend, and every backend imports this module). Import it from
-    # ``agentgym.backends``; this alias goes once no caller reads it from here.
-    if name == "make_backend":
-        import importlib
-
-        return importlib.import_module("agentgym.backends.factory").make_backend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
     """Validate a prompt: a non-empty sequence of ints in ``[0, vocab_size)`` (numpy ints
     accepted); an :class:`InvalidRequestError` otherwise. One vectorised pass (prompts grow
