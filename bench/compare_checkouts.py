@@ -9,9 +9,10 @@ figures side by side with their ratio (head / base; above 1 is faster for a rate
 The benches: ``engine_overhead`` (engine turns/s at 256 and 4096 episodes in flight),
 ``env_pool`` (native maze and textcraft steps/s at 1,024 envs), ``distributed`` (in-process
 and one-Ray-worker trajectories/s, and the learner's update tokens/s at 1 rank on the tiny
-model). Every figure is the best over its rounds (the timeit convention: load only ever
-slows a run down); every run's value is kept. Prints one JSON object (and writes it to
-``--out`` with fsync and rename).
+model). Each figure is compared as the harness compares arms (``bench/harness.py``): the
+median of the per-round ratios head / base with its range (``tie`` where the range holds
+1.0), and each tree's own median and range over its rounds; every run's value is kept.
+Prints one JSON object (and writes it to ``--out`` with fsync and rename).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from bench.harness import fmt_ratio, ratio_stats, summarize  # noqa: E402
 
 #: name -> (arguments after ``bench/<script>.py``, {figure: path into its JSON})
 BENCHES: dict[str, tuple[list[str], dict[str, tuple]]] = {
@@ -38,9 +42,10 @@ BENCHES: dict[str, tuple[list[str], dict[str, tuple]]] = {
          "--repeats", "2"],
         {}),  # figures read by _env_pool below
     "distributed": (
-        ["--json", "--episodes", "2048", "--repeats", "2", "--learner-steps", "3"],
-        {"in_process_trajectories_per_s": ("rollouts", "in_process", "trajectories_per_s"),
-         "ray_1_worker_trajectories_per_s": ("rollouts", "ray_1_worker",
+        ["--json", "--episodes", "2048", "--repeats", "2", "--learner-steps", "3",
+         "--latency-ms", "0"],
+        {"in_process_trajectories_per_s": ("rollouts", 0, "in_process", "trajectories_per_s"),
+         "ray_1_worker_trajectories_per_s": ("rollouts", 0, "ray_1_worker",
                                              "trajectories_per_s"),
          "update_tokens_per_s": ("learner", "ranks_1", "tokens_per_s")}),
 }
@@ -91,13 +96,12 @@ def main(argv=None) -> dict:
                 runs[side].append(_figures(name, _run(trees[side], name, bench_args)))
         rows = {}
         for fig in runs["head"][0]:
-            base = max(r[fig] for r in runs["base"])
-            head = max(r[fig] for r in runs["head"])
-            rows[fig] = {"base": base, "head": head, "head_vs_base": round(head / base, 3),
-                         "base_runs": [r[fig] for r in runs["base"]],
-                         "head_runs": [r[fig] for r in runs["head"]]}
+            base = [r[fig] for r in runs["base"]]
+            head = [r[fig] for r in runs["head"]]
+            rows[fig] = {**summarize({"head": head, "base": base}, "head", "base"),
+                         "head_vs_base": round(ratio_stats(head, base)["median"], 3)}
         report["benches"][name] = rows
-        print(f"{name}: " + ", ".join(f"{k} {v['head_vs_base']}" for k, v in rows.items()),
+        print(f"{name}: " + ", ".join(f"{k} {fmt_ratio(v)}" for k, v in rows.items()),
               file=sys.stderr)
     report["wall_s"] = round(time.time() - t0, 1)
     report["load_avg_end"] = os.getloadavg()[0]

@@ -572,15 +572,6 @@ class RowInfo:
     def __len__(self) -> int:
         return len(self.task_id)
 
-    def judge(self, stop_reasons: Sequence[str], rewards: Sequence[float]) -> RowInfo:
-        """Record each row's success (:attr:`success`) under its env's rule, from the rows'
-        stop reasons and final rewards (row ``i`` of each; a retried row: its
-        :attr:`attempt_return`); returns ``self``. The engine calls it as its episodes
-        close."""
-        self.success = success_of(self.env_id, [r == "done" for r in stop_reasons],
-                                  rewards, self.attempt_return).tolist()
-        return self
-
     def successes(self, packed: PackedBatch) -> np.ndarray:
         """Each row's success (bool array): as recorded, else by its env's rule
         (:func:`success_of`) over ``packed``'s stop reasons and rewards (row ``i`` of both)

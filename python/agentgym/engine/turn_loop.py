@@ -27,7 +27,14 @@ import numpy as np
 
 from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
-from agentgym.data.trajectories import STOP_REASONS, PackedBatch, RowInfo, Trajectory, trajectories
+from agentgym.data.trajectories import (
+    STOP_REASONS,
+    PackedBatch,
+    RowInfo,
+    Trajectory,
+    solved,
+    trajectories,
+)
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.config import RolloutConfig
 from agentgym.engine.episode import Episode, Turn, new_turn
@@ -36,6 +43,7 @@ from agentgym.engine.mechanisms.base import PoolCounter
 from agentgym.engine.outputs import EpisodeBatch
 from agentgym.engine.play import EpisodePlay, PlayStrategy
 from agentgym.engine.selfplay import GameDriver, GamePlay
+from agentgym.envs.registry import success_rule
 
 if TYPE_CHECKING:
     from agentgym.engine.orchestrator import RolloutEngine
@@ -68,6 +76,8 @@ class TurnLoop:
         #: split there, and each first prompt is rendered whole).
         self.head = self.fmt.system_ids(self.system)
         self.pool = driver.core_pool
+        #: The return a ``done`` episode must reach to count as solved (the env's rule).
+        self.success_threshold = success_rule(driver.env_id).threshold
         #: The token cap of an episode's record (a mechanism that bounds what the model sees
         #: may raise it above ``max_total_tokens``).
         self.record_cap = cfg.max_total_tokens
@@ -284,8 +294,12 @@ class TurnLoop:
             np.fromiter((r.key for r in rows), np.uint64, len(rows))
         if not np.array_equal(drained, keys):
             raise RuntimeError("the trajectory store drained rows of other episodes")
-        info = self._row_info(eps).judge([e.stop_reason for e in eps], packed["rewards"]
-                                         if packed is not None else [r.reward for r in rows])
+        info = self._row_info(eps)
+        # each episode's success by the env's rule (a retried one: its last attempt's return)
+        rewards = packed["rewards"].tolist() if packed is not None else [r.reward for r in rows]
+        thr = self.success_threshold
+        info.success = [bool(solved(e.stop_reason == "done", r, a, thr))
+                        for e, r, a in zip(eps, rewards, info.attempt_return)]
         games = info.seat_info is not None
         seats = [e.seat for e in eps] if games else None
         if rows is not None:
