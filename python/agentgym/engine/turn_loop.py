@@ -134,10 +134,6 @@ class TurnLoop:
                 return strategy
         return EpisodePlay(self)
 
-    def state(self, name: str, ep: Episode):
-        """The state mechanism ``name`` keeps for ``ep`` (None where it keeps none)."""
-        return ep.state.get(name)
-
     # -- what mechanisms ask of the loop --------------------------------------------------
     def context_of(self, ep: Episode) -> tuple[list[int], int]:
         """The tokens ``ep``'s next reply is generated from, and where its window resumes
