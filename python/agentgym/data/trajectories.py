@@ -740,7 +740,12 @@ def trajectories(rows: Sequence[_core.TrajectoryRow], info: RowInfo,
     if steps is None:  # fresh empty lists per row (a trajectory's lists are its own)
         steps = [([], [], []) for _ in rows]
     tags = info.seat_info
-    success = info.success if info.success is not None else [None] * len(rows)
+    success = info.success
+    if success is None or None in success:  # judged here in one call, not once per row
+        judged = success_of(info.env_id, [names[r.stop_reason] == "done" for r in rows],
+                            [r.reward for r in rows], info.attempt_return).tolist()
+        success = judged if success is None else \
+            [j if s is None else s for s, j in zip(success, judged)]
     return [Trajectory(
         task_id=info.task_id[i], env_id=info.env_id[i], group_id=r.group_id,
         sample_index=r.sample_index, token_ids=token_ids[i], loss_mask=r.loss_mask,

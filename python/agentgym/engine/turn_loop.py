@@ -387,7 +387,6 @@ class TurnLoop:
         # first attempt calls the backend directly (no wrapper coroutine per turn).
         cap, sampling0, eot = cfg.max_total_tokens, self.sampling, self.fmt.end_of_turn_id
         generate, submit, clock = self.generate, self.turn_batcher.submit, time.perf_counter
-        store = self.store
         direct = self.engine.backend.generate
         if cfg.turn_timeout_s is not None or self.request_hooks:
             direct = None  # through ``generate``: its timeout, or what travels beside tokens
@@ -437,9 +436,7 @@ class TurnLoop:
                     # and the env steps with what was written.
                     ep.cut_turns += 1
                 else:  # the context cap (or truncated_turn="end"): keep the tokens, end
-                    store.append(key, np.array(toks, np.uint32), True,
-                                 np.array(res.logprobs, np.float32) if res.logprobs else None)
-                    ids.extend(toks)
+                    self.append(ep, toks, True, res.logprobs)
                     if windowed is not None:
                         windowed.replied(ep, resume, start, len(ids))
                     ep.stop_reason = "length"
