@@ -126,6 +126,49 @@ class TestVLLMInProcess:
         again = await vllm_backend.generate(PROMPT, greedy)
         assert again.token_ids == before.token_ids
 
+    @MODULE_LOOP
+    async def test_replies_in_flight_finish_under_the_weights_they_began_with(
+            self, vllm_backend, hf_model, tiny_model_dir):
+        """A weight update while replies run (asynchronous training): the running replies
+        finish under the old weights and say so (their version, their logprobs); a reply
+        asked for during the update waits and is the new weights' throughout."""
+        import torch
+        from safetensors.torch import load_file
+
+        original = load_file(f"{tiny_model_dir}/model.safetensors")
+        g = torch.Generator().manual_seed(5)
+        new = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in original.items()}
+        v0 = vllm_backend.policy_version
+        ps = prompts(4)
+        long = SamplingParams(max_new_tokens=48, temperature=1.0, seed=1)
+        running = [asyncio.create_task(vllm_backend.generate(p, long)) for p in ps]
+
+        async def started():
+            return await vllm_backend.num_unfinished_requests() == len(ps)
+
+        await _wait_until(started, timeout_s=60)
+        update = asyncio.create_task(vllm_backend.update_weights(new))
+
+
+        async def gate_closed():  # the update holds the gate: later replies wait for it
+            return vllm_backend.gate.closed
+
+        await _wait_until(gate_closed, timeout_s=60)
+        late = asyncio.create_task(vllm_backend.generate(ps[0], long))
+        old_replies = await asyncio.gather(*running)
+        await update
+        after = await late
+        assert vllm_backend.gate.drains >= 1
+        assert [r.policy_version for r in old_replies] == [v0] * len(ps)
+        assert after.policy_version == v0 + 1
+        for p, r in zip(ps, old_replies):
+            assert_consistent(hf_model, p, r, 2e-3)  # the old weights generated it
+        hf_model.load_state_dict(new)
+        try:
+            assert_consistent(hf_model, ps[0], after, 2e-3)
+        finally:
+            hf_model.load_state_dict(original)
+        await vllm_backend.update_weights(tiny_model_dir)
 
     @MODULE_LOOP
     async def test_close_ends_cleanly(self, vllm_backend, caplog):

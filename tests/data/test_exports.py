@@ -50,6 +50,8 @@ def test_exports_match_a_hand_built_trajectory():
         "offsets": ([0, 7, 10], np.int64),
         "loss_mask": ([0, 0, 0, 1, 1, 0, 1, 0, 0, 1], np.uint8),
         "logprobs": ([0, 0, 0, -0.5, -1.25, 0, -2.0, 0, 0, -0.75], np.float32),
+        # one version per row: each token its row's policy_version
+        "token_version": ([4] * 7 + [3] * 3, np.uint32),
         "rewards": ([1.0, 0.5], np.float32),
         "turn_rewards": ([0.0, 1.0, 0.5], np.float32),
         "turn_offsets": ([0, 2, 3], np.int64),

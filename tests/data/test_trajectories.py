@@ -115,10 +115,13 @@ def test_single_episode_layout():
     assert b.prompt_len.tolist() == [3] and b.stop_reason_names() == ["done"]
     # from_dict keeps the drained arrays (already of the right dtype): no copies.
     # (the store plays whole records: a batch from its drain has no steps, and its rows are
-    # single-agent: seat 0)
+    # single-agent: seat 0; it holds no per-token versions: every token is the row's)
+    assert b.token_version.tolist() == [5] * 7
     for f in fields(b):
         if f.name.startswith("step_") or f.name == "seat":
             assert not getattr(b, f.name).any()
+            continue
+        if f.name == "token_version":
             continue
         assert np.shares_memory(getattr(b, f.name), d[f.name]) or d[f.name].size == 0, f.name
     assert len(s.drain()["offsets"]) == 1

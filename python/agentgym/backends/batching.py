@@ -52,8 +52,10 @@ class RequestBatcher(Generic[R]):
     again: after ``wait_s`` seconds (0: the rest of the event-loop iteration; None: no
     wait, only what is already queued), at most ``max_batch`` (None: no limit). A request
     aborted before its batch runs ends at once with ``finish_reason="abort"`` and the
-    tokens so far. ``version()`` (the backend's ``policy_version``) is read just before
-    ``run`` and goes into every result of the batch; aborted ends read it when they happen.
+    tokens so far. ``version()`` (the backend's ``policy_version``) is read in the worker
+    thread just before ``run`` and goes into every result of the batch (a weight update run on
+    ``executor`` and bumping the version there is exact: the batch after it reads the new
+    version); aborted ends read it when they happen.
 
     A ``run`` that raises fails every request of the batch with
     ``BackendError(f"{error}: {exc!r}")``; with ``aborts_survive_failure`` a request aborted
@@ -133,6 +135,11 @@ class RequestBatcher(Generic[R]):
         while self._queue is not None and not self._queue.empty():
             self._finish_aborted(self._queue.get_nowait())
 
+    def _run(self, live: list[R]) -> tuple[int, list]:
+        """``run(live)`` in the worker thread, with the version it ran under: read there,
+        after any weight update queued before it on the same thread."""
+        return self.version(), self.run(live)
+
     def _finish_aborted(self, req: R) -> None:
         if not req.future.done():
             req.future.set_result(GenerateResult(
@@ -157,9 +164,8 @@ class RequestBatcher(Generic[R]):
                     live.append(req)
             if not live:
                 continue
-            version = self.version()
             try:
-                outputs = await loop.run_in_executor(self.executor, self.run, live)
+                version, outputs = await loop.run_in_executor(self.executor, self._run, live)
             except asyncio.CancelledError:
                 for req in live:
                     req.aborted = True

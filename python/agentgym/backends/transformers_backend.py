@@ -160,17 +160,22 @@ class TransformersBackend:
 
     async def update_weights(self, state_dict_or_path) -> None:
         """Load new weights in place: a ``{name: tensor}`` state dict (a subset is fine) or
-        a path to a ``.safetensors`` file or a folder of them. Waits for the running batch;
+        a path to a ``.safetensors`` file or a folder of them. Waits for the running batch
+        (a batch generates under one version: every reply it returns is labelled exactly);
         ``policy_version`` increments when the new weights are live."""
         loop = asyncio.get_running_loop()
         executor = self._batcher.executor
+
+        def load() -> None:  # on the batch thread: the next batch sees the new version
+            self._load_weights(state_dict_or_path)
+            self.policy_version += 1
+
         try:
-            await loop.run_in_executor(executor, self._load_weights, state_dict_or_path)
+            await loop.run_in_executor(executor, load)
         except BackendError:
             raise
         except Exception as e:  # a tensor of the wrong shape or dtype, an unreadable file
             raise BackendError(f"weight update failed: {e!r}") from e
-        self.policy_version += 1
 
     async def close(self) -> None:
         """Abort every request, stop the batcher and the worker thread."""

@@ -81,6 +81,8 @@ FLAG_FIELDS: dict[str, str] = {
     "--eval-every": "eval_every",
     "--eval-tasks": "eval_tasks",
     "--async-rollouts": "async_rollouts",
+    "--fully-async": "fully_async",
+    "--max-staleness": "learner.max_staleness",
     "--no-warmup": "warmup",
     "--self-play": "self_play",
     "--opponent": "rollout.opponent",
@@ -170,6 +172,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-tasks", type=nonneg_int)
     p.add_argument("--async-rollouts", action="store_true", default=None,
                    help="overlap the next rollout with the current update")
+    p.add_argument("--fully-async", action="store_true", default=None,
+                   help="fully asynchronous training: one open stream of episodes, a step "
+                        "whenever a batch of groups has finished, weights pushed while "
+                        "episodes are in flight (partial rollouts)")
+    p.add_argument("--max-staleness", type=nonneg_int,
+                   help="the staleness bound in policy versions (default 1 with "
+                        "--fully-async or --async-rollouts)")
     p.add_argument("--no-warmup", action="store_true", help="skip the tiny model's warm-up")
     p.add_argument("--self-play", action="store_true", default=None,
                    help="train on a multi-seat game (tictactoe, kuhn_poker, negotiation): "
@@ -293,6 +302,7 @@ def _train_config(args: argparse.Namespace) -> dict[str, Any]:
               "steps_per_stage": args.steps_per_stage, "tasks_per_step": args.tasks_per_step,
               "n_samples": args.n_samples, "seed": args.seed, "eval_every": args.eval_every,
               "eval_tasks": args.eval_tasks, "async_rollouts": args.async_rollouts,
+              "fully_async": args.fully_async, "learner.max_staleness": args.max_staleness,
               "resume": args.resume, "output_dir": args.output,
               "rollout.max_turns": args.max_turns,
               "rollout.max_new_tokens": args.max_new_tokens,

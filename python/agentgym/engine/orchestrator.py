@@ -172,7 +172,7 @@ class RolloutEngine:
                                     np.zeros(len(groups), np.uint64)).tolist()
         return [
             Episode(next(self._keys), -1, r.task, int(r.seed) if r.seed is not None else seed,
-                     int(r.group_id), int(r.sample_index))
+                    int(r.group_id), int(r.sample_index), max_turns=r.max_turns)
             for r, seed in zip(reqs, derived)
         ]
 

@@ -1,4 +1,4 @@
-"""Self-play: episodes of a native multi-seat game, several agents in one episode.
+"""Self-play: episodes of a multi-seat game, several agents in one episode.
 
 An episode of a game (``agentgym._core.native_game_ids()``: ``tictactoe``, ``kuhn_poker``,
 ``negotiation``) has one trajectory per seat. Each seat's trajectory is its own
@@ -10,7 +10,9 @@ its own player's backend), and steps the game once with all of their moves; the 
 tick batchers put the resets, steps and solver queries of every game that reached the same
 point in one Rust call (``_core.GamePool``, GIL released), and the backends batch the
 generations of every seat to move across all episodes. So batches stay full whatever the
-turn order.
+turn order. A suite's game (``openspiel:<game>``, ``textarena:<EnvId>``;
+:mod:`agentgym.envs.suites`) plays the same way on a ``SuiteGamePool``, whose resets, steps
+and solver queries are awaited on its worker thread, off the event loop.
 
 Who plays a seat (``RolloutConfig.opponent``):
 
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 import zlib
 from collections.abc import Sequence
@@ -45,12 +46,12 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from agentgym import _core
 from agentgym.backends.base import Backend, BackendError, SamplingParams
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.episode import Episode
 from agentgym.engine.play import SingleUnits
+from agentgym.envs.registry import game_pool
 
 __all__ = ["GameDriver", "OPPONENTS", "seat_players"]
 
@@ -78,15 +79,18 @@ def seat_players(opponent: str, group_id: int, seed: int, seats: int,
 
 
 class GameDriver:
-    """The engine's table for one game: a ``_core.GamePool`` of ``capacity`` slots, the
-    seats' roles and system prompts. ``core_pool`` is None (the single-agent turn path never
-    runs on a game)."""
+    """The engine's table for one game: its pool of ``capacity`` slots (a native game's
+    ``_core.GamePool``, a suite game's ``SuiteGamePool``, whose calls run off the event
+    loop: ``is_async``), the seats' roles and system prompts. ``core_pool`` is None (the
+    single-agent turn path never runs on a game)."""
 
     core_pool = None
 
     def __init__(self, game_id: str, capacity: int, **kwargs):
         self.env_id = game_id
-        self.pool = _core.GamePool(game_id, capacity, json.dumps(kwargs))
+        self.pool = game_pool(game_id, capacity, **kwargs)
+        #: The pool's calls are awaited (``areset``, ``astep``, ``aoracle_actions``).
+        self.is_async = bool(getattr(self.pool, "is_async", False))
         self.seats = self.pool.seats
         self.roles = list(self.pool.roles)
         self.seat_instructions = list(self.pool.instructions)
@@ -96,7 +100,9 @@ class GameDriver:
         self.pool.finish(sorted({slot for slot, _ in items}))
 
     def close(self) -> None:
-        return None
+        close = getattr(self.pool, "close", None)
+        if close is not None:
+            close()
 
 
 class _SeatView:
@@ -152,11 +158,18 @@ class GamePlay:
         loop = asyncio.get_running_loop()
         pool = driver.pool
         self.eot = run.fmt.end_of_turn_id
-        self.reset_batcher = TickBatcher(self._reset_batch, loop=loop)
-        self.turn_batcher = TickBatcher(self._turn_batch, loop=loop)
-        self.oracle_batcher = TickBatcher(
-            lambda rows: pool.oracle_actions([r[0] for r in rows], [r[1] for r in rows]),
-            loop=loop)
+        if driver.is_async:  # a suite's game: its pool works off the event loop
+            self.reset_batcher = TickBatcher(self._areset_batch, is_async=True, loop=loop)
+            self.turn_batcher = TickBatcher(self._aturn_batch, is_async=True, loop=loop)
+            self.oracle_batcher = TickBatcher(
+                lambda rows: pool.aoracle_actions([r[0] for r in rows], [r[1] for r in rows]),
+                is_async=True, loop=loop)
+        else:
+            self.reset_batcher = TickBatcher(self._reset_batch, loop=loop)
+            self.turn_batcher = TickBatcher(self._turn_batch, loop=loop)
+            self.oracle_batcher = TickBatcher(
+                lambda rows: pool.oracle_actions([r[0] for r in rows], [r[1] for r in rows]),
+                loop=loop)
         self.views = [_SeatView(self, s) for s in range(self.seats)]
         engine = run.engine
         self.backends: dict[str, Backend] = {"policy": engine.backend, **engine.opponents}
@@ -194,7 +207,7 @@ class GamePlay:
         out, base = [], ep.key
         for seat in range(self.seats):
             sp = ep if seat == 0 else Episode(0, ep.slot, ep.task, ep.seed, ep.group_id,
-                                              ep.sample_index)
+                                              ep.sample_index, max_turns=ep.max_turns)
             sp.key = base * self.seats + seat
             sp.seat, sp.seat_info = seat, (base, self.roles[seat], players[seat])
             sp.policy_version = self.backends[players[seat]].policy_version
@@ -238,6 +251,8 @@ class GamePlay:
         cfg = self.run.cfg
         view = await self.reset_batcher.submit(seats)
         max_turns, cap = cfg.max_turns, cfg.max_total_tokens
+        if seats[0].max_turns is not None:  # the request's own horizon
+            max_turns = seats[0].max_turns
         while True:
             to_move, _, over, rewards, _ = view
             if over:
@@ -271,6 +286,19 @@ class GamePlay:
         live = [g for g in games if not g[0].closed]
         views = self.driver.pool.reset([g[0].slot for g in live], [g[0].task for g in live],
                                        [g[0].seed for g in live]) if live else []
+        return self._reset_done(games, live, views)
+
+    async def _areset_batch(self, games: list[list]) -> list:
+        """:meth:`_reset_batch` with a pool whose reset is awaited (a suite's game)."""
+        live = [g for g in games if not g[0].closed]
+        views = await self.driver.pool.areset(
+            [g[0].slot for g in live], [g[0].task for g in live],
+            [g[0].seed for g in live]) if live else []
+        live_now = [g for g in live if not g[0].closed]  # cancelled while the pool worked
+        views = [v for g, v in zip(live, views) if not g[0].closed]
+        return self._reset_done(games, live_now, views)
+
+    def _reset_done(self, games: list[list], live: list[list], views: list) -> list:
         self._observe(live, views)
         got = dict(zip(map(id, live), views))
         return [got.get(id(g)) for g in games]
@@ -282,7 +310,24 @@ class GamePlay:
         games stepped in one pool call, and the next movers' observations appended. Per game
         its view after the step, or :class:`GameOver` where a reply met the context cap (None
         for a game closed meanwhile, by a cancellation)."""
-        run = self.run
+        out, stepped = self._turn_record(items)
+        if stepped:
+            slots, moves = self._moves(stepped)
+            self._stepped(stepped, self.driver.pool.step(slots, moves), out)
+        return [out.get(id(it)) for it in items]
+
+    async def _aturn_batch(self, items: list[tuple[list, list, list]]) -> list:
+        """:meth:`_turn_batch` with a pool whose step is awaited (a suite's game)."""
+        out, stepped = self._turn_record(items)
+        if stepped:
+            slots, moves = self._moves(stepped)
+            views = await self.driver.pool.astep(slots, moves)
+            self._stepped(stepped, views, out)
+        return [out.get(id(it)) for it in items]
+
+    def _turn_record(self, items: list[tuple[list, list, list]]) -> tuple[dict, list]:
+        """The replies of the tick's live games onto their records; the games whose reply
+        met the context cap (:class:`GameOver`) and the games to step."""
         live = [it for it in items if not it[0][0].closed]
         movers = [sp for _, ms, _ in live for sp in ms]
         replies = [r for _, _, rs in live for r in rs]
@@ -295,20 +340,25 @@ class GamePlay:
                 out[id(it)] = GameOver("length")
             else:
                 stepped.append(it)
-        if stepped:
-            actions = run.codec.actions([r.tokens for it in stepped for r in it[2]])
-            moves, k = [], 0
-            for it in stepped:
-                moves.append(actions[k:k + len(it[2])])
-                k += len(it[2])
-            views = self.driver.pool.step([it[0][0].slot for it in stepped], moves)
-            for it, view in zip(stepped, views):
-                if not isinstance(view, BaseException):
-                    for sp, bad in zip(it[1], view[4]):
-                        sp.invalid_turns += bad
-            self._observe([it[0] for it in stepped], views)
-            out.update(zip(map(id, stepped), views))
-        return [out.get(id(it)) for it in items]
+        return out, stepped
+
+    def _moves(self, stepped: list) -> tuple[list[int], list[list[str]]]:
+        """The slots of the games to step and their moves, parsed in one codec call."""
+        actions = self.run.codec.actions([r.tokens for it in stepped for r in it[2]])
+        moves, k = [], 0
+        for it in stepped:
+            moves.append(actions[k:k + len(it[2])])
+            k += len(it[2])
+        return [it[0][0].slot for it in stepped], moves
+
+    def _stepped(self, stepped: list, views: list, out: dict) -> None:
+        """The step's refused moves counted and the next movers' observations appended."""
+        for it, view in zip(stepped, views):
+            if not isinstance(view, BaseException):
+                for sp, bad in zip(it[1], view[4]):
+                    sp.invalid_turns += bad
+        self._observe([it[0] for it in stepped], views)
+        out.update(zip(map(id, stepped), views))
 
     def _record(self, movers: list, replies: list[_Reply]) -> None:
         """The replies onto their seats' records, in a few store calls for the tick."""
@@ -390,6 +440,7 @@ class GamePlay:
             res = await run.generate(sp, sampling, prompt=sp.ids, backend=backend,
                                      context=context)
         sp.gen_s += time.perf_counter() - t0
+        sp.replied(res.policy_version)  # the reply starts where the record ends
         toks = res.token_ids
         ended = bool(toks) and toks[-1] == run.fmt.end_of_turn_id
         cut = res.finish_reason == "length" and not ended

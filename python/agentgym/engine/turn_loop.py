@@ -34,6 +34,7 @@ from agentgym.data.trajectories import (
     Trajectory,
     solved,
     trajectories,
+    version_array,
 )
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.config import RolloutConfig
@@ -182,8 +183,9 @@ class TurnLoop:
         live = [e for e in eps if not e.closed]
         if not live:
             return [None] * len(eps)
-        max_turns = self.cfg.max_turns
-        obs = await self.driver.reset_many([(e.slot, e.task, e.seed, max_turns) for e in live])
+        top = self.cfg.max_turns
+        obs = await self.driver.reset_many([
+            (e.slot, e.task, e.seed, top if e.max_turns is None else e.max_turns) for e in live])
         out: list = [o if isinstance(o, BaseException) else None for o in obs]
         ok = [k for k, (e, o) in enumerate(zip(live, obs))
               if not e.closed and not isinstance(o, BaseException)]
@@ -298,17 +300,25 @@ class TurnLoop:
                         for e, r, a in zip(eps, rewards, info.attempt_return)]
         games = info.seat_info is not None
         seats = [e.seat for e in eps] if games else None
+        # episodes that spanned a weight update (partial rollouts) carry their versions
+        spanned = any(e.version_at for e in eps)
         if rows is not None:
             # the token lists are the episodes' contexts (equal to the stored tokens: the
             # engine appends to both)
             extra: dict = {}
             for hook in self.trajectory_hooks:
                 extra.update(hook(eps))
+            if spanned:
+                extra["versions"] = [(e.version_pos, e.version_at) for e in eps]
             trajs = trajectories(rows, info, [e.ids for e in eps], seats=seats, **extra)
         if sink is None:
             return trajs
         for hook in self.packed_hooks:
             packed.update(hook(eps))
+        if spanned:
+            packed["token_version"] = np.concatenate([
+                version_array(len(e.ids), e.policy_version, e.version_pos, e.version_at)
+                for e in eps])
         if seats is not None:
             packed["seat"] = np.array(seats, np.uint32)
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))
@@ -395,6 +405,7 @@ class TurnLoop:
         step_cut = cfg.truncated_turn == "step"
         before_reply, after_turn = self.before_reply, self.after_turn
         windowed, prompt, resume = self.windowed, ids, 0
+        version = ep.version_at[-1] if ep.version_at else ep.policy_version
         while ep.stop_reason is None:
             if before_reply:
                 for hook in before_reply:
@@ -427,6 +438,9 @@ class TurnLoop:
                 log.debug("backend error on episode %d turn %d: %s", key, ep.turns, e)
                 res = await generate(ep, sampling, start=1, last=e, prompt=prompt)
             ep.gen_s += clock() - t0
+            if res.policy_version != version:  # a weight update since the last reply
+                ep.replied(res.policy_version)
+                version = res.policy_version
             toks = res.token_ids  # never mutated: stored and appended to the context as is
             ended = bool(toks) and toks[-1] == eot
             start = len(ids)

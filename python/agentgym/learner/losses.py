@@ -40,6 +40,8 @@ __all__ = [
     "stale_mask",
     "staleness_weights",
     "truncated_is_weights",
+    "behaviour_weights",
+    "OFF_POLICY_MODES",
     "value_loss",
 ]
 
@@ -211,15 +213,33 @@ def value_loss(
 def truncated_is_weights(
     proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, cap: float = 2.0
 ) -> torch.Tensor:
-    """Truncated importance weights ``min(exp(prox - behaviour), cap)`` (detached).
+    """Truncated importance weights ``min(exp(prox - behaviour), cap)`` (detached): the TIS
+    correction of Yao et al. (2025), :func:`behaviour_weights` with ``mode="tis"``."""
+    return behaviour_weights(proximal_logprobs, behaviour_logprobs, cap, "tis")[0]
 
-    Used when the ratio is taken against *proximal* logprobs recomputed by the learner
-    while the tokens were sampled by a different (stale or numerically different)
-    behaviour policy, e.g. vLLM: the TIS correction of Yao et al. (2025).
-    """
+
+def behaviour_weights(
+    proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, cap: float = 2.0,
+    mode: str = "tis",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token importance weights ``exp(prox - behaviour)`` of the decoupled objective
+    (the ratio is clipped against the proximal policy; this weight corrects for the
+    behaviour policy that sampled the token) and the tokens whose weight exceeds ``cap``.
+
+    ``mode="tis"`` truncates those at ``cap`` (truncated importance sampling, as verl's TIS);
+    ``"decoupled"`` drops them (weight 0, as AReaL's decoupled PPO with a behaviour-weight
+    cap). Both detached."""
+    if mode not in OFF_POLICY_MODES:
+        raise ValueError(f"off_policy must be one of {OFF_POLICY_MODES}, got {mode!r}")
     with torch.no_grad():
-        log_w = torch.clamp(proximal_logprobs - behaviour_logprobs, max=20.0)
-        return torch.clamp(torch.exp(log_w), max=cap)
+        w = torch.exp(torch.clamp(proximal_logprobs - behaviour_logprobs, max=20.0))
+        over = w > cap
+        w = torch.clamp(w, max=cap) if mode == "tis" else torch.where(over, 0.0, w)
+        return w, over
+
+
+#: How tokens whose behaviour weight exceeds the cap are treated (:func:`behaviour_weights`).
+OFF_POLICY_MODES = ("tis", "decoupled")
 
 
 def staleness_weights(

@@ -14,7 +14,8 @@ field lives in exactly one place:
 ``learner``         :data:`LearnerSection`: overrides of :class:`~agentgym.learner.
                     LearnerConfig` (``lr``, ``kl_coef``, ``bf16``, ``max_staleness``, ...;
                     a field not set takes the trainer's value: the method's estimator, the
-                    run's seed, staleness 1 with ``async_rollouts``, else LearnerConfig's)
+                    run's seed, staleness 1 with ``async_rollouts`` or ``fully_async``,
+                    else LearnerConfig's)
 ``warmup``          :class:`~agentgym.learner.warmup.WarmupConfig` (``null``: no warm-up)
 ``parallel``        :class:`~agentgym.distributed.parallel.ParallelConfig`
 ``lora``            :class:`~agentgym.learner.lora.LoraSettings` (``null``: every weight)
@@ -289,6 +290,11 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
     # of tasks_per_step tasks a step; true means {max_draws: 3}
     filter_groups: bool | FilterGroups = False
     async_rollouts: bool = False  # overlap rollout k+1 with update k
+    # fully asynchronous training (learner/async_rollout.py): one open stream of groups, a
+    # step whenever tasks_per_step groups have finished, weights pushed while episodes are
+    # in flight (partial rollouts), learner.max_staleness (default 1) the staleness bound;
+    # the ratio is taken against recomputed proximal logprobs unless the learner says otherwise
+    fully_async: bool = False
     # stop with TrainingAbortedError after this many consecutive steps in which at least
     # abort_failure_rate of the episodes failed (env/backend error, timeout); 0: never
     abort_after_failed_steps: int = 3
@@ -394,6 +400,19 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
             if getattr(self.rollout, name) != default:
                 raise ConfigError(f"rollout.{name} is the trainer's: set the top-level {name} "
                                   "instead")
+        if self.fully_async:
+            if self.async_rollouts:
+                raise ConfigError("fully_async and async_rollouts are two asynchronous modes: "
+                                  "set one")
+            if self.num_rollout_workers:
+                raise ConfigError("fully_async streams from the in-process engine: set "
+                                  "num_rollout_workers to 0 (Ray workers: async_rollouts)")
+            if self.backend == "openai":
+                raise ConfigError("fully_async pushes weights to the backend: use backend "
+                                  "transformers or vllm (an openai server owns its weights)")
+            if self.learner.get("max_staleness", 1) is None:
+                raise ConfigError("fully_async needs a staleness bound: learner.max_staleness "
+                                  "must be a number of versions (>= 0), not null")
         if self.backend not in ("transformers", "vllm", "openai"):
             raise ConfigError(f"backend must be transformers, vllm or openai, got "
                               f"{self.backend!r}")
@@ -446,6 +465,8 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
                               "pad_token_id": pad_token_id, "seed": self.seed}
         if self.async_rollouts:
             lc.update(max_staleness=1, staleness_mode="drop")
+        if self.fully_async:  # stale tokens: the decoupled objective against the proximal
+            lc.update(max_staleness=1, staleness_mode="drop", old_logprob_source="recompute")
         return LearnerConfig.from_dict({**lc, **self.learner.to_dict()})
 
     def rollout_settings(self) -> dict[str, Any]:

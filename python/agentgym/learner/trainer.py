@@ -18,7 +18,10 @@ One training step:
 With ``async_rollouts=True`` the rollout of step k+1 runs while step k's update runs (the
 update is in a worker thread); its trajectories are then one policy version old, kept or
 dropped by the learner's staleness rule (``max_staleness``), and the PPO ratio uses their
-behaviour logprobs.
+behaviour logprobs. With ``fully_async=True`` there is no rollout per step at all: one open
+stream of groups runs the whole time, the learner takes a step whenever a batch of whole
+groups has finished and pushes its weights while episodes are in flight, within the
+staleness bound (:mod:`agentgym.learner.async_rollout`).
 
 Scale-out (:mod:`agentgym.distributed`): with ``num_rollout_workers`` > 0 the rollouts come
 from a :class:`~agentgym.distributed.RayRolloutPool` of that many Ray workers (each its own
@@ -154,6 +157,10 @@ class Trainer:
         self._cancellable: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._saved_step: int | None = None
+        #: The fully asynchronous run's producer (``fully_async``), and the checkpoint's
+        #: state it resumes from.
+        self.producer = None
+        self._async_state: dict | None = None
 
     # ------------------------------------------------------------------ setup
     @property
@@ -380,6 +387,7 @@ class Trainer:
         self.task_rng.bit_generator.state = st["task_rng"]
         self.step = int(st["step"])
         self.version_offset = int(st["policy_version"])
+        self._async_state = st.get("async")  # where a fully asynchronous run's draws stand
         if self.selfplay is not None and "selfplay" in st:
             self.selfplay.load_state_dict(st["selfplay"])
         self.eval_history = list(st.get("eval_history", []))
@@ -488,14 +496,32 @@ class Trainer:
                 "filter_groups/kept_groups": float(len(kept) // cfg.n_samples),
                 "batch/trained": float(len(train)),
             })
+        return self._training_rows(batch, played, horizon, time.perf_counter() - t0)
+
+    def _training_rows(self, batch, played: list, horizon: int, wall: float):
+        """The batch the learner trains on: a game's policy rows (the games rated and
+        counted), the horizon in the metrics."""
+        from agentgym.engine.metrics import batch_metrics
+        from agentgym.engine.orchestrator import RolloutBatch
+
         if self.selfplay is not None:  # the policy's rows train; the games rate and count
             self.selfplay.rate(played)
             rows = SelfPlay.train_rows(played)
-            metrics = {**batch.metrics, **batch_metrics(rows, time.perf_counter() - t0),
+            metrics = {**batch.metrics, **batch_metrics(rows, wall),
                        **outcomes(played, "selfplay/")}
             batch = RolloutBatch(SelfPlay.train_rows(batch.trajectories), metrics)
         batch.metrics["horizon/max_turns"] = float(horizon)
         return batch
+
+    async def async_batch(self, step: int):
+        """The training batch of ``step`` in a fully asynchronous run: the next finished
+        groups of the open stream (:class:`~agentgym.learner.async_rollout.AsyncRollouts`)."""
+        from agentgym.engine.orchestrator import RolloutBatch
+
+        trajs, metrics = await self.producer.next_batch()
+        self.failures.check_step(trajs, step + 1)
+        return self._training_rows(RolloutBatch(trajs, metrics), trajs,
+                                   self.schedule.max_turns(step), 0.0)
 
     def update(self, batch, step: int) -> dict[str, float]:
         """Reward shaping of the stage, then one :func:`policy_update` (blocking); a batch
@@ -666,6 +692,8 @@ class Trainer:
                  "parallel": lm.parallel.to_dict()}
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
+        if getattr(self, "producer", None) is not None:
+            state["async"] = self.producer.state_dict()
 
         raw = self._collective("weights", False)  # LoRA: the adapter kept apart
 
@@ -710,6 +738,7 @@ class Trainer:
         bar = None
         pending: asyncio.Future | None = None
         pending_rng = None  # the task sampler's state before the pending rollout drew
+        producer = None
         try:
             if cfg.eval_at_start and cfg.eval_every and self.step == 0 \
                     and not self.eval_history and cfg.eval_tasks and not self._stop.is_set():
@@ -717,6 +746,15 @@ class Trainer:
                     await self._interruptible(self.evaluate(0))
                 except _Abandoned:
                     interrupted = True
+            if cfg.fully_async and not interrupted and self.step < end:
+                from agentgym.learner.async_rollout import AsyncRollouts
+
+                producer = self.producer = AsyncRollouts(
+                    self, self.learner_config.max_staleness, self._async_state)
+                # fresh request ids and the run's sampling seed, once: the stream never stops
+                self.runner.reseed(0, 0, run_id=f"s{cfg.seed}a{self.step}",
+                                   sampling_seed=cfg.seed * 1_000_003 + self.step)
+                producer.start()
             if self._show_progress:
                 bar = progress_bar(end, f"{cfg.method} on {cfg.env}", "step", show=True,
                                    initial=self.step)
@@ -727,7 +765,10 @@ class Trainer:
                 step = self.step
                 self.schedule.update(step)
                 t0 = time.perf_counter()
-                if pending is None:
+                if producer is not None:
+                    mark = (None, None)  # the producer keeps its own place
+                    pending = asyncio.ensure_future(self.async_batch(step))
+                elif pending is None:
                     mark = self._mark()
                     pending = asyncio.ensure_future(self.rollout(step))
                 else:
@@ -748,6 +789,8 @@ class Trainer:
                 upd = await asyncio.to_thread(self.update, batch, step)
                 t2 = time.perf_counter()
                 await self.sync_weights()
+                if producer is not None:
+                    producer.synced_weights()
                 t3 = time.perf_counter()
                 self.step = step + 1
                 self.schedule.update(self.step, batch.metrics.get("success_rate"))
@@ -767,7 +810,11 @@ class Trainer:
                 if cfg.eval_every and cfg.eval_tasks and not self._stop.is_set() and (
                         self.step % cfg.eval_every == 0 or self.step == end):
                     try:
+                        if producer is not None:  # one version of the weights throughout
+                            await self._interruptible(producer.pause())
                         await self._interruptible(self.evaluate(self.step))
+                        if producer is not None and self.step < end:
+                            producer.resume()
                     except _Abandoned:
                         interrupted = True
                 if cfg.save_every and (self.step % cfg.save_every == 0 or self.step == end):
@@ -780,7 +827,7 @@ class Trainer:
                         post["eval"] = f"{self.eval_history[-1]['success_rate']:.2f}"
                     bar.set_postfix(post)
                     bar.update(1)
-            if pending is not None:  # a rollout for a step that will not be trained now
+            if pending is not None and producer is None:  # a step that will not be trained
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
                 pending = None
@@ -792,6 +839,8 @@ class Trainer:
             if pending is not None:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
+            if producer is not None:
+                await producer.close()
             if bar is not None:
                 bar.close()
             if self.dp is not None:

@@ -30,11 +30,12 @@ from agentgym.learner.forward import policy_of, unit_of
 from agentgym.learner.losses import (
     AGG_MODES,
     KL_ESTIMATORS,
+    OFF_POLICY_MODES,
     agg_loss,
+    behaviour_weights,
     kl_penalty,
     policy_loss,
     staleness_weights,
-    truncated_is_weights,
     value_loss,
 )
 from agentgym.learner.microbatch import (
@@ -115,7 +116,10 @@ class LearnerConfig:
     logprob_chunk_mib: float = 256.0
     # off-policy / staleness
     old_logprob_source: str = "behaviour"  # behaviour | recompute (proximal policy + TIS)
-    tis_cap: float | None = 2.0  # truncated IS cap when old_logprob_source == "recompute"
+    tis_cap: float | None = 2.0  # behaviour-weight cap when old_logprob_source == "recompute"
+    # tokens whose behaviour weight exceeds tis_cap: "tis" truncates the weight at the cap,
+    # "decoupled" drops the token (losses.behaviour_weights)
+    off_policy: str = "tis"
     max_staleness: int | None = None  # policy versions; None keeps everything
     staleness_mode: str = "drop"  # drop | downweight
     staleness_decay: float = 0.5
@@ -133,6 +137,8 @@ class LearnerConfig:
             (self.old_logprob_source in ("behaviour", "recompute"),
              "old_logprob_source must be 'behaviour' or 'recompute'"),
             (self.staleness_mode in ("drop", "downweight"), "staleness_mode: drop|downweight"),
+            (self.off_policy in OFF_POLICY_MODES,
+             f"off_policy must be one of {OFF_POLICY_MODES}"),
             (0 <= self.clip_ratio_low < 1 and self.clip_ratio_high >= 0, "bad clip ratios"),
             (self.clip_ratio_c is None or self.clip_ratio_c > 1, "clip_ratio_c must be > 1"),
             (self.ppo_epochs >= 1 and self.num_mini_batches >= 1, "epochs/mini-batches >= 1"),
@@ -706,9 +712,10 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
     weights = mb.get("weights")
     old = mb.old_logprobs
     prox = mb.get("prox_logprobs")
+    capped = None
     if prox is not None:
         if config.tis_cap is not None:
-            tis = truncated_is_weights(prox, old, config.tis_cap)
+            tis, capped = behaviour_weights(prox, old, config.tis_cap, config.off_policy)
             weights = tis if weights is None else weights * tis
         old = prox
     pg, metrics = policy_loss(
@@ -716,6 +723,8 @@ def _micro_step(model, mb: MicroBatch, config: LearnerConfig, value_model, n_tok
         clip_ratio_high=config.clip_ratio_high, clip_ratio_c=config.clip_ratio_c,
         agg_mode=config.loss_agg_mode, weights=weights, **agg)
     del metrics["actor/pg_loss"]
+    if capped is not None:  # tokens over the behaviour-weight cap (truncated or dropped)
+        metrics["actor/is_capped_frac"] = (capped * mask).sum() / mask.sum().clamp(min=1)
     losses = {"actor/pg_loss": pg.detach()}
     loss = pg
     local_tok = mask.sum().clamp(min=1)

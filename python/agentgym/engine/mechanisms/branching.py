@@ -79,6 +79,8 @@ class Branching(Mechanism):
             c.prompt_len, c.turns, c.side_turns = root.prompt_len, root.turns, root.side_turns
             c.cut_turns = root.cut_turns
             c.t0, c.gen_s, c.policy_version = root.t0, root.gen_s, root.policy_version
+            c.version_pos, c.version_at = list(root.version_pos), list(root.version_at)
+            c.max_turns = root.max_turns
             if loop.pool is None:  # a native pool copied its counts with the episode record
                 c.invalid_turns = root.invalid_turns
             for hook in loop.forked:

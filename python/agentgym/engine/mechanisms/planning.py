@@ -107,6 +107,7 @@ class Planning(Mechanism):
         start = len(ids)
         ep.gen_s += time.perf_counter() - t0
         toks = res.token_ids
+        ep.replied(res.policy_version)
         loop.append(ep, toks, True, res.logprobs)
         if not (toks and toks[-1] == eot):  # cut at the plan's budget: close it
             loop.append(ep, [eot])
