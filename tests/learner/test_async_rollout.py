@@ -109,7 +109,6 @@ def test_the_staleness_bound_holds_under_a_slow_learner(tmp_path, tiny_model_dir
     trainer = Trainer(cfg, backend=_scripted(tiny_model_dir, latency_s=0.005))
     seen = _record_batches(trainer, slow_s=0.4)
     peak = []
-    real_feed = None
 
     def watch():  # groups started and not yet trained or dropped, at every group start
         p = trainer.producer
@@ -281,3 +280,45 @@ def test_fully_async_config_errors_are_one_line():
         TrainerConfig.from_dict({"fully_async": True, "learner": {"max_staleness": None}})
     lc = TrainerConfig(fully_async=True).learner_config()
     assert lc.max_staleness == 1 and lc.old_logprob_source == "recompute"
+
+
+def test_behaviour_weights_truncate_or_drop_tokens_past_the_cap():
+    """The off-policy correction on a hand-built batch: proximal/behaviour weights 3.0, 0.5
+    and 1.0 with cap 2: TIS truncates the first to 2, the decoupled objective drops it; the
+    loss of a dropped token has no gradient."""
+    from agentgym.learner.losses import behaviour_weights, policy_loss
+
+    prox = torch.log(torch.tensor([[3.0, 0.5, 1.0]]))
+    behav = torch.zeros(1, 3)
+    w, over = behaviour_weights(prox, behav, 2.0, "tis")
+    assert w[0].tolist() == pytest.approx([2.0, 0.5, 1.0])
+    assert over.tolist() == [[True, False, False]]
+    w, over = behaviour_weights(prox, behav, 2.0, "decoupled")
+    assert w[0].tolist() == pytest.approx([0.0, 0.5, 1.0])
+    logp = prox.clone().requires_grad_(True)
+    loss, _ = policy_loss(logp, prox, torch.ones(1, 3), torch.ones(1, 3), weights=w)
+    loss.backward()
+    assert logp.grad[0, 0] == 0 and logp.grad[0, 1] != 0 and logp.grad[0, 2] != 0
+    with pytest.raises(ValueError, match="off_policy"):
+        behaviour_weights(prox, behav, 2.0, "clip")
+
+
+def test_version_runs_survive_packing_and_selection():
+    """A partial rollout's per-token versions go through pack, select, rows and unpack."""
+    from agentgym.data.trajectories import RowInfo, Trajectory, pack, unpack
+
+    def traj(g, pos, at):
+        return Trajectory(task_id=0, env_id="maze", group_id=g, sample_index=0,
+                          token_ids=list(range(8)), loss_mask=[0, 0, 1, 1, 0, 1, 1, 0],
+                          logprobs=[0.0] * 8, prompt_len=2, turn_rewards=[0.0, 1.0],
+                          reward=1.0, num_turns=2, stop_reason="done", policy_version=3,
+                          version_pos=pos, version_at=at)
+
+    a, b = traj(0, [5], [4]), traj(1, [], [])
+    pb = pack([a, b])
+    assert pb.token_version.tolist() == [3] * 5 + [4] * 3 + [3] * 8
+    assert pb.select([1, 0]).token_version.tolist() == [3] * 8 + [3] * 5 + [4] * 3
+    assert pb.rows(0, 1).token_version.tolist() == [3] * 5 + [4] * 3
+    back = unpack(pb, RowInfo.of([a, b]))
+    assert (back[0].version_pos, back[0].version_at) == ([5], [4])
+    assert (back[1].version_pos, back[1].version_at) == ([], [])

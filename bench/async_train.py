@@ -1,0 +1,176 @@
+"""Synchronous, one-step overlap and fully asynchronous training on the same config, same
+machine, same run: steps per hour, wall time to a held-out success, final held-out success
+over seeds, the share of each core busy, and the learner's view (tokens by policy-version
+lag, the share of tokens over the behaviour-weight cap).
+
+    python bench/async_train.py --config main_job --seeds 0 1 2 \\
+        --out bench/results/async_train.json
+
+Arms: ``sync`` (rollout, update, weight sync, in turn), ``overlap`` (``async_rollouts``:
+the next rollout during the update), ``async1``/``async2``/``async4`` (``fully_async`` at
+``learner.max_staleness`` 1, 2, 4). Each seed runs every arm, the arm order rotated per
+seed (a slow stretch of the machine falls on every arm alike); each run is its own process
+(``agentgym-rl train``), and ``/proc/stat`` is read every half second while it runs.
+Per arm: the median and range over seeds of each figure; per fully asynchronous arm, the
+median of its per-seed ratios to ``sync`` (steps per hour). The wall time is the sum of
+the steps' and evaluations' times (no checkpoint writes, no model load). Prints one JSON
+object and writes it to ``--out`` (fsync and rename); finished runs are kept in
+``--work`` and not run again, so an interrupted bench resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import ratio_stats, spread, write_json_atomic  # noqa: E402
+
+ARMS = {
+    "sync": [],
+    "overlap": ["--async-rollouts"],
+    "async1": ["--fully-async", "--max-staleness", "1"],
+    "async2": ["--fully-async", "--max-staleness", "2"],
+    "async4": ["--fully-async", "--max-staleness", "4"],
+}
+
+
+def _cpu_times() -> list[tuple[int, int]]:
+    """(busy, total) jiffies of each core."""
+    out = []
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu") and line[3].isdigit():
+            v = [int(x) for x in line.split()[1:]]
+            idle = v[3] + v[4]
+            out.append((sum(v) - idle, sum(v)))
+    return out
+
+
+def _busy_share(before, after) -> list[float]:
+    return [round((b1 - b0) / max(t1 - t0, 1), 3)
+            for (b0, t0), (b1, t1) in zip(before, after)]
+
+
+def run_arm(arm: str, seed: int, args, work: Path) -> dict:
+    out = work / f"{arm}_seed{seed}"
+    done = out / "bench_run.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    cmd = [sys.executable, "-m", "agentgym.cli", "train", "--config", args.config,
+           "--seed", str(seed), "--output", str(out), "--overwrite", *ARMS[arm]]
+    if args.steps:
+        cmd += ["--max-steps", str(args.steps)]
+    if args.backend:
+        cmd += ["--backend", args.backend]
+    samples: list[list[float]] = []
+    stop = threading.Event()
+
+    def sample():
+        prev = _cpu_times()
+        while not stop.wait(0.5):
+            cur = _cpu_times()
+            samples.append(_busy_share(prev, cur))
+            prev = cur
+
+    t0 = time.perf_counter()
+    start = _cpu_times()
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    stop.set()
+    th.join()
+    wall_process = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{arm} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    train = [r for r in rows if r["type"] == "train"]
+    evals = [r for r in rows if r["type"] == "eval"]
+    clock, at_step, t = 0.0, {}, 0.0
+    for r in rows:  # the run's clock: its steps and evaluations, in order
+        t += r.get("timing_s/step", 0.0) if r["type"] == "train" else r.get("timing_s/eval", 0.0)
+        if r["type"] == "eval":
+            at_step[int(r["step"])] = t
+    clock = t
+    train_s = sum(r["timing_s/step"] for r in train)
+    reached = next((at_step[int(e["step"])] for e in evals
+                    if e["success_rate"] >= args.target), None)
+    lags: dict[str, float] = {}
+    for r in train:
+        for k, v in r.items():
+            if k.startswith("async/tokens_lag"):
+                lags[k.removeprefix("async/tokens_")] = lags.get(k, 0.0) + v
+    capped = [r["actor/is_capped_frac"] for r in train if "actor/is_capped_frac" in r]
+    res = {
+        "arm": arm, "seed": seed, "steps": len(train), "wall_s": round(clock, 1),
+        "process_wall_s": round(wall_process, 1),
+        "steps_per_hour": round(len(train) / train_s * 3600, 1),
+        "time_to_target_s": None if reached is None else round(reached, 1),
+        "final_success": evals[-1]["success_rate"] if evals else None,
+        "eval": {int(e["step"]): e["success_rate"] for e in evals},
+        "core_busy": _busy_share(start, _cpu_times()),
+        "learner_wait_s_mean": round(sum(r.get("timing_s/gen", 0.0) for r in train)
+                                     / len(train), 3),
+        "update_s_mean": round(sum(r["timing_s/update"] for r in train) / len(train), 3),
+        "tokens_by_lag": lags,
+        "is_capped_frac_mean": round(sum(capped) / len(capped), 4) if capped else None,
+        "stale_dropped_groups": sum(r.get("async/stale_dropped_groups", 0) for r in train),
+        "partial_share_mean": round(sum(r.get("async/partial_share", 0) for r in train)
+                                    / len(train), 3),
+    }
+    write_json_atomic(done, res)
+    return res
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="main_job")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=None, help="max_steps (default: the config's)")
+    ap.add_argument("--target", type=float, default=0.7, help="held-out success to reach")
+    ap.add_argument("--backend", default=None, help="the runs' backend (default: the config's)")
+    ap.add_argument("--work", default="runs/bench_async_train")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"--arms: unknown {unknown}; expected some of {list(ARMS)}")
+    work = Path(args.work)
+    runs: dict[str, list[dict]] = {a: [] for a in arms}
+    load_before = os.getloadavg()
+    for i, seed in enumerate(args.seeds):
+        order = arms[i % len(arms):] + arms[:i % len(arms)]
+        for arm in order:
+            runs[arm].append(run_arm(arm, seed, args, work))
+    summary = {}
+    for arm, rs in runs.items():
+        summary[arm] = {k: spread([r[k] for r in rs if r[k] is not None])
+                        for k in ("steps_per_hour", "wall_s", "final_success")
+                        if any(r[k] is not None for r in rs)}
+        reached = [r["time_to_target_s"] for r in rs]
+        summary[arm]["time_to_target_s"] = reached
+        summary[arm]["core_busy"] = [r["core_busy"] for r in rs]
+        if arm != "sync" and "sync" in runs:
+            summary[arm]["steps_per_hour_vs_sync"] = ratio_stats(
+                [r["steps_per_hour"] for r in rs], [r["steps_per_hour"] for r in runs["sync"]])
+    report = {"bench": "async_train", "config": args.config, "backend": args.backend,
+              "seeds": args.seeds,
+              "target": args.target, "cpu_count": os.cpu_count(),
+              "load_before": load_before, "load_after": os.getloadavg(),
+              "summary": summary, "runs": runs}
+    print(json.dumps(report, indent=1))
+    if args.out:
+        write_json_atomic(args.out, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
