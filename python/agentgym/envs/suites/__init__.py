@@ -1,0 +1,102 @@
+"""Community environment suites as this project's envs and games, named ``suite:id``.
+
+One adapter module per suite turns the suite's own environments into what the registry
+serves (docs/suites.md):
+
+* ``openspiel:<game>`` (:mod:`.openspiel`, package ``open_spiel``): a one-player OpenSpiel
+  game is a single-agent env, a game of two or more players a multi-seat game, each seat
+  seeing only its own ``observation_string(player)`` (or ``information_state_string``);
+  game parameters ride in the id as OpenSpiel writes them (``openspiel:leduc_poker(players=3)``);
+* ``textarena:<EnvId>`` (:mod:`.textarena`, package ``textarena``): a one-player TextArena
+  env is a single-agent env, a multi-player one a game with TextArena's per-player
+  observations (``textarena:Poker-v0@4``: four seats where the env takes several counts);
+* ``reasoning_gym:<dataset>`` (:mod:`.reasoning_gym`, package ``reasoning-gym``): one
+  question, one answer, scored by the dataset's own ``score_answer``.
+
+:func:`suite_spec` is what :func:`agentgym.envs.registry.spec` asks first for an id whose
+prefix names a suite (before ``remote:`` ids, entry points and ``module:attr`` ids);
+:func:`list_suite` answers ``agentgym-rl list --suite NAME``. A suite whose package is not
+installed is :class:`~agentgym.errors.UnknownEnvError` naming the extra that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.errors import UnknownEnvError
+
+__all__ = ["SUITES", "Suite", "SuiteEntry", "list_suite", "split_id", "suite_spec"]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite: its adapter module, the package it imports and the PyPI name that
+    installs it."""
+
+    name: str
+    module: str
+    package: str
+    pypi: str
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One listed env of a suite: its full id, its kind (``python``: single-agent, ``game``:
+    multi-seat), its seat count where known without building it, and where it comes from."""
+
+    env_id: str
+    kind: str
+    seats: int | None
+    source: str
+
+
+#: The suites, by the prefix of their ids.
+SUITES: dict[str, Suite] = {
+    "openspiel": Suite("openspiel", "agentgym.envs.suites.openspiel", "pyspiel", "open-spiel"),
+    "textarena": Suite("textarena", "agentgym.envs.suites.textarena", "textarena", "textarena"),
+    "reasoning_gym": Suite("reasoning_gym", "agentgym.envs.suites.reasoning_gym",
+                           "reasoning_gym", "reasoning-gym"),
+}
+
+
+def split_id(env_id: str) -> tuple[Suite, str] | None:
+    """``(suite, id within it)`` of a ``suite:id`` name; None when the prefix names no
+    suite (so ``remote:ID`` and ``module:attr`` ids pass through untouched)."""
+    prefix, sep, rest = env_id.partition(":")
+    if not sep or prefix not in SUITES:
+        return None
+    if not rest:
+        raise UnknownEnvError(f"env id {env_id!r}: name the {prefix} env after '{prefix}:' "
+                              f"(agentgym-rl list --suite {prefix})")
+    return SUITES[prefix], rest
+
+
+def adapter(suite: Suite) -> Any:
+    """The adapter module of ``suite``; :class:`UnknownEnvError` naming the extra when the
+    suite's package is not installed."""
+    try:
+        importlib.import_module(suite.package)
+    except ImportError as e:
+        raise UnknownEnvError(
+            f"suite {suite.name!r} needs the {suite.pypi!r} package ({type(e).__name__}: {e}); "
+            "install it with pip install 'agentgym-rl[suites]'") from None
+    return importlib.import_module(suite.module)
+
+
+def suite_spec(env_id: str):
+    """The :class:`~agentgym.envs.registry.EnvSpec` of suite id ``env_id`` (None when its
+    prefix names no suite); :class:`UnknownEnvError` when the suite has no such env."""
+    found = split_id(env_id)
+    if found is None:
+        return None
+    suite, local = found
+    return adapter(suite).spec(env_id, local)
+
+
+def list_suite(name: str) -> list[SuiteEntry]:
+    """Every env of suite ``name`` that its package registers, sorted by id."""
+    if name not in SUITES:
+        raise ValueError(f"--suite: unknown suite {name!r}; suites: {', '.join(SUITES)}")
+    return sorted(adapter(SUITES[name]).entries(), key=lambda e: e.env_id)
