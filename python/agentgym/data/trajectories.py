@@ -47,6 +47,7 @@ __all__ = [
     "trajectories",
     "unpack",
     "version_array",
+    "version_column",
     "version_runs",
 ]
 
@@ -233,12 +234,21 @@ def version_array(length: int, version: int, pos: Sequence[int], at: Sequence[in
     return out
 
 
+def version_column(policy_version: np.ndarray, offsets: np.ndarray,
+                   runs: Sequence[tuple[Sequence[int], Sequence[int]]] = ()) -> np.ndarray:
+    """uint32[T], a packed batch's ``token_version``: each row's ``policy_version`` over its
+    tokens, then from ``runs[b]`` (row ``b``'s ``(version_pos, version_at)``; none: every
+    row one version) each later version from its position on."""
+    out = np.repeat(np.asarray(policy_version, np.uint32), np.diff(offsets))
+    for b, (pos, at) in enumerate(runs):
+        for p, v in zip(pos, at):
+            out[offsets[b] + p:offsets[b + 1]] = v
+    return out
+
+
 def version_runs(versions: np.ndarray, version: int) -> tuple[list[int], list[int]]:
     """The ``(version_pos, version_at)`` of a per-token version array whose first run is
     ``version`` (the inverse of :func:`version_array`)."""
-    if not len(versions) or (versions[0] == version and versions[-1] == version
-                             and (versions == version).all()):
-        return [], []
     change = np.flatnonzero(np.diff(versions.astype(np.int64), prepend=version))
     return change.tolist(), versions[change].tolist()
 
@@ -348,8 +358,8 @@ class PackedBatch:
             d = {**d, "step_offsets": np.zeros(max(b, 0) + 1, np.int64),
                  **{n: np.zeros(0, np.uint32) for n in STEP_FIELDS}}
         if "token_version" not in d and "offsets" in d:  # every token its row's version
-            d = {**d, "token_version": np.repeat(
-                np.asarray(d["policy_version"], np.uint32), np.diff(np.asarray(d["offsets"])))}
+            d = {**d, "token_version": version_column(d["policy_version"],
+                                                      np.asarray(d["offsets"]))}
         if "seat" not in d:  # the store's drain: single-agent rows, or seats added after
             d = {**d, "seat": np.zeros(max(len(d["offsets"]) - 1, 0) if "offsets" in d
                                        else 0, np.uint32)}
@@ -733,6 +743,8 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
     step_offsets = np.zeros(n + 1, np.int64)
     np.cumsum(slens, out=step_offsets[1:])
 
+    versions = np.array([t.policy_version for t in trajs], np.uint32)
+
     def cat(field: str, dtype: Any) -> np.ndarray:
         parts = [np.asarray(getattr(t, field), dtype) for t in trajs]
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
@@ -742,8 +754,8 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
         offsets=offsets,
         loss_mask=cat("loss_mask", np.uint8),
         logprobs=cat("logprobs", np.float32),
-        token_version=np.concatenate([t.token_versions() for t in trajs]) if n
-        else np.zeros(0, np.uint32),
+        token_version=version_column(versions, offsets,
+                                     [(t.version_pos, t.version_at) for t in trajs]),
         rewards=np.array([t.reward for t in trajs], np.float32),
         turn_rewards=cat("turn_rewards", np.float32),
         turn_offsets=turn_offsets,
@@ -751,7 +763,7 @@ def pack(trajs: Sequence[Trajectory]) -> PackedBatch:
         stop_reason=codes,
         group_id=np.array([t.group_id for t in trajs], np.uint64),
         sample_index=np.array([t.sample_index for t in trajs], np.uint32),
-        policy_version=np.array([t.policy_version for t in trajs], np.uint32),
+        policy_version=versions,
         prompt_len=np.array([t.prompt_len for t in trajs], np.uint32),
         branch_parent=np.array([t.sample_index if t.branch_parent is None else t.branch_parent
                                 for t in trajs], np.uint32),
@@ -858,8 +870,8 @@ def unpack(packed: PackedBatch, info: RowInfo) -> list[Trajectory]:
         steps = [(ctx[so[b]:so[b + 1]], reply[so[b]:so[b + 1]], end[so[b]:so[b + 1]])
                  for b in range(len(packed))]
     versions = None
-    rows_version = np.repeat(packed.policy_version, packed.lengths)
-    if not np.array_equal(packed.token_version, rows_version):
+    if not np.array_equal(packed.token_version,
+                          version_column(packed.policy_version, packed.offsets)):
         pv = packed.policy_version.tolist()
         versions = [version_runs(packed.token_version[offsets[b]:offsets[b + 1]], pv[b])
                     for b in range(len(packed))]

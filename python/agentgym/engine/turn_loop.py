@@ -34,7 +34,7 @@ from agentgym.data.trajectories import (
     Trajectory,
     solved,
     trajectories,
-    version_array,
+    version_column,
 )
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.config import RolloutConfig
@@ -316,9 +316,9 @@ class TurnLoop:
         for hook in self.packed_hooks:
             packed.update(hook(eps))
         if spanned:
-            packed["token_version"] = np.concatenate([
-                version_array(len(e.ids), e.policy_version, e.version_pos, e.version_at)
-                for e in eps])
+            packed["token_version"] = version_column(
+                packed["policy_version"], packed["offsets"],
+                [(e.version_pos, e.version_at) for e in eps])
         if seats is not None:
             packed["seat"] = np.array(seats, np.uint32)
         sink(EpisodeBatch(PackedBatch.from_dict(packed), info, trajs))

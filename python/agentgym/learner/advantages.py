@@ -80,6 +80,7 @@ __all__ = [
     "discounted_returns",
     "gae",
     "grpo_advantages",
+    "informative_groups",
     "model_token_runs",
     "place_token_rewards",
     "rloo_advantages",
@@ -139,6 +140,22 @@ def _group_stats(scores: np.ndarray, group_id: np.ndarray, valid: np.ndarray):
     mean = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
     var = np.divide(sq - n * mean**2, n - 1, out=np.zeros_like(total), where=n > 1)
     return inv, n, mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
+    """The GRPO groups of the trajectories ``trajs`` (by ``group_id`` and seat, in
+    first-seen order) whose scores are not all equal, i.e. that have an advantage (dynamic
+    sampling keeps these): the score is the episode reward, less ``format_penalty`` for an
+    episode cut mid-turn (``length``); a failed episode scores as its reward."""
+    groups: dict[tuple[int, int], list] = {}
+    for t in trajs:
+        groups.setdefault((t.group_id, t.seat), []).append(t)
+    out = []
+    for g in groups.values():
+        scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
+        if len(scores) > 1:
+            out.append(g)
+    return out
 
 
 def grpo_advantages(

@@ -47,26 +47,12 @@ import numpy as np
 
 from agentgym.engine.episode import EpisodeRequest
 from agentgym.envs.registry import seats
+from agentgym.learner.advantages import informative_groups
 
 if TYPE_CHECKING:
     from agentgym.data.trajectories import Trajectory
 
-__all__ = ["AsyncRollouts", "informative_groups"]
-
-
-def informative_groups(trajs, format_penalty: float = 0.0) -> list[list]:
-    """The GRPO groups of ``trajs`` (by ``group_id`` and seat, in first-seen order) whose
-    scores are not all equal: the score is the episode reward, less ``format_penalty`` for
-    an episode cut mid-turn (``length``); a failed episode scores as its reward."""
-    groups: dict[tuple[int, int], list] = {}
-    for t in trajs:
-        groups.setdefault((t.group_id, t.seat), []).append(t)
-    out = []
-    for g in groups.values():
-        scores = {round(t.reward - format_penalty * (t.stop_reason == "length"), 6) for t in g}
-        if len(scores) > 1:
-            out.append(g)
-    return out
+__all__ = ["AsyncRollouts"]
 
 
 class AsyncRollouts:
@@ -95,7 +81,6 @@ class AsyncRollouts:
         self.settled: set[int] = {int(g) for g in st["settled"]}
         self._skip = set(self.settled)  # a resumed run does not play them again
         self._draws: dict[int, tuple[dict, list[int]]] = {}  # batch -> (rng before, tasks)
-        self._horizon: dict[int, int] = {}
         self._partial: dict[int, list] = {}
         self._ready: collections.deque[list] = collections.deque()
         self._changed = asyncio.Event()
@@ -152,7 +137,6 @@ class AsyncRollouts:
                 self._skip.discard(g)
                 continue
             horizon = t.schedule.max_turns(t.step)  # the stage at the episode's start
-            self._horizon[g] = horizon
             self.stats["groups_started"] += 1
             task = self._draws[batch][1][i]
             for s in range(n):
@@ -177,12 +161,9 @@ class AsyncRollouts:
 
     def _discard(self, group: int) -> None:
         self.discarded += 1
-        self._settle(group)
+        self.settled.add(group)
         self._changed.set()
 
-    def _settle(self, group: int) -> None:
-        self.settled.add(group)
-        self._horizon.pop(group, None)
 
     # -- what the learner calls ------------------------------------------------------------
     async def next_batch(self) -> tuple[list[Trajectory], dict[str, float]]:
@@ -213,8 +194,7 @@ class AsyncRollouts:
                 self._discard(rows[0].group_id)
                 continue
             groups.append(rows)
-        for rows in groups:
-            self._settle(rows[0].group_id)
+        self.settled.update(rows[0].group_id for rows in groups)
         self.stats["stale_dropped_groups"] += stale
         trajs = sorted((r for g in groups for r in g),
                        key=lambda r: (r.group_id, r.sample_index, r.seat))
@@ -274,23 +254,20 @@ class AsyncRollouts:
             await asyncio.gather(task, return_exceptions=True)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the task draws stand: the oldest batch with a group not settled, the task
-        sampler's state before its draw, and the groups settled from it on."""
-        if not self._draws:
-            return {"batch": self.next_group // self.per_batch,
-                    "rng": self.trainer.task_rng.bit_generator.state,
-                    "settled": [], "discarded": self.discarded}
-        open_batch = min(b for b in self._draws
-                         if any(g not in self.settled for g in
-                                range(b * self.per_batch, (b + 1) * self.per_batch)))\
-            if any(g not in self.settled for b in self._draws
-                   for g in range(b * self.per_batch, (b + 1) * self.per_batch)) \
-            else max(self._draws) + 1
-        for b in [b for b in self._draws if b < open_batch]:
-            del self._draws[b]  # no longer needed to resume
-        first = open_batch * self.per_batch
-        self.settled = {g for g in self.settled if g >= first}
-        rng = self._draws[open_batch][0] if open_batch in self._draws \
-            else self.trainer.task_rng.bit_generator.state
-        return {"batch": open_batch, "rng": rng, "settled": sorted(self.settled),
+        """Where the task draws stand: the oldest drawn batch with a group not settled (else
+        the next batch to draw), the task sampler's state before its draw, and the groups
+        settled from it on. Batches before it are forgotten (no resume needs them)."""
+        per = self.per_batch
+        unsettled = [b for b in sorted(self._draws)
+                     if not self.settled.issuperset(range(b * per, (b + 1) * per))]
+        if unsettled:
+            first = unsettled[0]
+            rng = self._draws[first][0]
+        else:
+            first = max(self._draws) + 1 if self._draws else self.next_group // per
+            rng = self.trainer.task_rng.bit_generator.state
+        for b in [b for b in self._draws if b < first]:
+            del self._draws[b]
+        self.settled = {g for g in self.settled if g >= first * per}
+        return {"batch": first, "rng": rng, "settled": sorted(self.settled),
                 "discarded": self.discarded}

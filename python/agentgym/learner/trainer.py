@@ -67,7 +67,8 @@ import torch
 
 from agentgym.data.trajectories import STOP_CODES
 from agentgym.envs.registry import horizon_preset, roles
-from agentgym.learner.async_rollout import AsyncRollouts, informative_groups
+from agentgym.learner.advantages import informative_groups
+from agentgym.learner.async_rollout import AsyncRollouts
 from agentgym.learner.failures import FailureGuard
 from agentgym.learner.horizon import AdaptiveHorizonSchedule, HorizonSchedule
 from agentgym.learner.selfplay import SelfPlay, outcomes

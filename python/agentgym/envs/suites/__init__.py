@@ -25,9 +25,37 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import UnknownEnvError
+from agentgym.errors import EnvError, UnknownEnvError
 
-__all__ = ["SUITES", "Suite", "SuiteEntry", "list_suite", "split_id", "suite_spec"]
+__all__ = ["HELD_OUT_BASE", "SPLITS", "SUITES", "Suite", "SuiteEntry", "check_split",
+           "chance_seed", "list_suite", "split_id", "suite_spec"]
+
+#: The task splits of a suite's env; ``test`` draws its chance from seeds
+#: ``HELD_OUT_BASE + i`` (``train``'s from ``i``).
+SPLITS = ("train", "test")
+HELD_OUT_BASE = 2**32
+
+
+def check_split(split: str) -> str:
+    """``split`` if it is one of :data:`SPLITS`; a one-line ValueError naming it else."""
+    if split not in SPLITS:
+        raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def chance_seed(name: str, split: str, task: int | str | None, seed: int) -> int:
+    """The seed an episode's chance is drawn from: task ``i`` of ``split`` (``i``, or
+    ``HELD_OUT_BASE + i`` for ``test``), else the episode's ``seed``; a task that is not a
+    non-negative index is an :class:`~agentgym.errors.EnvError` naming ``name``."""
+    if task is None:
+        return int(seed)
+    try:
+        index = int(task)
+    except (TypeError, ValueError):
+        raise EnvError(f"{name}: task must be an index, got {task!r}") from None
+    if index < 0:
+        raise EnvError(f"{name}: task must be >= 0, got {index}")
+    return (HELD_OUT_BASE if split == "test" else 0) + index
 
 
 @dataclass(frozen=True)

@@ -38,15 +38,12 @@ from typing import Any
 import pyspiel
 
 from agentgym.envs.base import BaseEnv, action_line
-from agentgym.envs.suites import SuiteEntry
+from agentgym.envs.suites import HELD_OUT_BASE, SPLITS, SuiteEntry, chance_seed, check_split
 from agentgym.envs.suites._game import SuiteGame, refused_rewards
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["OpenSpielEnv", "OpenSpielGame", "entries", "spec"]
 
-#: Where split ``test``'s chance seeds start (split ``train``'s start at 0).
-HELD_OUT_BASE = 2**32
-SPLITS = ("train", "test")
 #: The turns a seat may take by default, at most.
 MAX_HORIZON = 200
 _MCTS_SIMULATIONS = 1000
@@ -91,8 +88,7 @@ class _Play:
     """One episode's OpenSpiel state and its chance RNG, shared by the env and the game."""
 
     def __init__(self, game: str, split: str):
-        if split not in SPLITS:
-            raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+        check_split(split)
         self.name, self.split = game, split
         self.game = load(game)
         self.type = self.game.get_type()
@@ -101,16 +97,7 @@ class _Play:
         self.bot_seed = 0
 
     def start(self, task: int | str | None, seed: int) -> None:
-        if task is not None:
-            try:
-                index = int(task)
-            except (TypeError, ValueError):
-                raise EnvError(f"{self.name}: task must be an index, got {task!r}") from None
-            if index < 0:
-                raise EnvError(f"{self.name}: task must be >= 0, got {index}")
-            chance = (HELD_OUT_BASE if self.split == "test" else 0) + index
-        else:
-            chance = int(seed)
+        chance = chance_seed(self.name, self.split, task, seed)
         self.rng = random.Random(chance)
         self.bot_seed = chance % (2**31)
         self.state = self.game.new_initial_state()

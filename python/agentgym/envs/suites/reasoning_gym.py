@@ -28,13 +28,12 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from agentgym.envs.base import BaseEnv, action_line
-from agentgym.envs.suites import SuiteEntry
+from agentgym.envs.suites import SPLITS, SuiteEntry, check_split
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["ReasoningGymEnv", "entries", "spec"]
 
 HELD_OUT_SEED = 2**32
-SPLITS = ("train", "test")
 DEFAULT_SIZE = 10_000
 
 INSTRUCTIONS = ("Solve the problem you are given. Think it through if you need to, then "
@@ -67,8 +66,7 @@ class ReasoningGymEnv(BaseEnv):
                  attempts: int = 1, config: dict[str, Any] | None = None):
         if dataset not in DATASETS:
             raise ValueError(f"dataset: reasoning_gym has no dataset {dataset!r}")
-        if split not in SPLITS:
-            raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+        check_split(split)
         if int(size) < 1:
             raise ValueError(f"size: must be >= 1, got {size}")
         if int(attempts) < 1:

@@ -43,14 +43,12 @@ import textarena as ta
 from textarena.envs.registration import ENV_REGISTRY
 
 from agentgym.envs.base import BaseEnv, action_line
-from agentgym.envs.suites import SuiteEntry
+from agentgym.envs.suites import HELD_OUT_BASE, SPLITS, SuiteEntry, chance_seed, check_split
 from agentgym.envs.suites._game import SuiteGame
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["TextArenaEnv", "TextArenaGame", "entries", "player_counts", "spec"]
 
-HELD_OUT_BASE = 2**32
-SPLITS = ("train", "test")
 DEFAULT_HORIZON = 100
 _LOCK = threading.RLock()
 _HEADER = re.compile(r"^#\s*(?:#\s*)?\S.*?[\[(]\s*(\d+)(?:\s*-\s*(\d+))?\s*Players?\s*[\])]",
@@ -155,8 +153,7 @@ class _Table:
     """One TextArena env with its own RNG state (swapped into ``random`` per call)."""
 
     def __init__(self, name: str, players: int, split: str):
-        if split not in SPLITS:
-            raise ValueError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+        check_split(split)
         if name not in ENV_REGISTRY:
             raise ValueError(f"env_id: TextArena has no env {name!r}")
         self.name, self.players, self.split = name, int(players), split
@@ -178,14 +175,7 @@ class _Table:
                 random.setstate(outer)
 
     def start(self, task: int | str | None, seed: int) -> None:
-        if task is not None:
-            try:
-                index = int(task)
-            except (TypeError, ValueError):
-                raise EnvError(f"{self.name}: task must be an index, got {task!r}") from None
-            if index < 0:
-                raise EnvError(f"{self.name}: task must be >= 0, got {index}")
-            seed = (HELD_OUT_BASE if self.split == "test" else 0) + index
+        seed = chance_seed(self.name, self.split, task, seed)
         self.rng_state = None
         self.done = False
         self.final = [0.0] * self.players
