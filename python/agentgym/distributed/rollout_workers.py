@@ -747,12 +747,13 @@ class _PoolRun:
     def _gave_up(self, idx: int) -> list[Trajectory]:
         """Request ``idx``'s failed rows: one, or one per seat of a game (its role, no
         episode id or player: the episode never finished on a worker)."""
-        task, group, sample, seed = self.reqs[idx]
+        req = EpisodeRequest(*self.reqs[idx])
         return [Trajectory(
-            task_id=task, env_id=self.env_id, group_id=group, sample_index=sample,
+            task_id=req.task, env_id=self.env_id, group_id=req.group_id,
+            sample_index=req.sample_index,
             token_ids=[], loss_mask=[], logprobs=[], prompt_len=0, turn_rewards=[],
             reward=0.0, num_turns=0, stop_reason="aborted", policy_version=self.pool.policy_version,
-            seed=seed or 0, seat=seat, role=role,
+            seed=req.seed or 0, seat=seat, role=role,
             error=f"rollout workers died {self.retries[idx]} times while playing this episode")
             for seat, role in enumerate(self.roles)]
 

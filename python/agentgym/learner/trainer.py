@@ -679,7 +679,7 @@ class Trainer:
                  "parallel": lm.parallel.to_dict()}
         if self.selfplay is not None:
             state["selfplay"] = self.selfplay.state_dict()
-        if getattr(self, "producer", None) is not None:
+        if self.producer is not None:
             state["async"] = self.producer.state_dict()
 
         raw = self._collective("weights", False)  # LoRA: the adapter kept apart
