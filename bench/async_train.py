@@ -13,7 +13,9 @@ seed (a slow stretch of the machine falls on every arm alike); each run is its o
 (``agentgym-rl train``), and ``/proc/stat`` is read every half second while it runs.
 Per arm: the median and range over seeds of each figure; per fully asynchronous arm, the
 median of its per-seed ratios to ``sync`` (steps per hour). The wall time is the sum of
-the steps' and evaluations' times (no checkpoint writes, no model load). Prints one JSON
+the steps' and evaluations' times (no checkpoint writes, no model load). A config with a
+warm-up runs it once per seed (``--work/warm_seed{S}``) and every arm of that seed starts
+from that warm model (``--model DIR --no-warmup``): the arms differ only in the loop. Prints one JSON
 object and writes it to ``--out`` (fsync and rename); finished runs are kept in
 ``--work`` and not run again, so an interrupted bench resumes.
 """
@@ -57,13 +59,35 @@ def _busy_share(before, after) -> list[float]:
             for (b0, t0), (b1, t1) in zip(before, after)]
 
 
-def run_arm(arm: str, seed: int, args, work: Path) -> dict:
+def warm_model(seed: int, args, work: Path) -> Path | None:
+    """The config's warm-up for ``seed``, run once (a zero-step run); None without one."""
+    from agentgym.learner.train_config import load_config
+
+    cfg = load_config(args.config)
+    if cfg.warmup is None or cfg.model not in ("tiny", "tiny-vl"):
+        return None
+    out = work / f"warm_seed{seed}"
+    model = out / "warm_model"
+    if (out / "bench_warm.json").exists():
+        return model
+    cmd = [sys.executable, "-m", "agentgym.cli", "train", "--config", args.config,
+           "--seed", str(seed), "--output", str(out), "--overwrite", "--max-steps", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not (model / "config.json").exists():
+        raise SystemExit(f"warm-up seed {seed} failed:\n{proc.stderr[-3000:]}")
+    write_json_atomic(out / "bench_warm.json", {"seed": seed, "model": str(model)})
+    return model
+
+
+def run_arm(arm: str, seed: int, args, work: Path, warm: Path | None = None) -> dict:
     out = work / f"{arm}_seed{seed}"
     done = out / "bench_run.json"
     if done.exists():
         return json.loads(done.read_text())
     cmd = [sys.executable, "-m", "agentgym.cli", "train", "--config", args.config,
            "--seed", str(seed), "--output", str(out), "--overwrite", *ARMS[arm]]
+    if warm is not None:
+        cmd += ["--model", str(warm), "--no-warmup"]
     if args.steps:
         cmd += ["--max-steps", str(args.steps)]
     if args.backend:
@@ -104,7 +128,8 @@ def run_arm(arm: str, seed: int, args, work: Path) -> dict:
     for r in train:
         for k, v in r.items():
             if k.startswith("async/tokens_lag"):
-                lags[k.removeprefix("async/tokens_")] = lags.get(k, 0.0) + v
+                lag = k.removeprefix("async/tokens_")
+                lags[lag] = lags.get(lag, 0.0) + v
     capped = [r["actor/is_capped_frac"] for r in train if "actor/is_capped_frac" in r]
     res = {
         "arm": arm, "seed": seed, "steps": len(train), "wall_s": round(clock, 1),
@@ -148,8 +173,9 @@ def main(argv=None) -> dict:
     load_before = os.getloadavg()
     for i, seed in enumerate(args.seeds):
         order = arms[i % len(arms):] + arms[:i % len(arms)]
+        warm = warm_model(seed, args, work)
         for arm in order:
-            runs[arm].append(run_arm(arm, seed, args, work))
+            runs[arm].append(run_arm(arm, seed, args, work, warm))
     summary = {}
     for arm, rs in runs.items():
         summary[arm] = {k: spread([r[k] for r in rs if r[k] is not None])
