@@ -515,6 +515,94 @@ def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
         assert all(torch.equal(w[k], want[k].cpu()) for k in want)
 
 
+def test_pool_takes_requests_from_an_async_feed_as_they_arrive(pool):
+    """An async feed: the second half of the requests is fed only after the first half's
+    trajectories came back (the workers' streams stay open meanwhile); every request is
+    played once, as the same requests given as a list are."""
+    reqs = [EpisodeRequest(g % 5, 900 + g, s) for g in range(8) for s in range(2)]
+    half = len(reqs) // 2
+    first_back = asyncio.Event()
+
+    async def feed():
+        for r in reqs[:half]:
+            yield r
+        await first_back.wait()
+        for r in reqs[half:]:
+            yield r
+
+    async def go():
+        out = []
+        async for t in pool.stream_requests(feed(), "maze"):
+            out.append(t)
+            if len(out) == half:
+                first_back.set()
+        return out
+
+    got = asyncio.run(go())
+    assert keys(got) == expected(reqs) and len(got) == len(reqs)
+    # the first half came back before the second half was fed
+    assert {(t.group_id, t.sample_index) for t in got[:half]} == {
+        (r.group_id, r.sample_index) for r in reqs[:half]}
+    want = {(t.group_id, t.sample_index): t for t in play(pool, reqs)}
+    for t in got:
+        w = want[(t.group_id, t.sample_index)]
+        assert (t.token_ids, t.reward, t.stop_reason) == (w.token_ids, w.reward, w.stop_reason)
+
+
+def test_fully_async_training_on_ray_workers_keeps_the_bound(
+        ray_cluster, tiny_model_dir, tmp_path, monkeypatch):
+    """Fully asynchronous GRPO on 2 transformers Ray workers (``max_staleness=1``): the
+    open stream feeds the workers, weights are pushed while episodes run, no trained token
+    is more than one version behind the learner, and both workers end with the learner's
+    weights and version."""
+    import torch
+
+    import agentgym.learner as learner
+    from agentgym.engine.loop import run
+    from agentgym.learner.trainer import Trainer, TrainerConfig
+
+    seen = []
+    real = learner.policy_update
+
+    def spy(model, optimizer, pb, *a, **kw):
+        seen.append((pb.token_version.astype(np.int64), pb.loss_mask.astype(bool),
+                     kw.get("current_version")))
+        return real(model, optimizer, pb, *a, **kw)
+
+    monkeypatch.setattr(learner, "policy_update", spy)
+    steps = 3
+    cfg = TrainerConfig(model=tiny_model_dir, env="maze", method="GRPO", max_turns=2,
+                        max_steps=steps, tasks_per_step=2, n_samples=2, max_new_tokens=8,
+                        max_concurrency=2, fully_async=True, eval_every=0, save_every=0,
+                        warmup=None, output_dir=str(tmp_path / "run"), progress=False,
+                        tensorboard=False, torch_threads=1,
+                        learner={"lr": 3e-2, "use_kl_loss": False, "max_staleness": 1},
+                        num_rollout_workers=2, rollout_worker={"num_cpus": CPU})
+    trainer = Trainer(cfg)
+
+    async def go():
+        try:
+            await trainer.train_async()
+            pool = trainer.runner
+            versions = ray.get([pool.actor(i).policy_version.remote() for i in range(2)])
+            weights = ray.get([pool.actor(i).__ray_call__.remote(
+                lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
+                for i in range(2)])
+            return versions, weights
+        finally:
+            await trainer.aclose()
+
+    versions, weights = run(go())
+    assert [r["policy_version"] for r in trainer.history] == [1, 2, 3]
+    assert versions == [steps, steps] and len(seen) == steps
+    for tv, mask, current in seen:
+        lag = current - tv[mask]
+        assert lag.size and lag.min() >= 0 and lag.max() <= 1
+    want = trainer.model.state_dict()
+    for w in weights:
+        assert all(torch.equal(w[k], want[k].cpu()) for k in want)
+
+
 @pytest.mark.parametrize(("env", "seats"), [("maze", 1), ("kuhn_poker", 2)])
 def test_collect_on_ray_workers_writes_the_in_process_rows(ray_cluster, tiny_model_dir,
                                                            tmp_path, env, seats):

@@ -274,8 +274,8 @@ def test_fully_async_config_errors_are_one_line():
 
     with pytest.raises(ConfigError, match="set one"):
         TrainerConfig(fully_async=True, async_rollouts=True)
-    with pytest.raises(ConfigError, match="num_rollout_workers"):
-        TrainerConfig(fully_async=True, num_rollout_workers=2)
+    with pytest.raises(ConfigError, match="backend"):
+        TrainerConfig(fully_async=True, backend="openai")
     with pytest.raises(ConfigError, match="max_staleness"):
         TrainerConfig.from_dict({"fully_async": True, "learner": {"max_staleness": None}})
     lc = TrainerConfig(fully_async=True).learner_config()

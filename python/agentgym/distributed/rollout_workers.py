@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -534,15 +534,21 @@ class RayRolloutPool:
         trajs.sort(key=lambda t: (t.group_id, t.sample_index, t.seat))
         return RolloutBatch(trajs, batch_metrics(trajs, time.perf_counter() - t0))
 
-    async def stream_requests(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+    async def stream_requests(self, requests: Iterable[EpisodeRequest]
+                              | AsyncIterable[EpisodeRequest], env_id: str, *,
                               env_kwargs: dict | None = None,
                               **overrides) -> AsyncIterator[Trajectory]:
         """Play exactly ``requests`` on the workers and yield each trajectory as soon as it
-        comes back (completion order), as :meth:`RolloutEngine.stream_requests` does."""
+        comes back (completion order), as :meth:`RolloutEngine.stream_requests` does.
+
+        ``requests`` may be an async iterable: each request then goes to a worker as it
+        arrives (the workers' streams stay open), and the stream ends when the iterable is
+        exhausted and every episode has come back."""
         async for t in self._run(requests, env_id, env_kwargs, overrides, batches=False):
             yield t
 
-    async def stream_batches(self, requests: Iterable[EpisodeRequest], env_id: str, *,
+    async def stream_batches(self, requests: Iterable[EpisodeRequest]
+                             | AsyncIterable[EpisodeRequest], env_id: str, *,
                              env_kwargs: dict | None = None, trajectories: bool = True,
                              **overrides) -> AsyncIterator[EpisodeBatch]:
         """:meth:`stream_requests`, one :class:`~agentgym.engine.EpisodeBatch` per message
@@ -557,10 +563,10 @@ class RayRolloutPool:
     async def _run(self, requests, env_id: str, env_kwargs: dict | None, overrides: dict,
                    batches: bool, trajectories: bool = True) -> AsyncIterator:
         await self.start()
-        reqs = [tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
-                for r in requests]
+        feed = requests if isinstance(requests, AsyncIterable) else None
+        reqs = [] if feed is not None else [_request(r) for r in requests]
         run = _PoolRun(self, reqs, env_id, dict(env_kwargs or {}), overrides,
-                       batches=batches, trajectories=trajectories)
+                       batches=batches, trajectories=trajectories, feed=feed)
         async for item in run:
             yield item
 
@@ -636,12 +642,18 @@ class RayRolloutPool:
         self.close()
 
 
+def _request(r) -> tuple:
+    return tuple(r if isinstance(r, EpisodeRequest) else EpisodeRequest(*r))
+
+
 class _PoolRun:
-    """One ``stream_requests`` or ``stream_batches`` call of a :class:`RayRolloutPool`."""
+    """One ``stream_requests`` or ``stream_batches`` call of a :class:`RayRolloutPool`:
+    ``reqs`` all known at the start, or (``feed``, an async iterable) arriving while the
+    run goes on."""
 
     def __init__(self, pool: RayRolloutPool, reqs: list[tuple], env_id: str,
                  env_kwargs: dict, overrides: dict, batches: bool = False,
-                 trajectories: bool = True):
+                 trajectories: bool = True, feed: AsyncIterable | None = None):
         self.pool, self.reqs = pool, reqs
         #: a game's seats (its roles): each request's rows
         self.roles = list(roles(env_id)) or [None]
@@ -651,6 +663,9 @@ class _PoolRun:
         self.env_id, self.env_kwargs, self.overrides = env_id, env_kwargs, overrides
         self.session = uuid.uuid4().hex
         self.pending: deque[int] = deque(range(len(reqs)))
+        self.feed = feed
+        #: every request is known (a list, or the feed exhausted)
+        self.fed = feed is None
         self.retries = [0] * len(reqs)
         self.delivered = bytearray(len(reqs))
         self.left = len(reqs)
@@ -676,6 +691,24 @@ class _PoolRun:
     def _refill_all(self) -> None:
         for s in self.pool.slots:
             self._refill(s)
+
+    async def _take_feed(self) -> None:
+        """Queue the feed's requests as they arrive and hand them to the workers."""
+        try:
+            async for r in self.feed:
+                self.reqs.append(_request(r))
+                self.retries.append(0)
+                self.delivered.append(0)
+                self.pending.append(len(self.reqs) - 1)
+                self.left += 1
+                self._refill_all()
+        except BaseException as e:  # the caller's feed failed: the caller sees it
+            if not isinstance(e, asyncio.CancelledError):
+                self.out.put_nowait(e)
+            raise
+        finally:
+            self.fed = True
+            self.out.put_nowait(None)  # wakes the consumer to check for the end
 
     async def _drive(self, slot: _Slot) -> None:
         """Open the session's stream on ``slot`` and take its results until it ends; on the
@@ -714,7 +747,7 @@ class _PoolRun:
                 else:
                     self.pending.appendleft(idx)
             self._refill_all()
-            if self.left:
+            if self.left or not self.fed:
                 await self._restart(slot)
         except BaseException as e:
             self.out.put_nowait(e)  # an engine bug on the worker: the caller sees it
@@ -741,7 +774,7 @@ class _PoolRun:
             if not any(s.alive for s in pool.slots):
                 self.out.put_nowait(e)
             return
-        if self.left:
+        if self.left or not self.fed:
             self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
 
     def _gave_up(self, idx: int) -> list[Trajectory]:
@@ -786,22 +819,28 @@ class _PoolRun:
 
     async def __aiter__(self):
         pool = self.pool
-        if not self.reqs:
+        if not self.reqs and self.fed:
             return
+        feeding = asyncio.ensure_future(self._take_feed()) if self.feed is not None else None
         for slot in pool.slots:
             if slot.alive:
                 self.tasks[slot.index] = asyncio.ensure_future(self._drive(slot))
             elif slot.actor is not None or slot.restarts < pool.max_restarts:
                 self.tasks[slot.index] = asyncio.ensure_future(self._restart(slot))
         try:
-            left = len(self.reqs) * len(self.roles)  # each request's rows, once
-            while left:
+            rows = 0  # each request's rows, once
+            while not (self.fed and rows == len(self.reqs) * len(self.roles)):
                 item = await self.out.get()
+                if item is None:  # the feed ended
+                    continue
                 if isinstance(item, BaseException):
                     raise item
-                left -= len(item.packed) if self.batches else 1
+                rows += len(item.packed) if self.batches else 1
                 yield item
         finally:
+            if feeding is not None and not feeding.done():
+                feeding.cancel()
+                await asyncio.gather(feeding, return_exceptions=True)
             for slot in pool.slots:
                 slot.outstanding.clear()
                 if slot.alive and slot.index in self.opened:

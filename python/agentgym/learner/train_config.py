@@ -404,9 +404,6 @@ class TrainerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
             if self.async_rollouts:
                 raise ConfigError("fully_async and async_rollouts are two asynchronous modes: "
                                   "set one")
-            if self.num_rollout_workers:
-                raise ConfigError("fully_async streams from the in-process engine: set "
-                                  "num_rollout_workers to 0 (Ray workers: async_rollouts)")
             if self.backend == "openai":
                 raise ConfigError("fully_async pushes weights to the backend: use backend "
                                   "transformers or vllm (an openai server owns its weights)")
