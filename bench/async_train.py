@@ -10,13 +10,13 @@ Arms: ``sync`` (rollout, update, weight sync, in turn), ``overlap`` (``async_rol
 the next rollout during the update), ``async1``/``async2``/``async4`` (``fully_async`` at
 ``learner.max_staleness`` 1, 2, 4). Each seed runs every arm, the arm order rotated per
 seed (a slow stretch of the machine falls on every arm alike); each run is its own process
-(``agentgym-rl train``), and ``/proc/stat`` is read every half second while it runs.
+(``agentgym-rl train``), and ``/proc/stat`` is read before and after it.
 Per arm: the median and range over seeds of each figure; per fully asynchronous arm, the
 median of its per-seed ratios to ``sync`` (steps per hour). The wall time is the sum of
 the steps' and evaluations' times (no checkpoint writes, no model load). A config with a
 warm-up runs it once per seed (``--work/warm_seed{S}``) and every arm of that seed starts
-from that warm model (``--model DIR --no-warmup``): the arms differ only in the loop. Prints one JSON
-object and writes it to ``--out`` (fsync and rename); finished runs are kept in
+from that warm model (``--model DIR --no-warmup``): the arms differ only in the loop.
+Prints one JSON object and writes it to ``--out`` (fsync and rename); finished runs are kept in
 ``--work`` and not run again, so an interrupted bench resumes.
 """
 
@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -79,11 +78,55 @@ def warm_model(seed: int, args, work: Path) -> Path | None:
     return model
 
 
+def summarize_run(arm: str, seed: int, out: Path, target: float) -> dict:
+    """One finished run's figures, read from its ``metrics.jsonl``."""
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    train = [r for r in rows if r["type"] == "train"]
+    evals = [r for r in rows if r["type"] == "eval"]
+    at_step, t = {}, 0.0
+    for r in rows:  # the run's clock: its steps and evaluations, in order
+        t += r.get("timing_s/step", 0.0) if r["type"] == "train" else r.get("timing_s/eval", 0.0)
+        if r["type"] == "eval":
+            at_step[int(r["step"])] = t
+    train_s = sum(r["timing_s/step"] for r in train)
+    reached = next((at_step[int(e["step"])] for e in evals
+                    if e["success_rate"] >= target), None)
+    lags: dict[str, float] = {}
+    for r in train:
+        for k, v in r.items():
+            if k.startswith("async/tokens_lag"):
+                lag = k.removeprefix("async/tokens_")
+                lags[lag] = lags.get(lag, 0.0) + v
+    capped = [r["actor/is_capped_frac"] for r in train if "actor/is_capped_frac" in r]
+    return {
+        "arm": arm, "seed": seed, "steps": len(train), "wall_s": round(t, 1),
+        "steps_per_hour": round(len(train) / train_s * 3600, 1),
+        "time_to_target_s": None if reached is None else round(reached, 1),
+        "final_success": evals[-1]["success_rate"] if evals else None,
+        "eval": {int(e["step"]): e["success_rate"] for e in evals},
+        "learner_wait_s_mean": round(sum(r.get("timing_s/gen", 0.0) for r in train)
+                                     / len(train), 3),
+        "update_s_mean": round(sum(r["timing_s/update"] for r in train) / len(train), 3),
+        # the weight push's wait for replies running under the old weights
+        "weight_drain_s_mean": round(sum(r.get("timing_s/weight_drain", 0.0) for r in train)
+                                     / len(train), 4),
+        "weight_sync_s_mean": round(sum(r.get("timing_s/weight_sync", 0.0) for r in train)
+                                    / len(train), 4),
+        "tokens_by_lag": lags,
+        "is_capped_frac_mean": round(sum(capped) / len(capped), 4) if capped else None,
+        "stale_dropped_groups": sum(r.get("async/stale_dropped_groups", 0) for r in train),
+        "partial_share_mean": round(sum(r.get("async/partial_share", 0) for r in train)
+                                    / len(train), 3),
+    }
+
+
 def run_arm(arm: str, seed: int, args, work: Path, warm: Path | None = None) -> dict:
     out = work / f"{arm}_seed{seed}"
     done = out / "bench_run.json"
-    if done.exists():
-        return json.loads(done.read_text())
+    if done.exists():  # the process's own figures; the rest is read from its metrics again
+        kept = json.loads(done.read_text())
+        return {**summarize_run(arm, seed, out, args.target), **{
+            k: kept[k] for k in ("process_wall_s", "core_busy") if k in kept}}
     cmd = [sys.executable, "-m", "agentgym.cli", "train", "--config", args.config,
            "--seed", str(seed), "--output", str(out), "--overwrite", *ARMS[arm]]
     if warm is not None:
@@ -92,62 +135,15 @@ def run_arm(arm: str, seed: int, args, work: Path, warm: Path | None = None) -> 
         cmd += ["--max-steps", str(args.steps)]
     if args.backend:
         cmd += ["--backend", args.backend]
-    samples: list[list[float]] = []
-    stop = threading.Event()
-
-    def sample():
-        prev = _cpu_times()
-        while not stop.wait(0.5):
-            cur = _cpu_times()
-            samples.append(_busy_share(prev, cur))
-            prev = cur
-
     t0 = time.perf_counter()
     start = _cpu_times()
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    stop.set()
-    th.join()
     wall_process = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{arm} seed {seed} failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
-    train = [r for r in rows if r["type"] == "train"]
-    evals = [r for r in rows if r["type"] == "eval"]
-    clock, at_step, t = 0.0, {}, 0.0
-    for r in rows:  # the run's clock: its steps and evaluations, in order
-        t += r.get("timing_s/step", 0.0) if r["type"] == "train" else r.get("timing_s/eval", 0.0)
-        if r["type"] == "eval":
-            at_step[int(r["step"])] = t
-    clock = t
-    train_s = sum(r["timing_s/step"] for r in train)
-    reached = next((at_step[int(e["step"])] for e in evals
-                    if e["success_rate"] >= args.target), None)
-    lags: dict[str, float] = {}
-    for r in train:
-        for k, v in r.items():
-            if k.startswith("async/tokens_lag"):
-                lag = k.removeprefix("async/tokens_")
-                lags[lag] = lags.get(lag, 0.0) + v
-    capped = [r["actor/is_capped_frac"] for r in train if "actor/is_capped_frac" in r]
-    res = {
-        "arm": arm, "seed": seed, "steps": len(train), "wall_s": round(clock, 1),
-        "process_wall_s": round(wall_process, 1),
-        "steps_per_hour": round(len(train) / train_s * 3600, 1),
-        "time_to_target_s": None if reached is None else round(reached, 1),
-        "final_success": evals[-1]["success_rate"] if evals else None,
-        "eval": {int(e["step"]): e["success_rate"] for e in evals},
-        "core_busy": _busy_share(start, _cpu_times()),
-        "learner_wait_s_mean": round(sum(r.get("timing_s/gen", 0.0) for r in train)
-                                     / len(train), 3),
-        "update_s_mean": round(sum(r["timing_s/update"] for r in train) / len(train), 3),
-        "tokens_by_lag": lags,
-        "is_capped_frac_mean": round(sum(capped) / len(capped), 4) if capped else None,
-        "stale_dropped_groups": sum(r.get("async/stale_dropped_groups", 0) for r in train),
-        "partial_share_mean": round(sum(r.get("async/partial_share", 0) for r in train)
-                                    / len(train), 3),
-    }
+    res = {**summarize_run(arm, seed, out, args.target),
+           "process_wall_s": round(wall_process, 1),
+           "core_busy": _busy_share(start, _cpu_times())}
     write_json_atomic(done, res)
     return res
 

@@ -207,11 +207,11 @@ async def bench(args, h: Harness) -> dict:
             engine = RolloutEngine(backend, tok, max_turns=max(WORKLOADS[workload][3]),
                                    max_total_tokens=1024, max_concurrency=args.slots,
                                    temperature=1.0, progress=False, **settings)
-            seeds = iter(range(1_000))
+            def arm(kind, engine=engine, workload=workload):
+                calls = iter(range(1_000))  # the k-th run of each arm plays the same requests
 
-            def arm(kind):
                 async def one():
-                    batches = make_requests(workload, args, next(seeds))
+                    batches = make_requests(workload, args, next(calls))
                     if kind == "barrier":
                         return await run_barrier(engine, backend, weights, workload, batches,
                                                  args.slots)

@@ -134,6 +134,7 @@ class Trainer:
         self.runner = None
         self.dp = None  # the data-parallel rank under torchrun
         self.last_sync_s = 0.0
+        self.last_drain_s = 0.0
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.eval_history: list[dict[str, Any]] = []
@@ -581,8 +582,12 @@ class Trainer:
         under self-play with an opponent pool, a due snapshot joins the pool."""
         t0 = time.perf_counter()
         sd = await asyncio.to_thread(self._weights)
+        gate = getattr(getattr(self.runner, "backend", None), "gate", None)
+        drained = gate.drain_s if gate is not None else 0.0
         await self.runner.update_weights(sd)
         self.last_sync_s = time.perf_counter() - t0
+        # the update's wait for the replies running under the old weights (WeightGate)
+        self.last_drain_s = gate.drain_s - drained if gate is not None else 0.0
         sp = self.selfplay
         if sp is not None and sp.snapshot_due(self.step + 1):
             name = f"pool:v{self.policy_version}"
@@ -786,6 +791,7 @@ class Trainer:
                        "timing_s/sync": t3 - t2, "timing_s/step": t3 - t0,
                        # gathering (and merging) the weights and loading them into the backend
                        "timing_s/weight_sync": self.last_sync_s,
+                       "timing_s/weight_drain": self.last_drain_s,
                        # tokens through the learner's forward and backward passes per second
                        "perf/update_tokens_per_s": upd.get("learner/num_tokens", 0.0)
                        / max(t2 - t1, 1e-9),
