@@ -8,8 +8,10 @@ lag, the share of tokens over the behaviour-weight cap).
 
 Arms: ``sync`` (rollout, update, weight sync, in turn), ``overlap`` (``async_rollouts``:
 the next rollout during the update), ``async1``/``async2``/``async4`` (``fully_async`` at
-``learner.max_staleness`` 1, 2, 4). Each seed runs every arm, the arm order rotated per
-seed (a slow stretch of the machine falls on every arm alike); each run is its own process
+``learner.max_staleness`` 1, 2, 4; truncated importance sampling, the default), and
+``async4_decoupled`` (staleness 4 with ``learner.off_policy: decoupled``). Each seed runs
+every arm, the arm order rotated per seed (a slow stretch of the machine falls on every arm
+alike); each run is its own process
 (``agentgym-rl train``), and ``/proc/stat`` is read before and after it.
 Per arm: the median and range over seeds of each figure; per fully asynchronous arm, the
 median of its per-seed ratios to ``sync`` (steps per hour). The wall time is the sum of
@@ -39,6 +41,9 @@ ARMS = {
     "async1": ["--fully-async", "--max-staleness", "1"],
     "async2": ["--fully-async", "--max-staleness", "2"],
     "async4": ["--fully-async", "--max-staleness", "4"],
+    # the decoupled objective (tokens over the behaviour-weight cap dropped, not truncated)
+    "async4_decoupled": ["--fully-async", "--max-staleness", "4",
+                         "--set", 'learner.off_policy="decoupled"'],
 }
 
 
@@ -152,7 +157,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="main_job")
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(a for a in ARMS if a != "async4_decoupled"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=None, help="max_steps (default: the config's)")
     ap.add_argument("--target", type=float, default=0.7, help="held-out success to reach")
