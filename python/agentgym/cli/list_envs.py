@@ -1,6 +1,7 @@
 """``agentgym-rl list``: the registered env ids (envs and games) with their kind and
 description; ``list --suite NAME``: a community suite's envs (``openspiel``, ``textarena``,
-``reasoning_gym``; docs/suites.md) with their kind, seats and where each comes from."""
+``reasoning_gym``, ``openenv``, ``verifiers``; docs/suites.md) with their kind, seats and
+where each comes from."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "multi-seat games)")
     p.add_argument("--suite", default=None, metavar="NAME",
                    help="list a community suite's envs instead (openspiel, textarena, "
-                        "reasoning_gym): id, kind, seats and source; play one as "
-                        "--env NAME:ID")
+                        "reasoning_gym, openenv, verifiers): id, kind, seats and source; "
+                        "play one as --env NAME:ID")
 
 
 def run(args: argparse.Namespace) -> int:

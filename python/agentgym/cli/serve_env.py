@@ -1,4 +1,5 @@
-"""``agentgym-rl serve-env ENV``: serve a registered env over AgentGym's HTTP protocol."""
+"""``agentgym-rl serve-env ENV``: serve a registered env over AgentGym's HTTP protocol (or,
+with ``--protocol openenv``, OpenEnv's: :mod:`agentgym.serving.openenv`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 from agentgym.cli.args import port, positive_float, positive_int
 from agentgym.errors import ConfigError
 
-HELP = "serve an env over AgentGym's HTTP protocol"
+HELP = "serve an env over AgentGym's HTTP protocol (or OpenEnv's)"
 
 #: What ``--help`` ends with: two real command lines (tests/cli/test_help_examples.py
 #: parses each with the real parser).
@@ -35,7 +36,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="'agentgym' (default): the dialect of the env's AgentGym family "
                         "(textcraft, babyai, sciworld, webshop, searchqa for search) at the "
                         "root and the generic protocol under /generic; 'generic': the generic "
-                        "protocol at the root; or a family name")
+                        "protocol at the root; 'openenv': Meta's OpenEnv protocol (its "
+                        "EnvClient, TRL's OpenEnv harness); or a family name")
     p.add_argument("--auth-token", default=None,
                    help="require 'Authorization: Bearer TOKEN' on every request (default: "
                         "$AGENTGYM_AUTH_TOKEN); needed off loopback")
@@ -50,18 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from agentgym.serving.service import TOKEN_ENV
 
     token = args.auth_token or os.environ.get(TOKEN_ENV) or None
+    options = dict(host=args.host, port=args.port, max_envs=args.max_envs,
+                   idle_timeout=args.idle_timeout, max_turns=args.max_turns,
+                   auth_token=token, insecure=args.insecure)
+    if args.protocol == "openenv":
+        from agentgym.serving.openenv import serve
+    else:
+        options["protocol"] = args.protocol
     try:
-        serve(
-            args.env,
-            host=args.host,
-            port=args.port,
-            max_envs=args.max_envs,
-            idle_timeout=args.idle_timeout,
-            max_turns=args.max_turns,
-            protocol=args.protocol,
-            auth_token=token,
-            insecure=args.insecure,
-        )
+        serve(args.env, **options)
     except (InsecureServerError, ValueError) as e:  # one line on stderr, exit 2 (main)
         raise ConfigError(str(e)) from e
     except OSError as e:  # the address cannot be listened on: one line naming it

@@ -12,6 +12,13 @@ serves (docs/suites.md):
   observations (``textarena:Poker-v0@4``: four seats where the env takes several counts);
 * ``reasoning_gym:<dataset>`` (:mod:`.reasoning_gym`, package ``reasoning-gym``): one
   question, one answer, scored by the dataset's own ``score_answer``.
+* ``verifiers:<taskset>`` or ``verifiers:<env>+<taskset>`` (:mod:`.verifiers`, package
+  ``verifiers`` 0.4, its ``verifiers.v1`` stack): verifiers' own ``Env.run_episode`` with its
+  one seat played by the policy, the task's rewards scoring the finished rollout on the
+  final turn; what needs an LLM judge, a sandbox, network or a second model is refused.
+* ``openenv:<module.path:EnvClass>`` or ``openenv:http://host:port`` (:mod:`.openenv`,
+  package ``openenv-core``): an OpenEnv ``Environment`` built in-process, or a running
+  OpenEnv server driven by OpenEnv's own client, as a single-agent env.
 
 :func:`suite_spec` is what :func:`agentgym.envs.registry.spec` asks first for an id whose
 prefix names a suite (before ``remote:`` ids, entry points and ``module:attr`` ids);
@@ -86,6 +93,9 @@ SUITES: dict[str, Suite] = {
     "textarena": Suite("textarena", "agentgym.envs.suites.textarena", "textarena", "textarena"),
     "reasoning_gym": Suite("reasoning_gym", "agentgym.envs.suites.reasoning_gym",
                            "reasoning_gym", "reasoning-gym"),
+    "verifiers": Suite("verifiers", "agentgym.envs.suites.verifiers", "verifiers.v1",
+                       "verifiers"),
+    "openenv": Suite("openenv", "agentgym.envs.suites.openenv", "openenv", "openenv-core"),
 }
 
 
