@@ -8,11 +8,15 @@ lag, the share of tokens over the behaviour-weight cap).
 
 Arms: ``sync`` (rollout, update, weight sync, in turn), ``overlap`` (``async_rollouts``:
 the next rollout during the update), ``async1``/``async2``/``async4`` (``fully_async`` at
-``learner.max_staleness`` 1, 2, 4; truncated importance sampling, the default), and
-``async4_decoupled`` (staleness 4 with ``learner.off_policy: decoupled``). Each seed runs
-every arm, the arm order rotated per seed (a slow stretch of the machine falls on every arm
-alike); each run is its own process
-(``agentgym-rl train``), and ``/proc/stat`` is read before and after it.
+``learner.max_staleness`` 1, 2, 4; the proximal logprobs recomputed, truncated importance
+sampling: the mode's defaults), ``async1_behaviour`` (staleness 1 clipped against the
+behaviour logprobs: no proximal pass), ``async4_decoupled`` (staleness 4 with
+``learner.off_policy: decoupled``), and ``sync_ray``/``async1_ray`` (generation on one Ray
+rollout worker, its own process, on a local cluster). Each seed runs every arm, the arm
+order rotated per seed (a slow stretch of the machine falls on every arm alike); each run is
+its own process (``agentgym-rl train``), and ``/proc/stat`` is read before and after it.
+``--backend-cpus 0`` puts the in-process vLLM engine on core 0 and the learner on the rest
+(``backend_kwargs.cpus``).
 Per arm: the median and range over seeds of each figure; per fully asynchronous arm, the
 median of its per-seed ratios to ``sync`` (steps per hour). The wall time is the sum of
 the steps' and evaluations' times (no checkpoint writes, no model load). A config with a
@@ -41,6 +45,9 @@ ARMS = {
     "async1": ["--fully-async", "--max-staleness", "1"],
     "async2": ["--fully-async", "--max-staleness", "2"],
     "async4": ["--fully-async", "--max-staleness", "4"],
+    # staleness 1 clipped against the behaviour logprobs (no proximal forward pass)
+    "async1_behaviour": ["--fully-async", "--max-staleness", "1",
+                         "--set", 'learner.old_logprob_source="behaviour"'],
     # generation in its own process: one Ray rollout worker (a local cluster) owns the backend
     "sync_ray": ["--ray", "--num-workers", "1", "--worker-cpus", "1"],
     "async1_ray": ["--fully-async", "--max-staleness", "1", "--ray", "--num-workers", "1",
