@@ -29,6 +29,31 @@ def eval_rows(path: Path) -> dict[int, float]:
     return out
 
 
+def plot_runs(runs: dict[str, dict[int, float]], path: str,
+              ylabel: str = "held-out success (greedy)",
+              baseline: tuple[str, float] | None = None) -> None:
+    """One line per run (``{label: {step: success}}``), and ``baseline`` (label, value) as a
+    dashed line, written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for lab, r in runs.items():
+        xs = sorted(r)
+        ax.plot(xs, [r[x] for x in xs], marker="o", label=lab)
+    if baseline is not None:
+        ax.axhline(baseline[1], color="grey", ls="--", label=baseline[0])
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("runs", nargs="+")
@@ -52,22 +77,7 @@ def main(argv=None) -> dict:
               "eval_rows": {lab: {str(k): v for k, v in sorted(r.items())}
                             for lab, r in runs.items()}}
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for lab, r in runs.items():
-            xs = sorted(r)
-            ax.plot(xs, [r[x] for x in xs], marker="o", label=lab)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("held-out success (greedy)")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        plot_runs(runs, args.plot)
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
         from agentgym.runtime.files import write_text_atomic

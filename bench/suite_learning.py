@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import write_json_atomic  # noqa: E402
-from seed_spread import eval_rows  # noqa: E402
+from seed_spread import eval_rows, plot_runs  # noqa: E402
 
 
 def train(config: str, seed: int, out: Path) -> None:
@@ -89,24 +89,8 @@ def main(argv=None) -> dict:
               "eval_rows": {k: {str(s): v for s, v in sorted(r.items())}
                             for k, r in runs.items()}}
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for lab, r in runs.items():
-            xs = sorted(r)
-            ax.plot(xs, [r[x] for x in xs], marker="o", label=lab)
-        ax.axhline(report["random_player"]["success_rate"], color="grey", ls="--",
-                   label="random legal player")
-        ax.set_xlabel("training step")
-        ax.set_ylabel(f"held-out success on {cfg.env} (greedy)")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        plot_runs(runs, args.plot, ylabel=f"held-out success on {cfg.env} (greedy)",
+                  baseline=("random legal player", report["random_player"]["success_rate"]))
     print(json.dumps(report, indent=1))
     if args.out:
         write_json_atomic(args.out, report)

@@ -447,6 +447,26 @@ def test_self_play_trains_on_ray_workers(ray_cluster, tiny_model_dir, tmp_path):
     assert evals and evals[-1]["vs_random/games"] == evals[-1]["vs_solver/games"] == 4
 
 
+def train_and_read_workers(trainer, workers: int):
+    """Run ``trainer`` to its end; each Ray worker's policy version and backend weights."""
+    from agentgym.engine.loop import run
+
+    async def go():
+        try:
+            await trainer.train_async()
+            pool = trainer.runner
+            versions = ray.get([pool.actor(i).policy_version.remote()
+                                for i in range(workers)])
+            weights = ray.get([pool.actor(i).__ray_call__.remote(
+                lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
+                for i in range(workers)])
+            return versions, weights
+        finally:
+            await trainer.aclose()
+
+    return run(go())
+
+
 def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
         ray_cluster, tiny_model_dir, tmp_path, monkeypatch):
     """Async GRPO on 2 transformers Ray workers (``max_staleness=0``, one episode in flight
@@ -457,7 +477,6 @@ def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
     import torch
 
     import agentgym.learner as learner
-    from agentgym.engine.loop import run
     from agentgym.learner.trainer import Trainer, TrainerConfig
 
     seen = []
@@ -480,19 +499,7 @@ def test_async_rollouts_on_ray_workers_keep_the_staleness_bound(
                         num_rollout_workers=2, rollout_worker={"num_cpus": CPU})
     trainer = Trainer(cfg)
 
-    async def go():
-        try:
-            await trainer.train_async()
-            pool = trainer.runner
-            versions = ray.get([pool.actor(i).policy_version.remote() for i in range(2)])
-            weights = ray.get([pool.actor(i).__ray_call__.remote(
-                lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
-                for i in range(2)])
-            return versions, weights
-        finally:
-            await trainer.aclose()
-
-    versions, weights = run(go())
+    versions, weights = train_and_read_workers(trainer, 2)
     assert [r["policy_version"] for r in trainer.history] == [1, 2, 3]
     assert versions == [steps, steps]
     assert len(seen) == steps
@@ -558,7 +565,6 @@ def test_fully_async_training_on_ray_workers_keeps_the_bound(
     import torch
 
     import agentgym.learner as learner
-    from agentgym.engine.loop import run
     from agentgym.learner.trainer import Trainer, TrainerConfig
 
     seen = []
@@ -580,19 +586,7 @@ def test_fully_async_training_on_ray_workers_keeps_the_bound(
                         num_rollout_workers=2, rollout_worker={"num_cpus": CPU})
     trainer = Trainer(cfg)
 
-    async def go():
-        try:
-            await trainer.train_async()
-            pool = trainer.runner
-            versions = ray.get([pool.actor(i).policy_version.remote() for i in range(2)])
-            weights = ray.get([pool.actor(i).__ray_call__.remote(
-                lambda w: {k: v.cpu() for k, v in w.backend.model.state_dict().items()})
-                for i in range(2)])
-            return versions, weights
-        finally:
-            await trainer.aclose()
-
-    versions, weights = run(go())
+    versions, weights = train_and_read_workers(trainer, 2)
     assert [r["policy_version"] for r in trainer.history] == [1, 2, 3]
     assert versions == [steps, steps] and len(seen) == steps
     for tv, mask, current in seen:

@@ -24,7 +24,6 @@ How the two are matched, as this file pins it:
 """
 
 import random
-import re
 import warnings
 
 import pytest
@@ -34,6 +33,15 @@ with warnings.catch_warnings():
     pyspiel = pytest.importorskip("pyspiel")
 
 from agentgym import _core  # noqa: E402
+from tests.integrations.native_games import (  # noqa: E402
+    BETTINGS,
+    DEALS,
+    opening,
+    oracle_for,
+    our_board,
+    our_card,
+    random_move,
+)
 
 # --- tic-tac-toe -------------------------------------------------------------------------
 
@@ -43,23 +51,8 @@ def os_cell(cell: str) -> int:
     return int(cell) - 1
 
 
-def opening(task: int) -> list[str]:
-    """The marks of our task ``task`` (envs/tictactoe/README.md, Tasks) as moves: X's, then
-    O's."""
-    task %= 82
-    if task == 0:
-        return []
-    if task <= 9:
-        return [str(task)]
-    x = (task - 10) // 8 + 1
-    others = [c for c in range(1, 10) if c != x]
-    return [str(x), str(others[(task - 10) % 8])]
 
 
-def our_board(game) -> list[str]:
-    """Our board, cell by cell: ``X``, ``O`` or the free cell's number."""
-    rows = game.observation(0).splitlines()[:3]
-    return [c.strip() for row in rows for c in row.split("|")]
 
 
 def os_board(state) -> list[str]:
@@ -96,17 +89,8 @@ def play_tictactoe(task: int, seed: int, choose) -> tuple[list[str], list[float]
     return moves, game.rewards(), list(state.returns())
 
 
-def random_move(rng: random.Random):
-    return lambda game, seat: rng.choice(game.valid_actions(seat))
 
 
-def oracle_for(oracle_seat: int, rng: random.Random):
-    def choose(game, seat):
-        if seat == oracle_seat:
-            return game.oracle_action(seat)
-        return rng.choice(game.valid_actions(seat))
-
-    return choose
 
 
 def winner(returns) -> int | None:
@@ -178,24 +162,11 @@ def test_a_taken_cell_ends_ours_and_is_an_error_in_openspiel():
 
 # Our tasks' deals (rust/core/src/games/kuhn_poker/mod.rs, DEALS): (seat 0's card, seat
 # 1's card), 0 = Jack, 1 = Queen, 2 = King (OpenSpiel numbers its cards the same way).
-DEALS = [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
-CARD_NAMES = {"Jack": 0, "Queen": 1, "King": 2}
-BETTINGS = [
-    ["check", "check"],
-    ["check", "bet", "call"],
-    ["check", "bet", "fold"],
-    ["bet", "call"],
-    ["bet", "fold"],
-]
 #: Our words as OpenSpiel's actions: Pass (0), Bet (1).
 OS_ACTION = {"check": 0, "fold": 0, "bet": 1, "call": 1}
 OS_NAME = {0: "Pass", 1: "Bet"}
 
 
-def our_card(game, seat: int) -> int:
-    """The card our ``seat`` holds, read from its observation."""
-    name = re.match(r"Your card: the (\w+)\.", game.observation(seat)).group(1)
-    return CARD_NAMES[name]
 
 
 def os_kuhn(deal: tuple[int, int]):

@@ -41,6 +41,15 @@ with warnings.catch_warnings():
     ta = pytest.importorskip("textarena")
 
 from agentgym import _core  # noqa: E402
+from tests.integrations.native_games import (  # noqa: E402
+    BETTINGS,
+    DEALS,
+    opening,
+    oracle_for,
+    our_board,
+    our_card,
+    random_move,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,23 +69,8 @@ def ta_cell(cell: str) -> str:
     return f"[{int(cell) - 1}]"
 
 
-def opening(task: int) -> list[str]:
-    """The marks of our task ``task`` (envs/tictactoe/README.md, Tasks) as moves: X's, then
-    O's."""
-    task %= 82
-    if task == 0:
-        return []
-    if task <= 9:
-        return [str(task)]
-    x = (task - 10) // 8 + 1
-    others = [c for c in range(1, 10) if c != x]
-    return [str(x), str(others[(task - 10) % 8])]
 
 
-def our_board(game) -> list[str]:
-    """Our board, cell by cell: ``X``, ``O`` or the free cell's number."""
-    rows = game.observation(0).splitlines()[:3]
-    return [c.strip() for row in rows for c in row.split("|")]
 
 
 def ta_board(env) -> list[str]:
@@ -120,17 +114,8 @@ def play_tictactoe(task: int, seed: int, choose) -> tuple[list[str], list[float]
     return moves, game.rewards(), ta_rewards
 
 
-def random_move(rng: random.Random):
-    return lambda game, seat: rng.choice(game.valid_actions(seat))
 
 
-def oracle_for(oracle_seat: int, rng: random.Random):
-    def choose(game, seat):
-        if seat == oracle_seat:
-            return game.oracle_action(seat)
-        return rng.choice(game.valid_actions(seat))
-
-    return choose
 
 
 def assert_same_outcome(moves, ours, theirs):
@@ -234,15 +219,6 @@ def test_action_formats_differ():
 
 # Our tasks' deals (rust/core/src/games/kuhn_poker/mod.rs, DEALS): (seat 0's card, seat
 # 1's card), 0 = Jack, 1 = Queen, 2 = King (TextArena ranks its cards the same way).
-DEALS = [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
-CARD_NAMES = {"Jack": 0, "Queen": 1, "King": 2}
-BETTINGS = [
-    ["check", "check"],
-    ["check", "bet", "call"],
-    ["check", "bet", "fold"],
-    ["bet", "call"],
-    ["bet", "fold"],
-]
 ANTE = 1
 
 
@@ -251,9 +227,6 @@ def ta_player(seat: int) -> int:
     return 1 - seat
 
 
-def our_card(game, seat: int) -> int:
-    name = re.match(r"Your card: the (\w+)\.", game.observation(seat)).group(1)
-    return CARD_NAMES[name]
 
 
 def new_ta_kuhn(deal: tuple[int, int]):
