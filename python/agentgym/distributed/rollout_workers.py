@@ -706,10 +706,8 @@ class _PoolRun:
                 self.pending.append(len(self.reqs) - 1)
                 self.left += 1
                 self._refill_all()
-        except BaseException as e:  # the caller's feed failed: the caller sees it
-            if not isinstance(e, asyncio.CancelledError):
-                self.out.put_nowait(e)
-            raise
+        except Exception as e:  # the caller's feed failed: the caller sees it
+            self.out.put_nowait(e)
         finally:
             self.fed = True
             self.out.put_nowait(None)  # wakes the consumer to check for the end
@@ -842,8 +840,8 @@ class _PoolRun:
                 rows += len(item.packed) if self.batches else 1
                 yield item
         finally:
-            if feeding is not None and not feeding.done():
-                feeding.cancel()
+            if feeding is not None:
+                feeding.cancel()  # (a finished feed: nothing to cancel)
                 await asyncio.gather(feeding, return_exceptions=True)
             for slot in pool.slots:
                 slot.outstanding.clear()
