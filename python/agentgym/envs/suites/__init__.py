@@ -35,7 +35,7 @@ from typing import Any
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["HELD_OUT_BASE", "SPLITS", "SUITES", "Suite", "SuiteEntry", "check_split",
-           "chance_seed", "list_suite", "split_id", "suite_spec"]
+           "chance_seed", "list_suite", "split_id", "suite_spec", "task_index"]
 
 #: The task splits of a suite's env; ``test`` draws its chance from seeds
 #: ``HELD_OUT_BASE + i`` (``train``'s from ``i``).
@@ -63,6 +63,21 @@ def chance_seed(name: str, split: str, task: int | str | None, seed: int) -> int
     if index < 0:
         raise EnvError(f"{name}: task must be >= 0, got {index}")
     return (HELD_OUT_BASE if split == "test" else 0) + index
+
+
+def task_index(name: str, task: int | str | None, seed: int | None, num_tasks: int) -> int:
+    """The index of an episode's task among ``num_tasks``: ``task`` (checked), else the
+    episode's ``seed`` modulo ``num_tasks``; a bad task is an
+    :class:`~agentgym.errors.EnvError` naming ``name``."""
+    if task is None:
+        return (seed or 0) % num_tasks
+    try:
+        index = int(task)
+    except (TypeError, ValueError):
+        raise EnvError(f"{name}: task must be an index, got {task!r}") from None
+    if not 0 <= index < num_tasks:
+        raise EnvError(f"{name}: task {index} out of range (0..{num_tasks - 1})")
+    return index
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from agentgym.envs.base import BaseEnv, action_line
-from agentgym.envs.suites import SPLITS, SuiteEntry, check_split
+from agentgym.envs.suites import SPLITS, SuiteEntry, check_split, task_index
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["ReasoningGymEnv", "entries", "spec"]
@@ -86,15 +86,7 @@ class ReasoningGymEnv(BaseEnv):
         self._left = 0
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        if task is None:
-            index = (seed or 0) % self.num_tasks
-        else:
-            try:
-                index = int(task)
-            except (TypeError, ValueError):
-                raise EnvError(f"{self.name}: task must be an index, got {task!r}") from None
-            if not 0 <= index < self.num_tasks:
-                raise EnvError(f"{self.name}: task {index} out of range (0..{self.num_tasks - 1})")
+        index = task_index(self.name, task, seed, self.num_tasks)
         self._entry = self._data[index]
         self._left = self.attempts
         return str(self._entry["question"])

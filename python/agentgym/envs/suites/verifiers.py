@@ -77,7 +77,7 @@ from verifiers.v1.utils.decorators import discover_decorated
 from verifiers.v1.utils.generic import concrete_type
 
 from agentgym.envs.base import BaseEnv, action_line
-from agentgym.envs.suites import SPLITS, SuiteEntry, check_split
+from agentgym.envs.suites import SPLITS, SuiteEntry, check_split, task_index
 from agentgym.errors import EnvError, UnknownEnvError
 
 __all__ = ["VerifiersEnv", "entries", "spec"]
@@ -515,15 +515,7 @@ class VerifiersEnv(BaseEnv):
         self._exchange: _Exchange | None = None
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
-        if task is None:
-            index = (seed or 0) % self.num_tasks
-        else:
-            try:
-                index = int(task)
-            except (TypeError, ValueError):
-                raise EnvError(f"{self.name}: task must be an index, got {task!r}") from None
-            if not 0 <= index < self.num_tasks:
-                raise EnvError(f"{self.name}: task {index} out of range (0..{self.num_tasks - 1})")
+        index = task_index(self.name, task, seed, self.num_tasks)
         self.close()
         self._task = self._tasks[index]
         ex = self._exchange = _Exchange(self.name, self.system, self.timeout_s)
