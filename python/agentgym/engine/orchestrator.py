@@ -144,14 +144,14 @@ class RolloutEngine:
 
     def _game_driver(self, game_id: str, cfg: RolloutConfig, env_kwargs: dict):
         """The table of game ``game_id``; the single-agent mechanisms are refused."""
-        on = configured(cfg) + (["env_workers"] if cfg.env_workers else [])
+        on = configured(cfg)
         if on:
             raise ValueError(f"{game_id} is a multi-seat game: {', '.join(on)} apply to "
                              f"single-agent episodes only")
-        key = (game_id, cfg.max_concurrency, repr(sorted(env_kwargs.items())))
+        key = (game_id, cfg.max_concurrency, cfg.env_workers, repr(sorted(env_kwargs.items())))
         if key not in self._drivers:
-            self._drivers[key] = (GameDriver(game_id, cfg.max_concurrency, **env_kwargs),
-                                  asyncio.Lock())
+            self._drivers[key] = (GameDriver(game_id, cfg.max_concurrency, cfg.env_workers,
+                                             **env_kwargs), asyncio.Lock())
         return self._drivers[key]
 
     def requests(self, tasks: int | Sequence[int | str],

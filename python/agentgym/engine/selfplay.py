@@ -80,15 +80,16 @@ def seat_players(opponent: str, group_id: int, seed: int, seats: int,
 
 class GameDriver:
     """The engine's table for one game: its pool of ``capacity`` slots (a native game's
-    ``_core.GamePool``, a suite game's ``SuiteGamePool``, whose calls run off the event
-    loop: ``is_async``), the seats' roles and system prompts. ``core_pool`` is None (the
+    ``_core.GamePool``; a suite game's ``SuiteGamePool``, or its ``ProcessGamePool`` in
+    ``env_workers`` processes, whose calls run off the event loop: ``is_async``), the seats'
+    roles and system prompts. ``core_pool`` is None (the
     single-agent turn path never runs on a game)."""
 
     core_pool = None
 
-    def __init__(self, game_id: str, capacity: int, **kwargs):
+    def __init__(self, game_id: str, capacity: int, env_workers: int = 0, **kwargs):
         self.env_id = game_id
-        self.pool = game_pool(game_id, capacity, **kwargs)
+        self.pool = game_pool(game_id, capacity, env_workers, **kwargs)
         #: The pool's calls are awaited (``areset``, ``astep``, ``aoracle_actions``).
         self.is_async = bool(getattr(self.pool, "is_async", False))
         self.seats = self.pool.seats
@@ -116,7 +117,10 @@ class _SeatView:
         return await self.play.oracle_batcher.submit((slot, self.seat))
 
     async def valid_actions(self, slot: int) -> list[str]:
-        return self.play.driver.pool.valid_actions(slot, self.seat)
+        pool = self.play.driver.pool
+        if self.play.driver.is_async:
+            return await pool.avalid_actions(slot, self.seat)
+        return pool.valid_actions(slot, self.seat)
 
 
 class GameOver(Exception):

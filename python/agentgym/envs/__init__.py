@@ -73,6 +73,7 @@ _LAZY = {
     "RemoteEnv": "agentgym.serving.client",
     "BabyAIEnv": "agentgym.envs.babyai",
     "SciWorldEnv": "agentgym.envs.sciworld",
+    "SuiteGame": "agentgym.envs.suites._game",
 }
 
 
@@ -98,6 +99,7 @@ __all__ = [
     "RemoteEnv",
     "SciWorldEnv",
     "SearchEnv",
+    "SuiteGame",
     "MazeEnv",
     "NativeEnv",
     "TextCraftEnv",

@@ -30,7 +30,8 @@ once built, never listed: ``agentgym-rl list --suite NAME`` lists a suite);
 ``agentgym_rl.envs`` group of an installed package (its name the id, its value
 ``module:attr``), registered on first lookup (and by :func:`list_envs`); last, an id holding
 ``:`` is imported as ``module:attr`` (a ``BaseEnv`` class, a ``gymnasium.Env`` class or a
-factory) and registered under that id, so ``--env mypkg.envs:MyEnv`` works wherever an env
+factory; a :class:`~agentgym.envs.suites._game.SuiteGame` class is a game) and registered
+under that id, so ``--env mypkg.envs:MyEnv`` works wherever an env
 id does. Anything else, or a module or attribute that cannot be imported, is
 :class:`~agentgym.errors.UnknownEnvError` with one message naming it.
 """
@@ -496,15 +497,21 @@ def _suite_spec(env_id: str) -> EnvSpec | None:
     return suite_spec(env_id)
 
 
-def game_pool(game_id: str, capacity: int, **kwargs: Any) -> Any:
+def game_pool(game_id: str, capacity: int, workers: int = 0, **kwargs: Any) -> Any:
     """The batched pool that plays game ``game_id``: the Rust core's ``GamePool`` for a
     native game, a :class:`~agentgym.envs.suites._game.SuiteGamePool` for a suite's game
-    (``kwargs`` over the spec's defaults)."""
+    (``kwargs`` over the spec's defaults), or with ``workers`` > 0 a
+    :class:`~agentgym.runtime.game_workers.ProcessGamePool` hosting the suite's games in
+    that many processes (a native game steps in the Rust pool whatever ``workers``)."""
     s = spec(game_id)
     if s.kind != "game":
         raise UnknownEnvError(f"{game_id!r} is not a multi-seat game (kind {s.kind!r})")
     if s.entry_point == "agentgym._core:GamePool":
         return _core.GamePool(game_id, capacity, json.dumps(kwargs))
+    if workers > 0:
+        from agentgym.runtime.game_workers import ProcessGamePool
+
+        return ProcessGamePool(game_id, capacity, workers, **kwargs)
     from agentgym.envs.suites._game import SuiteGamePool
 
     return SuiteGamePool(game_id, capacity, _resolve(s.entry_point, game_id),
@@ -569,6 +576,10 @@ def _import_spec(env_id: str) -> EnvSpec:
                                   f"attribute {attr!r}")
         obj = getattr(obj, part)
     if inspect.isclass(obj):
+        from agentgym.envs.suites._game import SuiteGame
+
+        if issubclass(obj, SuiteGame):
+            return _game_class_spec(env_id, obj)
         if not issubclass(obj, (BaseEnv, gym.Env)):
             raise UnknownEnvError(f"env id {env_id!r}: {attr} is a class but neither a "
                                   "BaseEnv nor a gymnasium.Env")
@@ -576,6 +587,21 @@ def _import_spec(env_id: str) -> EnvSpec:
         raise UnknownEnvError(f"env id {env_id!r}: {attr} is not an env class or a factory "
                               f"(a {type(obj).__name__})")
     register(env_id, env_id)
+    return _REGISTRY[env_id]
+
+
+def _game_class_spec(env_id: str, cls: type) -> EnvSpec:
+    """``module:Class`` naming a :class:`~agentgym.envs.suites._game.SuiteGame`: a
+    multi-seat game of its own, registered under ``env_id`` (one instance built to read its
+    seats)."""
+    game = cls()
+    try:
+        seats = int(game.seats)
+    finally:
+        game.close()
+    doc = (inspect.getdoc(cls) or "").strip().splitlines()
+    _REGISTRY[env_id] = EnvSpec(env_id, env_id, {}, doc[0] if doc else "", "game",
+                                seats=seats, snapshots=bool(cls.snapshots), images=False)
     return _REGISTRY[env_id]
 
 

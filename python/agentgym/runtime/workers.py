@@ -81,9 +81,16 @@ def _child_pids(pid: int) -> list[int]:
 
 
 def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
-    """Worker process: host env instances, answer requests in order, one result each."""
+    """Worker process: host env instances (or a suite game's slots: ``spec["kind"]`` is
+    ``"game"``), answer requests in order, one result each."""
     os.setpgrp()  # the parent kills the whole group (JVMs included) on a hang
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if spec["kind"] == "game":
+        from agentgym.runtime.game_workers import GameHost
+
+        host = GameHost(spec)
+        _serve(req_conn, res_conn, host.handle, host.close)
+        return
     from agentgym.envs import registry
     from agentgym.envs.registry import make, register
 
@@ -100,18 +107,6 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
         from agentgym.engine.drivers.undo import UndoHistory, UndoRules
 
         undo = UndoRules(*undo)
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-
-    def reader() -> None:  # keeps the request pipe drained so the parent never blocks
-        while True:
-            try:
-                inbox.put(req_conn.recv_bytes())
-            except (EOFError, OSError):
-                inbox.put(None)
-                return
-
-    threading.Thread(target=reader, daemon=True).start()
-    res_conn.send_bytes(_ENC.encode([0, True, "ready"]))
 
     def env_of(local: int) -> Any:
         if local not in envs:
@@ -159,9 +154,40 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
         if op == "instructions":
             return str(getattr(env_of(local), "instructions", "") or "")
         if op == "info":
-            return {"pid": os.getpid(), "children": _child_pids(os.getpid()), "envs": len(envs)}
+            return worker_info(len(envs))
         raise ValueError(f"unknown worker op {op!r}")
 
+    def close() -> None:
+        for env in envs.values():
+            try:
+                env.close()
+            except Exception:
+                pass
+
+    _serve(req_conn, res_conn, handle, close)
+
+
+def worker_info(hosted: int) -> dict[str, Any]:
+    """A worker's answer to ``info``: its pid, its child pids (JVMs) and what it hosts."""
+    return {"pid": os.getpid(), "children": _child_pids(os.getpid()), "envs": hosted}
+
+
+def _serve(req_conn, res_conn, handle, close) -> None:
+    """A worker's message loop: ``handle(op, local, args)`` answers each call of each
+    message, in order, with one result (an exception is reported, never raised); ``close``
+    runs when the parent shuts the worker down or goes away."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def reader() -> None:  # keeps the request pipe drained so the parent never blocks
+        while True:
+            try:
+                inbox.put(req_conn.recv_bytes())
+            except (EOFError, OSError):
+                inbox.put(None)
+                return
+
+    threading.Thread(target=reader, daemon=True).start()
+    res_conn.send_bytes(_ENC.encode([0, True, "ready"]))
     try:
         while True:
             msg = inbox.get()
@@ -186,11 +212,7 @@ def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
             if stop:
                 break
     finally:
-        for env in envs.values():
-            try:
-                env.close()
-            except Exception:
-                pass
+        close()
 
 
 # ============================================================================ parent side
@@ -299,6 +321,7 @@ class ProcessEnvPool:
             "defaults": dict(entry.kwargs),
             "kind": entry.kind,
             "max_turns": max_turns,
+            "slots": envs_per_worker,
             "env_kwargs": env_kwargs,
             # ``UndoRules`` as (max_undos, depth): the workers answer undo actions
             "undo": None if undo is None else (undo.max_undos, undo.depth),

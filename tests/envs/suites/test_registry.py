@@ -24,7 +24,8 @@ def test_suite_ids_resolve_to_envs_and_games():
 
 def test_suite_ids_are_never_listed_with_the_registered_ids():
     registry.spec("openspiel:catch")
-    assert not any(":" in e for e in registry.list_envs())
+    prefixes = tuple(f"{name}:" for name in SUITES)
+    assert not any(e.startswith(prefixes) for e in registry.list_envs())
 
 
 def test_remote_and_module_ids_still_resolve(monkeypatch):

@@ -228,6 +228,10 @@ class SuiteGamePool:
         """:meth:`oracle_actions` on the pool's worker thread (a search bot may think)."""
         return await self._off_loop(self.oracle_actions, slots, seats)
 
+    async def avalid_actions(self, slot: int, seat: int) -> list[str]:
+        """:meth:`valid_actions` on the pool's worker thread."""
+        return await self._off_loop(self.valid_actions, slot, seat)
+
     def close(self) -> None:
         for game in self._games:
             if game is not None:
