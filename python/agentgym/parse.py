@@ -20,11 +20,20 @@ at ``max_chars`` characters. None means no action was found. An unknown format r
 
 from agentgym._core import DEFAULT_MAX_ACTION_CHARS, PARSE_FORMATS, parse_action, parse_actions
 
-__all__ = ["DEFAULT_MAX_ACTION_CHARS", "PARSE_FORMATS", "after_reply_prefix", "parse_action",
-           "parse_actions"]
+__all__ = ["DEFAULT_MAX_ACTION_CHARS", "PARSE_FORMATS", "REPLY_TEMPLATE", "after_reply_prefix",
+           "parse_action", "parse_actions", "reply_text"]
+
+#: The reply that plays an action, in the ReAct format every parse format reads.
+REPLY_TEMPLATE = "Action: {action}"
 
 
 def after_reply_prefix(text: str, reply_prefix: str) -> str:
     """The reply that writes ``text`` after a turn opened by ``reply_prefix``
     (``RolloutConfig.reply_prefix``): ``text`` less the prefix it starts with, else whole."""
     return text[len(reply_prefix):] if reply_prefix and text.startswith(reply_prefix) else text
+
+
+def reply_text(action: str, reply_prefix: str = "", template: str = REPLY_TEMPLATE) -> str:
+    """The reply text that plays ``action`` (``template`` filled in) in a turn opened by
+    ``reply_prefix``: ``reply_text("go", "Action:")`` is ``" go"``."""
+    return after_reply_prefix(template.format(action=action), reply_prefix)

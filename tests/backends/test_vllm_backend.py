@@ -21,6 +21,7 @@ from tests.backends.helpers import (
     _wait_until,
     assert_consistent,
     prompts,
+    ref_logprobs,
 )
 
 
@@ -126,6 +127,25 @@ class TestVLLMInProcess:
     @MODULE_LOOP
     async def test_concurrent_generate_logprobs(self, vllm_backend, hf_model):
         await _check_concurrent(vllm_backend, hf_model, 48)
+
+    @MODULE_LOOP
+    async def test_choices_are_scored_with_the_models_logprobs(self, vllm_backend, hf_model):
+        """Valid-action decoding: the reply is the choice the model scores highest at
+        temperature 0, with the model's logprobs of its tokens, the first time and again
+        when the prompt's blocks come from the prefix cache."""
+        prompt = PROMPT * 12
+        choices = [[5, 6, 2], [5, 7], [300, 301, 302, 2], [40]]
+        greedy = SamplingParams(temperature=0, max_new_tokens=8)
+        scores = [sum(ref_logprobs(hf_model, prompt, c)) for c in choices]
+        best = choices[max(range(len(choices)), key=scores.__getitem__)]
+        for rid in ("choice-a", "choice-b"):
+            res = await vllm_backend.generate(prompt, greedy, request_id=rid, choices=choices)
+            assert res.token_ids == best and res.finish_reason == "stop"
+            assert_consistent(hf_model, prompt, res, 2e-3)
+        sampled = {tuple((await vllm_backend.generate(
+            prompt, SamplingParams(temperature=50.0), request_id=f"s{k}",
+            choices=choices)).token_ids) for k in range(24)}
+        assert len(sampled) > 1 and sampled <= {tuple(c) for c in choices}
 
     @MODULE_LOOP
     async def test_abort_and_cancel(self, vllm_backend):

@@ -98,6 +98,11 @@ class Backend(Protocol):
     for models. A backend whose sampling can be seeded anew may also define
     ``reseed(seed: int)``; the runner's ``reseed`` calls it (a resumed run then replays).
 
+    ``choices`` (a backend with ``scores_choices`` True): valid-action decoding. The reply is
+    one of the given token lists, chosen by the probability the model gives each after the
+    prompt (:func:`choose`), with the logprobs of its tokens from that same forward pass;
+    the engine's ``valid_action_decoding`` mechanism passes the env's listed actions.
+
     ``images``: the frames of the images in ``prompt_ids``, in order, as ``(h, w, 3)`` uint8
     arrays. The prompt holds each image's markup already expanded (the model's image tokens,
     :meth:`agentgym.models.vision.VisionSpec.markup_ids`), so the tokens the engine stores
@@ -145,6 +150,50 @@ def check_prompt(prompt_ids, vocab_size: int | None = None) -> list[int]:
     if vocab_size is not None and hi >= vocab_size:
         raise InvalidRequestError(f"token id {hi} out of range (vocab {vocab_size})")
     return prompt_ids if type(prompt_ids) is list else arr.tolist()
+
+
+def check_choices(choices, vocab_size: int | None, room: int) -> list[list[int]]:
+    """Validate the candidate replies of valid-action decoding (``generate(...,
+    choices=)``): at least one, each a non-empty sequence of ints in ``[0, vocab_size)`` and
+    at most ``room`` tokens (what the context leaves after the prompt); an
+    :class:`InvalidRequestError` naming the choice otherwise."""
+    if isinstance(choices, (str, bytes)) or not choices:
+        raise InvalidRequestError("choices must be a non-empty list of token id lists")
+    out = []
+    for k, c in enumerate(choices):
+        try:
+            ids = check_prompt(c, vocab_size)
+        except InvalidRequestError as e:
+            raise InvalidRequestError(f"choice {k}: {e}") from None
+        if len(ids) > room:
+            raise InvalidRequestError(f"choice {k} of {len(ids)} tokens does not fit the "
+                                      f"{room} tokens the context leaves after the prompt")
+        out.append(list(ids))
+    return out
+
+
+def choose(choices: list[list[int]], logprobs: list[list[float]], sampling: SamplingParams,
+           seed: int, version: int) -> GenerateResult:
+    """Valid-action decoding's reply: choice ``k`` with probability ``softmax(score /
+    T)[k]``, ``score`` each choice's summed token logprobs under the model (what it gives
+    that reply's text) and ``T`` the sampling temperature (0: the best score, the first of a
+    tie), drawn with a generator seeded by ``seed``; top-k and top-p do not apply. The reply
+    is the chosen choice's tokens and its token logprobs (``logprobs``: one list per choice,
+    from the same forward pass), cut to ``max_new_tokens`` (then ``finish_reason``
+    ``length``)."""
+    scores = np.array([sum(lp) for lp in logprobs], np.float64)
+    if sampling.temperature == 0:
+        k = int(np.argmax(scores))
+    else:
+        z = scores / sampling.temperature
+        p = np.exp(z - z.max())
+        k = int(np.random.default_rng(seed).choice(len(p), p=p / p.sum()))
+    ids, lps, reason = list(choices[k]), [float(x) for x in logprobs[k]], "stop"
+    if len(ids) > sampling.max_new_tokens:
+        n = sampling.max_new_tokens
+        ids, lps, reason = ids[:n], lps[:n], "length"
+    return GenerateResult(token_ids=ids, logprobs=lps if sampling.logprobs else [],
+                          finish_reason=reason, policy_version=version)
 
 
 def check_images(

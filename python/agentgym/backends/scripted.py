@@ -14,7 +14,7 @@ import random
 import zlib
 
 from agentgym.backends.base import BackendError, GenerateResult, SamplingParams
-from agentgym.parse import after_reply_prefix
+from agentgym.parse import REPLY_TEMPLATE, reply_text
 
 
 class ScriptedBackend:
@@ -33,7 +33,7 @@ class ScriptedBackend:
     needs_context = True
 
     def __init__(self, tokenizer, policy: str = "oracle", seed: int = 0,
-                 template: str = "Action: {action}", end_of_turn: str | None = None,
+                 template: str = REPLY_TEMPLATE, end_of_turn: str | None = None,
                  latency_s: float = 0.0, reply_prefix: str = ""):
         if policy not in ("oracle", "random"):
             raise ValueError(f"policy must be 'oracle' or 'random', got {policy!r}")
@@ -85,7 +85,7 @@ class ScriptedBackend:
             action = await self._random(context, len(prompt_ids))
         hit = self._cache.get(action)
         if hit is None or hit[2].policy_version != self.policy_version:
-            text = after_reply_prefix(self.template.format(action=action), self.reply_prefix)
+            text = reply_text(action, self.reply_prefix, self.template)
             ids = self._encode(text) + [self.end_of_turn_id]
             if len(self._cache) > 65536:
                 self._cache.clear()

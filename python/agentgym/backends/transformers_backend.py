@@ -35,8 +35,10 @@ from agentgym.backends.base import (
     GenerateResult,
     InvalidRequestError,
     SamplingParams,
+    check_choices,
     check_images,
     check_prompt,
+    choose,
 )
 from agentgym.backends.batching import BatchRequest, RequestBatcher
 
@@ -59,6 +61,8 @@ class TransformersBackend:
     """
 
     needs_context = False
+    #: ``generate(..., choices=)`` (valid-action decoding) is served.
+    scores_choices = True
 
     def __init__(
         self,
@@ -108,6 +112,7 @@ class TransformersBackend:
             if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {})
         self.policy_version = 0
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._choice_draws = 0  # choice requests without an id or seed, for their seeds
         self._batcher: RequestBatcher[_Request] = RequestBatcher(
             self._run_batch,
             self._result,
@@ -135,10 +140,14 @@ class TransformersBackend:
         request_id: str | None = None,
         *,
         images=None,
+        choices=None,
     ) -> GenerateResult:
         """Generate one completion (batched with concurrent calls); cancelling the caller
         aborts the request. ``images``: the frames of the prompt's expanded image markup,
-        in order (a vision-language model only; see :class:`~agentgym.backends.Backend`)."""
+        in order (a vision-language model only; see :class:`~agentgym.backends.Backend`).
+        ``choices``: the reply is one of these token lists (valid-action decoding,
+        :func:`~agentgym.backends.base.choose`), scored in one forward pass over the prompt
+        and all of them on the model's thread."""
         if self._batcher.closed:
             raise BackendError("backend is closed")
         prompt = check_prompt(prompt_ids, self.vocab_size)
@@ -149,6 +158,20 @@ class TransformersBackend:
             )
         frames, _ = check_images(prompt, images, self.vision, self.model_dir)
         rid = request_id or uuid.uuid4().hex
+        if choices is not None:
+            if frames:
+                raise InvalidRequestError("choices with images are not served yet")
+            options = check_choices(choices, self.vocab_size, self.max_model_len - len(prompt))
+            seed = (sampling.seed if sampling.seed is not None else
+                    self._request_seed(rid) if request_id is not None else
+                    int(self._generator.initial_seed()) + self._choice_draws)
+            self._choice_draws += 1
+            try:
+                logprobs, version = await asyncio.get_running_loop().run_in_executor(
+                    self._batcher.executor, self._score_choices, prompt, options)
+            except Exception as e:
+                raise BackendError(f"scoring the choices failed: {e!r}") from e
+            return choose(options, logprobs, sampling, seed, version)
         req = _Request(prompt, sampling, request_id=rid, named=request_id is not None,
                        images=frames)
         return await self._batcher.submit(rid, req)
@@ -267,6 +290,40 @@ class TransformersBackend:
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], 1)
                 pos = pos[:, -1:] + 1
         return [x or "length" for x in reasons]
+
+    def _score_choices(self, prompt: list[int], choices: list[list[int]]
+                       ) -> tuple[list[list[float]], int]:
+        """Each choice's token logprobs after ``prompt`` (raw: log-softmax of the logits),
+        and the weights' version (worker thread): the prompt once, its KV cache repeated
+        for every choice, then all choices in one right-padded forward pass."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        dev, n, p = self.device, len(choices), len(prompt)
+        width = max(len(c) for c in choices)
+        toks = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, p + width), dtype=torch.long)
+        mask[:, :p] = 1
+        for i, c in enumerate(choices):
+            toks[i, :len(c)] = torch.tensor(c)
+            mask[i, p:p + len(c)] = 1
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([prompt], device=dev),
+                             past_key_values=DynamicCache(), use_cache=True,
+                             **self._last_logits_only)
+            first = torch.log_softmax(out.logits[0, -1].float(), -1).cpu()
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(n)
+            pos = torch.arange(p, p + width, device=dev).expand(n, width)
+            out = self.model(input_ids=toks.to(dev), attention_mask=mask.to(dev),
+                             position_ids=pos, past_key_values=cache, use_cache=True)
+            # row j of a choice's logits predicts its token j + 1
+            nxt = torch.log_softmax(out.logits[:, :-1].float(), -1).cpu()
+        result = []
+        for i, c in enumerate(choices):
+            after = nxt[i, torch.arange(len(c) - 1), torch.tensor(c[1:], dtype=torch.long)]
+            result.append([float(first[c[0]]), *after.tolist()])
+        return result, self.policy_version
 
     def reseed(self, seed: int) -> None:
         """Seed sampling anew, as ``seed`` does at construction (requests already running

@@ -25,6 +25,13 @@ collapsed to the template's single placeholder before it is sent
 against the prompt vLLM reports (``RequestOutput.prompt_token_ids``). A request with more
 images than the engine takes (``max_images_per_prompt``, vLLM's default 999 unless given)
 raises :class:`InvalidRequestError`.
+
+Valid-action decoding (``generate(..., choices=)``): each choice is one request of the
+prompt followed by that choice, ``max_tokens=1``, asking for the prompt tokens' logprobs
+(raw, as the sampled ones) with the prefix cache read, so only the tokens past the prompt's
+cached blocks are computed. vLLM leaves the logprobs of cached positions unset; a choice
+whose own tokens were found cached (a block another choice filled) is scored again without
+the cache.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from pathlib import Path
 
 from agentgym.backends.base import (
@@ -43,8 +51,10 @@ from agentgym.backends.base import (
     InvalidRequestError,
     SamplingParams,
     WeightGate,
+    check_choices,
     check_images,
     check_prompt,
+    choose,
 )
 
 
@@ -122,6 +132,8 @@ class VLLMBackend:
     """
 
     needs_context = False
+    #: ``generate(..., choices=)`` (valid-action decoding) is served.
+    scores_choices = True
 
     def __init__(
         self,
@@ -195,6 +207,7 @@ class VLLMBackend:
         self.max_images_per_prompt = (
             mm.get_limit_per_prompt("image") if self.vision is not None and mm else 0)
         self.policy_version = 0
+        self.seed = int(seed)
         #: Replies and weight updates in order (each reply one version of the weights).
         self.gate = WeightGate()
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -217,11 +230,13 @@ class VLLMBackend:
         request_id: str | None = None,
         *,
         images=None,
+        choices=None,
     ) -> GenerateResult:
         """Generate one completion; cancelling the caller aborts it in the engine. Every
         failure (a prompt or sampling parameters the engine rejects, a dead engine) raises
         :class:`BackendError`. ``images``: the frames of the prompt's expanded image markup,
-        in order (see the module docstring)."""
+        in order (see the module docstring). ``choices``: the reply is one of these token
+        lists (valid-action decoding, :func:`~agentgym.backends.base.choose`)."""
         from vllm.inputs import TokensPrompt
 
         if self._closed:
@@ -233,6 +248,12 @@ class VLLMBackend:
                 f"{self.max_model_len}"
             )
         frames, spans = check_images(prompt, images, self.vision, self.model_dir)
+        if choices is not None:
+            if frames:
+                raise InvalidRequestError("choices with images are not served yet")
+            return await self._choose(prompt, check_choices(
+                choices, self.vocab_size, self.max_model_len - len(prompt)), sampling,
+                request_id or uuid.uuid4().hex)
         if len(frames) > self.max_images_per_prompt:
             raise InvalidRequestError(
                 f"{len(frames)} images exceed the engine's {self.max_images_per_prompt} per "
@@ -277,6 +298,49 @@ class VLLMBackend:
         return GenerateResult(
             token_ids=tokens, logprobs=logprobs, finish_reason=reason, policy_version=version
         )
+
+    async def _choose(self, prompt: list[int], choices: list[list[int]],
+                      sampling: SamplingParams, rid: str) -> GenerateResult:
+        """Valid-action decoding's reply: every choice scored under one version of the
+        weights (one request each, run together), then :func:`choose`."""
+        seed = sampling.seed if sampling.seed is not None else \
+            (self.seed * 1_000_003 + zlib.crc32(rid.encode())) & ((1 << 63) - 1)
+        async with self.gate.generating():
+            version = self.policy_version
+            logprobs = await asyncio.gather(*(
+                self._score(prompt, c, f"{rid}-choice{k}") for k, c in enumerate(choices)))
+        return choose(choices, logprobs, sampling, seed, version)
+
+    async def _score(self, prompt: list[int], choice: list[int], rid: str) -> list[float]:
+        """The raw logprob of each token of ``choice`` after ``prompt`` (module docs)."""
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        full, start = prompt + choice, len(prompt)
+        for cached in (True, False):
+            params = VSP(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False,
+                         skip_reading_prefix_cache=not cached,
+                         output_kind=RequestOutputKind.FINAL_ONLY)
+            final = None
+            try:
+                async for out in self.engine.generate(TokensPrompt(prompt_token_ids=full),
+                                                      params, rid if cached else rid + "-x"):
+                    final = out
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                raise BackendError(f"vLLM scoring failed: {e!r}") from e
+            if final is None or final.prompt_logprobs is None:
+                raise BackendError(f"vLLM request {rid} returned no prompt logprobs")
+            # position i's entry is token i's logprob; computed only past the cached tokens
+            if (final.num_cached_tokens or 0) < start:
+                break
+        try:
+            return [float(final.prompt_logprobs[i][t].logprob)
+                    for i, t in zip(range(start, len(full)), choice, strict=True)]
+        except (KeyError, TypeError, IndexError) as e:
+            raise BackendError(f"vLLM request {rid} returned bad prompt logprobs: {e!r}") from e
 
     async def abort(self, request_id: str) -> None:
         """End ``request_id``; its ``generate`` returns with ``finish_reason="abort"``."""

@@ -267,6 +267,12 @@ class RolloutConfig(ConfigSection):
     step whose context is a slice of the record (``Trajectory.step_context``); the learner
     trains one sample per step (docs/mechanisms.md).
 
+    ``valid_action_decoding`` (off by default): on an env that lists its legal actions,
+    each reply is one of them, chosen by the probability the model gives each action's reply
+    text (TWOSOME, GLAM); the chosen tokens and their logprobs are the sample, trained as any
+    other reply. It needs a backend that scores choices (transformers, vllm); a turn where
+    the env lists nothing is generated freely (docs/mechanisms.md). Not with ``plan``.
+
     ``opponent`` decides who plays the seats of a multi-seat game (self-play,
     :mod:`agentgym.engine.selfplay`): ``"self"`` (default) the learning policy every seat;
     ``"solver"`` or ``"random"`` the game's reference strategy or a random legal move every
@@ -349,6 +355,9 @@ class RolloutConfig(ConfigSection):
     max_record_tokens: int | None = None
     #: Who plays a game's other seats: self | solver | random | pool | an opponent backend.
     opponent: str = "self"
+    #: The reply is one of the env's listed actions, chosen by the model's probability of
+    #: each (docs/mechanisms.md).
+    valid_action_decoding: bool = False
 
     config_path: ClassVar[str] = "rollout"
 
@@ -396,6 +405,9 @@ class RolloutConfig(ConfigSection):
             raise ValueError(f"plan_max_tokens must be >= 1, got {self.plan_max_tokens}")
         if self.plan_bonus < 0:
             raise ValueError(f"plan_bonus must be >= 0, got {self.plan_bonus}")
+        if self.plan and self.valid_action_decoding:
+            raise ValueError("plan and valid_action_decoding do not combine: a plan turn is "
+                             "free text, not one of the env's actions")
         if self.plan and self.reply_prefix:
             raise ValueError("plan and reply_prefix do not combine: the reply prefix would "
                              "open the plan turn's reply")

@@ -15,6 +15,7 @@ from agentgym.engine.mechanisms.context_window import ContextWindow
 from agentgym.engine.mechanisms.planning import Planning
 from agentgym.engine.mechanisms.reflection import Reflection
 from agentgym.engine.mechanisms.undo import Undo
+from agentgym.engine.mechanisms.valid_action_decoding import ValidActionDecoding
 from agentgym.engine.mechanisms.vision import Vision
 
 __all__ = ["HOOKS", "MECHANISMS", "Mechanism", "configured", "driver_needs", "mechanisms_for",
@@ -22,7 +23,7 @@ __all__ = ["HOOKS", "MECHANISMS", "Mechanism", "configured", "driver_needs", "me
 
 #: Every mechanism, in the order the loop calls their hooks.
 MECHANISMS: list[type[Mechanism]] = [Undo, Reflection, Branching, Planning, ContextWindow,
-                                     Vision]
+                                     Vision, ValidActionDecoding]
 
 
 def registered() -> list[type[Mechanism]]:
