@@ -320,3 +320,24 @@ def test_image_frames_are_padded_to_multiples_of_28():
         BabyAIEnv(obs="video")
     with pytest.raises(ValueError, match="tile_size"):
         BabyAIEnv(obs="image", tile_size=0)
+
+
+def test_resets_on_many_threads_print_nothing_and_leave_stdout_alone(capsys):
+    """The engine resets Python envs on a thread pool: minigrid's "Sampling rejected"
+    prints stay silent without swapping the process-wide ``sys.stdout`` (which, swapped
+    around overlapping resets, stayed swapped and swallowed every later print)."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = sys.stdout
+    envs = [BabyAIEnv() for _ in range(8)]
+
+    def reset(k: int) -> str:
+        return envs[k % 8].reset(task=399_936 + k)
+
+    with ThreadPoolExecutor(8) as pool:
+        for b in range(8):  # eight envs at once, each on one thread
+            list(pool.map(reset, range(8 * b, 8 * b + 8)))
+    assert sys.stdout is before
+    print("still here")
+    assert capsys.readouterr().out == "still here\n"

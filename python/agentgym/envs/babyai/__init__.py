@@ -12,9 +12,7 @@ visible cells. ``oracle_action()`` plays minigrid's ``BabyAIBot`` through these 
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import re
 from collections import deque
 from typing import Any
@@ -102,6 +100,20 @@ def level_id(name: str) -> str:
     return full
 
 
+def _quiet_level_generation() -> None:
+    """Silence minigrid's level generator, which prints "Sampling rejected: ..." each time
+    it redraws a layout: its module's ``print`` is shadowed (resets run on several threads
+    at once, where swapping the process-wide ``sys.stdout`` around each reset would leave
+    it swapped for good)."""
+    from minigrid.envs.babyai.core import roomgrid_level
+
+    roomgrid_level.print = _no_print
+
+
+def _no_print(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
 class BabyAIEnv(BaseEnv):
     """A BabyAI level (minigrid) with AgentGym-style text observations and actions.
 
@@ -180,6 +192,7 @@ class BabyAIEnv(BaseEnv):
         if level not in self._envs:
             import gymnasium as gym
 
+            _quiet_level_generation()
             self._envs[level] = gym.make(level).unwrapped
         return self._envs[level]
 
@@ -187,8 +200,7 @@ class BabyAIEnv(BaseEnv):
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         level, level_seed = self.task_of(task, seed)
         self.env = self._make(level)
-        with contextlib.redirect_stdout(io.StringIO()):  # "Sampling rejected: ..." prints
-            self._image = self.env.reset(seed=level_seed)[0]["image"]
+        self._image = self.env.reset(seed=level_seed)[0]["image"]
         self.level, self.level_seed = level, level_seed
         self._bot, self._bot_action, self._done = None, None, False
         self._visited = {_state(self.env)}
