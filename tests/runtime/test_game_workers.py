@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -23,7 +24,7 @@ RELAY = "tests.runtime.test_game_workers:RelayGame"
 class RelayGame(SuiteGame):
     """Two seats take turns saying "go"; after four moves the first seat wins (1, -1), and
     any other move is refused. Task 1's second move kills its process (a stand-in for a
-    game library that segfaults)."""
+    game library that segfaults), task 7's never returns (one that hangs)."""
 
     seats = 2
     roles = ("first", "second")
@@ -49,6 +50,8 @@ class RelayGame(SuiteGame):
     def step(self, moves):
         if self.task == 1 and self.moves == 1:
             os._exit(3)
+        if self.task == 7 and self.moves == 1:
+            time.sleep(3600)
         if moves[0].strip().lower() != "go":
             self.refused_by = self.moves % 2
             return [True]
@@ -133,5 +136,17 @@ async def test_a_restarted_worker_replays_its_other_games_to_where_they_were():
         assert refused[2] and refused[3] == [-1.0, 0.0] and refused[4] == [True]
         over, = await pool.astep([0], [["go"]])
         assert "no running game" in str(over)
+    finally:
+        pool.close()
+
+
+async def test_a_game_that_hangs_is_killed_and_only_its_episode_times_out():
+    pool = ProcessGamePool(RELAY, 2, 1, timeout_s=2.0)
+    try:
+        await pool.areset([0, 1], [7, 0], [0, 0])
+        await pool.astep([0, 1], [["go"], ["go"]])
+        hung, other = await pool.astep([0, 1], [["go"], ["go"]])  # one worker, one queue
+        assert isinstance(hung, TimeoutError) and "no result within 2 s" in str(hung)
+        assert other[1] == ["task 0 move 2"] and pool.restarts == 1
     finally:
         pool.close()

@@ -101,12 +101,14 @@ class ProcessGamePool(ProcessEnvPool):
 
     def _row(self, slot: _Slot, result: tuple[bool, Any]) -> Any:
         """A call's answer as the in-process pool gives it: the view, or the exception of a
-        game that failed (its episode is over)."""
+        game that failed (its episode is over; a ``TimeoutError`` where it hung)."""
         slot.busy = False
         ok, payload = result
         if not ok:
             reason, (name, msg, _) = payload
             slot.state, slot.stop_reason = "done", reason
+            if reason == "timeout":  # the episode ends with stop reason ``timeout``
+                return TimeoutError(f"{self.env_id}: {msg}")
             return _error(name, msg) if reason == "env_error" else EnvError(f"{reason}: {msg}")
         movers, observations, over, rewards, refused = payload
         if over:
