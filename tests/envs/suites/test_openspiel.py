@@ -197,3 +197,19 @@ def test_a_one_player_game_runs_through_the_engine_on_worker_processes(engine):
     batch = engine("oracle", max_turns=12, env_workers=2).collect_sync(4, "openspiel:catch")
     assert [t.stop_reason for t in batch] == ["done"] * 4
     assert [t.reward for t in batch] == [1.0] * 4
+
+
+def test_an_illegal_move_loses_a_one_player_game_when_asked():
+    env = make("openspiel:catch", illegal_move="lose")
+    env.reset(seed=0, options={"task": 3})
+    _, reward, done, _, info = env.step("STAY")
+    assert not done and reward == 0.0
+    obs, reward, done, _, info = env.step("jump")
+    assert done and reward == -1.0 and info["invalid"] and "you lose" in obs
+    assert env.unwrapped.valid_actions() == []
+    retry = make("openspiel:catch")  # the default answers and goes on
+    retry.reset(seed=0, options={"task": 3})
+    _, reward, done, _, info = retry.step("jump")
+    assert not done and reward == 0.0 and info["invalid"]
+    with pytest.raises(ValueError, match="illegal_move"):
+        make("openspiel:catch", illegal_move="maybe")

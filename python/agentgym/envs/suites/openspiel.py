@@ -15,7 +15,9 @@ What maps onto what:
 * ``valid_actions``: the legal actions' strings; a reply is matched to them ignoring case and
   spacing (or read as an action id when no string matches); an illegal or unreadable move of
   a game ends it with -1 for the mover and 0 for the others, a single-agent env answers it
-  with an "invalid" observation and goes on;
+  with an "invalid" observation and goes on (``illegal_move="lose"``: it ends the game at the
+  game's lowest return, as a game's refused move does, so replying illegally is never a way
+  to put off a loss until the horizon);
 * the reward: the change of ``returns()`` (a game's seats get their final returns);
 * chance nodes: drawn with the episode's own RNG, seeded by the task index within its split
   (the deal) or, without a task, by the episode seed: the same task and seed play the same
@@ -185,22 +187,29 @@ class OpenSpielEnv(BaseEnv):
     tasks_doc = ("unbounded: task i seeds the chance outcomes (deals) of its split; split "
                  f"'test' draws them from seeds {HELD_OUT_BASE} + i")
 
-    def __init__(self, game: str, split: str = "train"):
+    def __init__(self, game: str, split: str = "train", illegal_move: str = "retry"):
         self._play = _Play(game, split)
         if self._play.game.num_players() != 1:
             raise ValueError(f"game: {game!r} has {self._play.game.num_players()} players; "
                              "play it as a multi-seat game (openspiel:<game>)")
-        self.split = split
+        if illegal_move not in ("retry", "lose"):
+            raise ValueError(f"illegal_move must be 'retry' or 'lose', got {illegal_move!r}")
+        self.split, self.illegal_move = split, illegal_move
+        self._lost = False
         self.instructions = _instructions(self._play, None)
         self._returns = 0.0
 
     def reset(self, task: int | str | None = None, seed: int | None = None) -> str:
         self._play.start(task, 0 if seed is None else seed)
         self._returns = float(self._play.state.returns()[0])
+        self._lost = False
         return self._text()
 
+    def _over(self) -> bool:
+        return self._lost or self._play.state.is_terminal()
+
     def _text(self) -> str:
-        if self._play.state.is_terminal():
+        if self._over():
             return (f"{self._play.view(0).rstrip()}\nThe game is over. Your return: "
                     f"{self._returns:g}")
         return self._play.turn_text(0)
@@ -210,6 +219,11 @@ class OpenSpielEnv(BaseEnv):
         chosen = play.read(0, action)
         if chosen is None:
             legal = ", ".join(name for _, name in play.legal(0))
+            if self.illegal_move == "lose":  # the game ends at its lowest return
+                worst = float(play.game.min_utility())
+                reward, self._returns, self._lost = worst - self._returns, worst, True
+                return (f"Illegal action {action.strip()!r} (legal: {legal}): you lose. "
+                        f"Your return: {worst:g}", reward, True, {"invalid": True})
             return (f"Invalid action {action.strip()!r}. Legal actions: {legal}", 0.0, False,
                     {"invalid": True})
         play.state.apply_action(chosen)
@@ -219,21 +233,22 @@ class OpenSpielEnv(BaseEnv):
         return self._text(), reward, bool(play.state.is_terminal()), {}
 
     def valid_actions(self) -> list[str]:
-        if self._play.state is None or self._play.state.is_terminal():
+        if self._play.state is None or self._over():
             return []
         return [name for _, name in self._play.legal(0)]
 
     def oracle_action(self) -> str | None:
-        if self._play.state is None or self._play.state.is_terminal():
+        if self._play.state is None or self._over():
             return None
         return self._play.oracle(0)
 
     def snapshot(self) -> Any:
-        """``state.clone()``, the chance RNG's state and the return so far."""
-        return self._play.copy(), self._returns
+        """``state.clone()``, the chance RNG's state, the return so far and whether an
+        illegal move lost the game."""
+        return self._play.copy(), self._returns, self._lost
 
     def restore(self, state: Any) -> None:
-        saved, self._returns = state
+        saved, self._returns, self._lost = state
         self._play.put_back(saved)
 
 
