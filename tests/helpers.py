@@ -319,7 +319,8 @@ def _wandb_rows(run_dir: str | Path) -> list[dict[str, float]]:
 def collect_run(collector, stop_after: int | None = None):
     """Run ``collector`` to the end, or stop consuming after ``stop_after`` trajectories
     (the rest of the run is abandoned, as a crash would); its summary (None where stopped
-    before the end). The collector is closed either way."""
+    before the end: the rows handed out are committed, the summary says ``interrupted``).
+    The collector is closed either way."""
     import contextlib
 
     from agentgym.engine.loop import run
@@ -331,7 +332,8 @@ def collect_run(collector, stop_after: int | None = None):
                 seen += 1
                 if stop_after is not None and seen >= stop_after:
                     break
-        return collector.summary
+        summary = collector.summary
+        return None if summary is None or summary.get("interrupted") else summary
 
     try:
         return run(main())

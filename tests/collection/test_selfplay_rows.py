@@ -1,6 +1,8 @@
 """Collection of a multi-seat game: one row per seat under each key, the seats of an episode
 in one shard, the seat columns read back, and a resumed run equal to an uninterrupted one."""
 
+import contextlib
+
 import pyarrow as pa
 import pytest
 
@@ -62,10 +64,11 @@ def test_a_resumed_game_run_equals_an_uninterrupted_one(tokenizer, tmp_path):
 
     async def stop_early():  # the run is cut after a dozen rows: its full shards stay
         n = 0
-        async for _ in first.stream():
-            n += 1
-            if n == 12:
-                break
+        async with contextlib.aclosing(first.stream()) as it:
+            async for _ in it:
+                n += 1
+                if n == 12:
+                    break
 
     try:
         run(stop_early())

@@ -336,10 +336,13 @@ class Collector:
 
     async def stream(self) -> AsyncIterator[Trajectory]:
         """Play every missing key; yield each trajectory as soon as it is queued for its
-        shard. When the iteration ends every shard is committed and ``summary`` is set."""
-        async for trajs in self._play(trajectories=True):
-            for t in trajs:
-                yield t
+        shard. When the iteration ends every shard is committed and ``summary`` is set; a
+        consumer that stops early and closes the stream (``contextlib.aclosing``) has every
+        trajectory it was given in a committed shard once ``aclose`` returns."""
+        async with contextlib.aclosing(self._play(trajectories=True)) as it:
+            async for trajs in it:
+                for t in trajs:
+                    yield t
 
     async def _play(self, trajectories: bool) -> AsyncIterator[list[Trajectory]]:
         """Play every missing key into shards; with ``trajectories``, yield the finished
