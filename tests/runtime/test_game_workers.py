@@ -12,7 +12,6 @@ import pytest
 from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine import RolloutEngine
 from agentgym.envs import SuiteGame, registry
-from agentgym.envs.registry import game_pool
 from agentgym.errors import EnvError
 from agentgym.runtime.game_workers import ProcessGamePool
 
@@ -128,8 +127,8 @@ async def test_a_game_that_kills_its_worker_ends_only_its_own_episode(tokenizer)
 
 
 async def test_a_restarted_worker_replays_its_other_games_to_where_they_were():
-    pool = game_pool(RELAY, 2, workers=1)
-    assert isinstance(pool, ProcessGamePool) and pool.is_async
+    pool = ProcessGamePool(RELAY, 2, 1)
+    assert pool.is_async and len(pool) == 2
     try:
         views = await pool.areset([0, 1], [0, 1], [5, 6])
         assert [v[1] for v in views] == [["task 0 move 0"], ["task 1 move 0"]]

@@ -51,7 +51,7 @@ from agentgym.backends.scripted import ScriptedBackend
 from agentgym.engine.batching import TickBatcher
 from agentgym.engine.episode import Episode
 from agentgym.engine.play import SingleUnits
-from agentgym.envs.registry import game_pool
+from agentgym.envs.registry import game_pool, is_native_game
 
 __all__ = ["GameDriver", "OPPONENTS", "seat_players"]
 
@@ -89,7 +89,12 @@ class GameDriver:
 
     def __init__(self, game_id: str, capacity: int, env_workers: int = 0, **kwargs):
         self.env_id = game_id
-        self.pool = game_pool(game_id, capacity, env_workers, **kwargs)
+        if env_workers > 0 and not is_native_game(game_id):
+            from agentgym.runtime.game_workers import ProcessGamePool
+
+            self.pool = ProcessGamePool(game_id, capacity, env_workers, **kwargs)
+        else:  # a native game steps in the Rust pool whatever ``env_workers``
+            self.pool = game_pool(game_id, capacity, **kwargs)
         #: The pool's calls are awaited (``areset``, ``astep``, ``aoracle_actions``).
         self.is_async = bool(getattr(self.pool, "is_async", False))
         self.seats = self.pool.seats

@@ -497,21 +497,22 @@ def _suite_spec(env_id: str) -> EnvSpec | None:
     return suite_spec(env_id)
 
 
-def game_pool(game_id: str, capacity: int, workers: int = 0, **kwargs: Any) -> Any:
+def is_native_game(game_id: str) -> bool:
+    """Whether ``game_id`` is a game of the Rust core (its pool steps in Rust; a suite's or
+    a ``module:Class`` game is played by Python code)."""
+    s = spec(game_id)
+    return s.kind == "game" and s.entry_point == "agentgym._core:GamePool"
+
+
+def game_pool(game_id: str, capacity: int, **kwargs: Any) -> Any:
     """The batched pool that plays game ``game_id``: the Rust core's ``GamePool`` for a
     native game, a :class:`~agentgym.envs.suites._game.SuiteGamePool` for a suite's game
-    (``kwargs`` over the spec's defaults), or with ``workers`` > 0 a
-    :class:`~agentgym.runtime.game_workers.ProcessGamePool` hosting the suite's games in
-    that many processes (a native game steps in the Rust pool whatever ``workers``)."""
+    (``kwargs`` over the spec's defaults)."""
     s = spec(game_id)
     if s.kind != "game":
         raise UnknownEnvError(f"{game_id!r} is not a multi-seat game (kind {s.kind!r})")
     if s.entry_point == "agentgym._core:GamePool":
         return _core.GamePool(game_id, capacity, json.dumps(kwargs))
-    if workers > 0:
-        from agentgym.runtime.game_workers import ProcessGamePool
-
-        return ProcessGamePool(game_id, capacity, workers, **kwargs)
     from agentgym.envs.suites._game import SuiteGamePool
 
     return SuiteGamePool(game_id, capacity, _resolve(s.entry_point, game_id),

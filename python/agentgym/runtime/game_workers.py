@@ -94,6 +94,7 @@ class ProcessGamePool(ProcessEnvPool):
         num_workers = max(1, min(num_workers, capacity))
         super().__init__(game_id, num_workers, max(1, -(-capacity // num_workers)),
                          timeout_s=timeout_s, **kwargs)
+        self._spec["host"] = f"{GameHost.__module__}:{GameHost.__name__}"  # what workers run
         self.capacity = capacity
 
     def __len__(self) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import multiprocessing as mp
 import os
 import pickle
@@ -81,14 +82,14 @@ def _child_pids(pid: int) -> list[int]:
 
 
 def _worker_main(req_conn, res_conn, spec: dict[str, Any]) -> None:
-    """Worker process: host env instances (or a suite game's slots: ``spec["kind"]`` is
-    ``"game"``), answer requests in order, one result each."""
+    """Worker process: host env instances (or, where ``spec["host"]`` names a
+    ``module:Class``, that class built with ``spec``: its ``handle`` and ``close``), answer
+    requests in order, one result each."""
     os.setpgrp()  # the parent kills the whole group (JVMs included) on a hang
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    if spec["kind"] == "game":
-        from agentgym.runtime.game_workers import GameHost
-
-        host = GameHost(spec)
+    if spec.get("host"):
+        module, _, name = spec["host"].partition(":")
+        host = getattr(importlib.import_module(module), name)(spec)
         _serve(req_conn, res_conn, host.handle, host.close)
         return
     from agentgym.envs import registry
