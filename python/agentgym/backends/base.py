@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -170,6 +171,13 @@ def check_choices(choices, vocab_size: int | None, room: int) -> list[list[int]]
                                       f"{room} tokens the context leaves after the prompt")
         out.append(list(ids))
     return out
+
+
+def request_seed(base: int, request_id: str) -> int:
+    """The sampling seed of a request with an id and no seed of its own: the backend's seed
+    mixed with the id (what it draws then depends on neither batch nor order)."""
+    return ((base & ((1 << 62) - 1)) * 1_000_003 + zlib.crc32(request_id.encode())) \
+        & ((1 << 63) - 1)
 
 
 def choose(choices: list[list[int]], logprobs: list[list[float]], sampling: SamplingParams,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from agentgym.backends.base import (
     check_images,
     check_prompt,
     choose,
+    request_seed,
 )
 from agentgym.backends.batching import BatchRequest, RequestBatcher
 
@@ -333,8 +333,7 @@ class TransformersBackend:
     def _request_seed(self, request_id: str) -> int:
         """Sampling seed of a named request without its own seed: the backend seed (the
         last :meth:`reseed`) mixed with the request id."""
-        base = int(self._generator.initial_seed()) & ((1 << 62) - 1)
-        return (base * 1_000_003 + zlib.crc32(request_id.encode())) & ((1 << 63) - 1)
+        return request_seed(int(self._generator.initial_seed()), request_id)
 
     def _sample(self, logits, s: SamplingParams, gen) -> tuple[int, float]:
         """Sample one token from one row of logits; returns (token, processed logprob)."""

@@ -44,7 +44,6 @@ import os
 import shutil
 import tempfile
 import uuid
-import zlib
 from pathlib import Path
 
 from agentgym.backends.base import (
@@ -57,6 +56,7 @@ from agentgym.backends.base import (
     check_images,
     check_prompt,
     choose,
+    request_seed,
 )
 
 
@@ -305,8 +305,7 @@ class VLLMBackend:
                       sampling: SamplingParams, rid: str) -> GenerateResult:
         """Valid-action decoding's reply: every choice scored under one version of the
         weights (one request each, run together), then :func:`choose`."""
-        seed = sampling.seed if sampling.seed is not None else \
-            (self.seed * 1_000_003 + zlib.crc32(rid.encode())) & ((1 << 63) - 1)
+        seed = sampling.seed if sampling.seed is not None else request_seed(self.seed, rid)
         async with self.gate.generating():
             version = self.policy_version
             if len(choices) > 1:  # the prompt's blocks into the cache once, for every choice

@@ -120,11 +120,8 @@ class ProcessGamePool(ProcessEnvPool):
         """Start a game in each slot; per row its first view, or its exception."""
         await self.start()
         rows = [self._free_slot(i) for i in slots]
-        for slot, task, seed in zip(rows, tasks, seeds, strict=True):
-            slot.task, slot.seed, slot.max_turns, slot.actions = task, int(seed), None, []
-            slot.state, slot.stop_reason, slot.busy = "live", None, True
-            slot.epoch += 1
-        futs = self._submit([(s, "reset", [s.task, s.seed, None]) for s in rows])
+        futs = self._submit([self._start(slot, task, int(seed), None)
+                             for slot, task, seed in zip(rows, tasks, seeds, strict=True)])
         return [self._row(s, r) for s, r in zip(rows, await self._gather(rows, futs))]
 
     async def astep(self, slots: list[int], moves: list[list[str]]) -> list:

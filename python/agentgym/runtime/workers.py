@@ -438,10 +438,7 @@ class ProcessEnvPool:
         calls = []
         for slot, task, seed in zip(slots, tasks, seeds, strict=True):
             seed = self._rng.randrange(2**63) if seed is None else int(seed)
-            slot.task, slot.seed, slot.max_turns, slot.actions = task, seed, max_turns, []
-            slot.state, slot.stop_reason, slot.busy = "live", None, True
-            slot.epoch += 1
-            calls.append((slot, "reset", [task, seed, max_turns]))
+            calls.append(self._start(slot, task, seed, max_turns))
         futs = self._submit(calls)
         out: list[Any] = []
         for slot, fut in zip(slots, await self._gather(slots, futs), strict=True):
@@ -521,6 +518,16 @@ class ProcessEnvPool:
         return sum(w.restarts for w in self._workers)
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _start(slot: _Slot, task: Any, seed: int, max_turns: int | None
+               ) -> tuple[_Slot, str, list[Any]]:
+        """Mark ``slot`` as starting a new episode (its replay log empty, a new epoch); the
+        reset call to send."""
+        slot.task, slot.seed, slot.max_turns, slot.actions = task, seed, max_turns, []
+        slot.state, slot.stop_reason, slot.busy = "live", None, True
+        slot.epoch += 1
+        return slot, "reset", [task, seed, max_turns]
+
     def _slot(self, i: int) -> _Slot:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_envs:
             raise IndexError(f"episode id {i!r} out of range [0, {self.num_envs})")
